@@ -1,0 +1,2 @@
+//! weir-client
+#![forbid(unsafe_code)]

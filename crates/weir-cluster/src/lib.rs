@@ -1,0 +1,2 @@
+//! weir-cluster
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! weir-core
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! weir-node
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! weir-proto
+#![forbid(unsafe_code)]

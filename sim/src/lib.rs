@@ -1,0 +1,2 @@
+//! The simulation harness.
+#![forbid(unsafe_code)]

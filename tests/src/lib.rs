@@ -1,0 +1,2 @@
+//! Black-box tests over real sockets.
+#![forbid(unsafe_code)]
