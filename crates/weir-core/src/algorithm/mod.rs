@@ -1,0 +1,277 @@
+//! The five algorithms: pure functions of (state, now, cost) -> decision.
+//!
+//! Each lives in its own file with its derivation from the chapter. A
+//! [`Policy`] is one validated, configured algorithm; the store applies it to
+//! a key's [`State`] under that key's lock.
+
+mod fixed_window;
+mod leaky_bucket;
+mod sliding_counter;
+mod sliding_log;
+mod token_bucket;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
+pub use sliding_counter::{SlidingCounter, SlidingCounterState};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+use crate::clock::Nanos;
+use crate::decision::Decision;
+
+/// Largest limit any rule may carry (a trillion per window).
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+/// Largest limit of a sliding_window_log rule. The log keeps one entry per
+/// admitted request, so this is the per-key memory ceiling: 16 B x 100,000 =
+/// 1.6 MB. Larger limits are what the counter algorithms are for (seed 6.6).
+pub const MAX_LOG_LIMIT: u64 = 100_000;
+/// Longest window: a little over a year, enough for yearly quotas.
+pub const MAX_WINDOW: Duration = Duration::from_secs(400 * 24 * 3600);
+
+/// One algorithm's arithmetic. Implementations are pure: everything they
+/// know arrives as arguments, which is what lets one store, the tests and a
+/// peer's handoff all drive the same code.
+pub(crate) trait Algorithm {
+    type State: Clone;
+    /// The state of a key never seen, equal to one idle long enough.
+    fn fresh(&self) -> Self::State;
+    /// Decides a request of `cost` (1 <= cost <= max_cost) at `now`; consumes
+    /// budget only when it admits.
+    fn decide(&self, s: &mut Self::State, now: Nanos, cost: u64) -> Decision;
+    /// Gives back `cost` consumed by a decision taken at `at`.
+    fn refund(&self, s: &mut Self::State, at: Nanos, cost: u64);
+    /// True once the state says no more than a fresh one, so dropping it
+    /// loses nothing (the chapter's TTLs, computed instead of set).
+    fn is_idle(&self, s: &Self::State, now: Nanos) -> bool;
+    /// Folds in the state another node held for the same key; spent budgets
+    /// add, so a merge never hands out a fresh budget.
+    fn merge(&self, into: &mut Self::State, other: Self::State, now: Nanos);
+    /// The largest cost that can ever succeed.
+    fn max_cost(&self) -> u64;
+}
+
+pub(crate) fn nanos_f64(n: Nanos) -> f64 {
+    n as f64
+}
+
+/// The algorithm names used in rules files and on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    TokenBucket,
+    LeakyBucket,
+    FixedWindow,
+    SlidingWindowLog,
+    SlidingWindowCounter,
+}
+
+impl AlgorithmKind {
+    pub const ALL: [AlgorithmKind; 5] = [
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::LeakyBucket,
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingWindowLog,
+        AlgorithmKind::SlidingWindowCounter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::LeakyBucket => "leaky_bucket",
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::SlidingWindowLog => "sliding_window_log",
+            AlgorithmKind::SlidingWindowCounter => "sliding_window_counter",
+        }
+    }
+}
+
+impl fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AlgorithmKind {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        AlgorithmKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or(())
+    }
+}
+
+/// A parameter that cannot configure an algorithm. The field is named as it
+/// is in a rules file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+/// One configured algorithm, valid by construction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
+    FixedWindow(FixedWindow),
+    SlidingLog(SlidingLog),
+    SlidingCounter(SlidingCounter),
+}
+
+impl Policy {
+    /// Builds a policy, refusing every parameter that would make it admit
+    /// without limit or never admit: zero windows and limits, bursts below 1,
+    /// and options the algorithm does not have.
+    pub fn new(
+        kind: AlgorithmKind,
+        limit: u64,
+        window: Duration,
+        burst: Option<u64>,
+        queue: Option<u64>,
+    ) -> Result<Policy, ParamError> {
+        let err = |field, reason: &str| {
+            Err(ParamError {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if limit == 0 {
+            return err("limit", "must be at least 1");
+        }
+        if limit > MAX_LIMIT {
+            return err("limit", "must be at most 1000000000000");
+        }
+        if window.is_zero() {
+            return err("window", "must be longer than zero");
+        }
+        if window > MAX_WINDOW {
+            return err("window", "must be at most 400 days");
+        }
+        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        if burst == Some(0) {
+            return err("burst", "must be at least 1");
+        }
+        if burst.is_some_and(|b| b > MAX_LIMIT) {
+            return err("burst", "must be at most 1000000000000");
+        }
+        let takes_burst = matches!(
+            kind,
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+        );
+        if burst.is_some() && !takes_burst {
+            return err("burst", "applies only to token_bucket and leaky_bucket");
+        }
+        if queue.is_some() && kind != AlgorithmKind::LeakyBucket {
+            return err("queue", "applies only to leaky_bucket");
+        }
+        if queue.is_some_and(|q| q > MAX_LIMIT) {
+            return err("queue", "must be at most 1000000000000");
+        }
+        Ok(match kind {
+            AlgorithmKind::TokenBucket => Policy::TokenBucket(TokenBucket {
+                capacity: burst.unwrap_or(limit),
+                limit,
+                window: window_ns,
+            }),
+            AlgorithmKind::LeakyBucket => {
+                let interval = window_ns.div_ceil(limit);
+                if interval == 0 || window_ns < limit {
+                    return err("limit", "leaky_bucket needs at least 1 ns per request");
+                }
+                Policy::LeakyBucket(LeakyBucket {
+                    interval,
+                    burst: burst.unwrap_or(1),
+                    queue: queue.unwrap_or(0),
+                })
+            }
+            AlgorithmKind::FixedWindow => Policy::FixedWindow(FixedWindow {
+                limit,
+                window: window_ns,
+            }),
+            AlgorithmKind::SlidingWindowLog => {
+                if limit > MAX_LOG_LIMIT {
+                    return err(
+                        "limit",
+                        "sliding_window_log keeps one entry per admitted request; \
+                         limits above 100000 belong to sliding_window_counter",
+                    );
+                }
+                Policy::SlidingLog(SlidingLog {
+                    limit,
+                    window: window_ns,
+                })
+            }
+            AlgorithmKind::SlidingWindowCounter => Policy::SlidingCounter(SlidingCounter {
+                limit,
+                window: window_ns,
+            }),
+        })
+    }
+
+    pub fn kind(&self) -> AlgorithmKind {
+        match self {
+            Policy::TokenBucket(_) => AlgorithmKind::TokenBucket,
+            Policy::LeakyBucket(_) => AlgorithmKind::LeakyBucket,
+            Policy::FixedWindow(_) => AlgorithmKind::FixedWindow,
+            Policy::SlidingLog(_) => AlgorithmKind::SlidingWindowLog,
+            Policy::SlidingCounter(_) => AlgorithmKind::SlidingWindowCounter,
+        }
+    }
+
+    /// The largest cost a single request may carry under this policy.
+    pub fn max_cost(&self) -> u64 {
+        match self {
+            Policy::TokenBucket(a) => a.max_cost(),
+            Policy::LeakyBucket(a) => a.max_cost(),
+            Policy::FixedWindow(a) => a.max_cost(),
+            Policy::SlidingLog(a) => a.max_cost(),
+            Policy::SlidingCounter(a) => a.max_cost(),
+        }
+    }
+
+    /// A fresh state for this policy.
+    pub fn fresh(&self) -> State {
+        match self {
+            Policy::TokenBucket(a) => State::TokenBucket(a.fresh()),
+            Policy::LeakyBucket(a) => State::LeakyBucket(a.fresh()),
+            Policy::FixedWindow(a) => State::FixedWindow(a.fresh()),
+            Policy::SlidingLog(a) => State::SlidingLog(a.fresh()),
+            Policy::SlidingCounter(a) => State::SlidingCounter(a.fresh()),
+        }
+    }
+
+    /// Decides one request against a state; for tests, simulators and any
+    /// caller that keeps its own state. The store is the concurrent version.
+    /// Returns None when the state belongs to another algorithm.
+    pub fn decide(&self, state: &mut State, now: Nanos, cost: u64) -> Option<Decision> {
+        Some(match (self, state) {
+            (Policy::TokenBucket(a), State::TokenBucket(s)) => a.decide(s, now, cost),
+            (Policy::LeakyBucket(a), State::LeakyBucket(s)) => a.decide(s, now, cost),
+            (Policy::FixedWindow(a), State::FixedWindow(s)) => a.decide(s, now, cost),
+            (Policy::SlidingLog(a), State::SlidingLog(s)) => a.decide(s, now, cost),
+            (Policy::SlidingCounter(a), State::SlidingCounter(s)) => a.decide(s, now, cost),
+            _ => return None,
+        })
+    }
+}
+
+/// The state of one key under any algorithm; the portable form a node hands
+/// to a key's next owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum State {
+    TokenBucket(TokenBucketState),
+    LeakyBucket(LeakyBucketState),
+    FixedWindow(FixedWindowState),
+    SlidingLog(SlidingLogState),
+    SlidingCounter(SlidingCounterState),
+}
+
+#[cfg(test)]
+mod tests;

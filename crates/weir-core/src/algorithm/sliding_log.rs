@@ -1,0 +1,126 @@
+//! Sliding window log (seed 6.4): the timestamps of admitted requests only.
+//!
+//! Exact at any alignment: no interval of length W ever holds more than L
+//! admitted. Only admissions are logged, so a key never holds more than L
+//! entries and its memory is set by configuration, not by the sender's rate
+//! (the chapter's 210 MB per attacker-window is what logging rejections costs).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Algorithm;
+use crate::clock::Nanos;
+use crate::decision::{ms_ceil, Decision};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingLog {
+    pub(crate) limit: u64,
+    pub(crate) window: Nanos,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlidingLogState {
+    /// (admitted at, cost), oldest first. Costs sum to `used` <= limit.
+    entries: VecDeque<(Nanos, u32)>,
+    used: u64,
+}
+
+impl SlidingLog {
+    /// Drops what has aged out; returns `now` clamped to the newest entry so a
+    /// backwards clock can neither reorder the log nor age entries early.
+    fn trim(&self, s: &mut SlidingLogState, now: Nanos) -> Nanos {
+        let now = s.entries.back().map_or(now, |&(t, _)| now.max(t));
+        while let Some(&(t, c)) = s.entries.front() {
+            if t.saturating_add(self.window) > now {
+                break;
+            }
+            s.entries.pop_front();
+            s.used -= u64::from(c);
+        }
+        now
+    }
+
+    /// Exact wait until `cost` fits: the instant enough of the oldest entries
+    /// have left the window (seed 6.4: oldest + W - now).
+    fn wait_for(&self, s: &SlidingLogState, now: Nanos, cost: u64) -> Nanos {
+        let mut must_free = (s.used + cost).saturating_sub(self.limit);
+        for &(t, c) in &s.entries {
+            must_free = must_free.saturating_sub(u64::from(c));
+            if must_free == 0 {
+                return (t + self.window).saturating_sub(now);
+            }
+        }
+        self.window
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn fresh(&self) -> SlidingLogState {
+        SlidingLogState::default()
+    }
+
+    fn decide(&self, s: &mut SlidingLogState, now: Nanos, cost: u64) -> Decision {
+        let now = self.trim(s, now);
+        let allowed = s.used + cost <= self.limit;
+        if allowed {
+            // cost <= limit <= MAX_LOG_LIMIT, checked when the rule was built.
+            s.entries.push_back((now, cost as u32));
+            s.used += cost;
+        }
+        let retry = if allowed {
+            0
+        } else {
+            self.wait_for(s, now, cost)
+        };
+        let reset = s.entries.back().map_or(now, |&(t, _)| t + self.window);
+        Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit - s.used,
+            retry_after: Duration::from_nanos(retry),
+            reset_at: ms_ceil(reset),
+            delay: Duration::ZERO,
+            at: now,
+        }
+    }
+
+    fn refund(&self, s: &mut SlidingLogState, at: Nanos, cost: u64) {
+        let found = s
+            .entries
+            .iter()
+            .rposition(|&(t, c)| t == at && u64::from(c) == cost);
+        if let Some(i) = found {
+            s.entries.remove(i);
+            s.used -= cost;
+        }
+    }
+
+    fn is_idle(&self, s: &SlidingLogState, now: Nanos) -> bool {
+        s.entries
+            .back()
+            .is_none_or(|&(t, _)| t.saturating_add(self.window) <= now)
+    }
+
+    fn merge(&self, into: &mut SlidingLogState, other: SlidingLogState, now: Nanos) {
+        let mut all: Vec<(Nanos, u32)> = into.entries.drain(..).chain(other.entries).collect();
+        all.sort_unstable_by_key(|&(t, _)| t);
+        into.entries = all.into();
+        into.used = into.entries.iter().map(|&(_, c)| u64::from(c)).sum();
+        self.trim(into, now);
+        // Keep the newest L: the window then stays full for longest, so the
+        // merge can only under-admit, never over-admit.
+        while into.used > self.limit {
+            if let Some((_, c)) = into.entries.pop_front() {
+                into.used -= u64::from(c);
+            }
+        }
+    }
+
+    fn max_cost(&self) -> u64 {
+        self.limit
+    }
+}

@@ -1,0 +1,104 @@
+//! Token bucket (seed 6.1): capacity C, refill r = limit/window, refilled lazily on read.
+//!
+//! `tokens = min(C, tokens + (now - last) * r)` at the moment a request
+//! arrives; no timer per key. Over any interval T it admits at most
+//! `C + r*T`: 200 in 60 s at C = 100, r = 100/60 s, the first 100 at once.
+
+use serde::{Deserialize, Serialize};
+
+use super::{nanos_f64, Algorithm};
+use crate::clock::Nanos;
+use crate::decision::{ms_ceil, Decision};
+
+/// Slack for float rounding in the refill (`0.6 s * 100/60 s` can land a hair
+/// under 1.0); a billionth of a token never changes a verdict that matters.
+const EPS: f64 = 1e-9;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenBucket {
+    pub(crate) capacity: u64,
+    pub(crate) limit: u64,
+    pub(crate) window: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TokenBucketState {
+    tokens: f64,
+    /// Highest time seen. Refill uses `now - ts` saturating, so a clock that
+    /// steps back hands out nothing instead of negative tokens (seed 6.1).
+    ts: Nanos,
+}
+
+impl TokenBucket {
+    fn refill(&self, s: &mut TokenBucketState, now: Nanos) {
+        if now > s.ts {
+            // Multiply before dividing: exact for the chapter's numbers.
+            let dripped = nanos_f64(now - s.ts) * self.limit as f64 / self.window as f64;
+            s.tokens = (s.tokens + dripped).min(self.capacity as f64);
+            s.ts = now;
+        }
+    }
+
+    /// Nanoseconds for `tokens` to drip in.
+    fn time_for(&self, tokens: f64) -> Nanos {
+        (tokens.max(0.0) * self.window as f64 / self.limit as f64).ceil() as Nanos
+    }
+}
+
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+
+    fn fresh(&self) -> TokenBucketState {
+        TokenBucketState {
+            tokens: self.capacity as f64,
+            ts: 0,
+        }
+    }
+
+    fn decide(&self, s: &mut TokenBucketState, now: Nanos, cost: u64) -> Decision {
+        self.refill(s, now);
+        let cost_f = cost as f64;
+        let allowed = s.tokens + EPS >= cost_f;
+        if allowed {
+            s.tokens = (s.tokens - cost_f).max(0.0);
+        }
+        let retry = if allowed {
+            0
+        } else {
+            self.time_for(cost_f - s.tokens)
+        };
+        let now = now.max(s.ts);
+        Decision {
+            allowed,
+            limit: self.capacity,
+            remaining: (s.tokens + EPS).floor() as u64,
+            retry_after: std::time::Duration::from_nanos(retry),
+            reset_at: ms_ceil(now + self.time_for(self.capacity as f64 - s.tokens)),
+            delay: std::time::Duration::ZERO,
+            at: now,
+        }
+    }
+
+    fn refund(&self, s: &mut TokenBucketState, _at: Nanos, cost: u64) {
+        s.tokens = (s.tokens + cost as f64).min(self.capacity as f64);
+    }
+
+    fn is_idle(&self, s: &TokenBucketState, now: Nanos) -> bool {
+        let mut probe = *s;
+        self.refill(&mut probe, now);
+        probe.tokens + EPS >= self.capacity as f64
+    }
+
+    fn merge(&self, into: &mut TokenBucketState, other: TokenBucketState, now: Nanos) {
+        let mut other = other;
+        self.refill(into, now);
+        self.refill(&mut other, now);
+        // Spent budgets add: (C - a) + (C - b) spent leaves a + b - C.
+        into.tokens = (into.tokens + other.tokens - self.capacity as f64).max(0.0);
+        into.ts = into.ts.max(other.ts);
+    }
+
+    fn max_cost(&self) -> u64 {
+        self.capacity
+    }
+}

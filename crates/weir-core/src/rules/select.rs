@@ -1,0 +1,152 @@
+//! Rule selection: the most specific matching rule of each `by` dimension.
+//!
+//! Precedence (seed 4): client+route > client > tier+route > tier > route
+//! alone > global default. Within a rank an exact route beats a wildcard, a
+//! pattern pinning more characters beats one pinning fewer, and a rule naming
+//! a tier beats one that does not. Rules still tied are refused at load.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use compact_str::CompactString;
+
+use super::{By, Rule, RuleError};
+
+/// The request attributes selection looks at, already validated.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    /// The caller key (client id).
+    pub key: &'a str,
+    pub route: &'a str,
+    pub tier: Option<&'a str>,
+    /// Canonical text of the caller's IP, when known.
+    pub ip: Option<&'a str>,
+}
+
+/// One limit a request meets: the rule (by position in its set) and the
+/// attribute value its counter is keyed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    pub rule: usize,
+    pub hash_part: CompactString,
+}
+
+/// At most one winner per dimension: client first, then IP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    slots: [Option<Selected>; 2],
+}
+
+impl Selection {
+    pub fn iter(&self) -> impl Iterator<Item = &Selected> {
+        self.slots.iter().flatten()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+}
+
+/// Orders rules of one dimension; larger is more specific.
+type Score = (u8, bool, usize, bool);
+
+fn score(r: &Rule) -> Score {
+    let rank = match (r.client.is_some(), r.tier.is_some(), r.route.is_some()) {
+        (true, _, true) => 5,
+        (true, _, false) => 4,
+        (false, true, true) => 3,
+        (false, true, false) => 2,
+        (false, false, true) => 1,
+        (false, false, false) => 0,
+    };
+    let exact = r.route.as_ref().is_some_and(|p| p.is_exact());
+    let len = r.route.as_ref().map_or(0, |p| p.literal_len());
+    (rank, exact, len, r.tier.is_some())
+}
+
+fn matches(r: &Rule, s: &Subject<'_>) -> bool {
+    r.tier.as_deref().is_none_or(|t| s.tier == Some(t))
+        && r.client.as_deref().is_none_or(|c| c == s.key)
+        && r.route.as_ref().is_none_or(|p| p.matches(s.route))
+        && (r.by == By::Client || s.ip.is_some())
+}
+
+/// Candidates by client id, so a set with thousands of per-client rules
+/// still costs a request only its own rules plus the general ones.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Index {
+    by_client: HashMap<String, Vec<usize>>,
+    general: Vec<usize>,
+    scores: Vec<Score>,
+}
+
+impl Index {
+    pub(super) fn build(rules: &[Arc<Rule>]) -> Index {
+        let mut ix = Index::default();
+        for (i, r) in rules.iter().enumerate() {
+            match &r.client {
+                Some(c) => ix.by_client.entry(c.clone()).or_default().push(i),
+                None => ix.general.push(i),
+            }
+            ix.scores.push(score(r));
+        }
+        ix
+    }
+
+    pub(super) fn select(&self, rules: &[Arc<Rule>], s: &Subject<'_>) -> Selection {
+        let mut best: [Option<(Score, usize)>; 2] = [None, None];
+        let own = self.by_client.get(s.key).map_or(&[][..], |v| &v[..]);
+        for &i in own.iter().chain(&self.general) {
+            let r = &rules[i];
+            if !matches(r, s) {
+                continue;
+            }
+            let slot = &mut best[usize::from(r.by == By::Ip)];
+            if slot.is_none_or(|(sc, _)| self.scores[i] > sc) {
+                *slot = Some((self.scores[i], i));
+            }
+        }
+        let pick = |slot: Option<(Score, usize)>, part: Option<&str>| {
+            let (_, rule) = slot?;
+            Some(Selected {
+                rule,
+                hash_part: CompactString::new(part?),
+            })
+        };
+        Selection {
+            slots: [pick(best[0], Some(s.key)), pick(best[1], s.ip)],
+        }
+    }
+}
+
+/// Refuses two rules that would win the same request at the same precedence:
+/// which one applied would depend on file order.
+pub(super) fn refuse_ties(rules: &[Arc<Rule>]) -> Result<(), RuleError> {
+    for (j, b) in rules.iter().enumerate() {
+        for a in &rules[..j] {
+            let tied = a.by == b.by
+                && score(a) == score(b)
+                && a.client == b.client
+                && a.tier == b.tier
+                && match (&a.route, &b.route) {
+                    (Some(x), Some(y)) => x.overlaps(y),
+                    _ => true,
+                };
+            if tied {
+                return Err(RuleError {
+                    rule: b.name.to_string(),
+                    field: "route".into(),
+                    reason: format!(
+                        "ties with rule \"{}\": both match the same requests at the same precedence",
+                        a.name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
