@@ -1,0 +1,124 @@
+//! The check path every API calls: decide here, or (in a cluster) at the owner.
+//!
+//! The node turns HTTP, gRPC and Envoy RLS requests into one core
+//! [`Request`] and hands it to [`Engine::check`]; which node's counters
+//! decide is this module's business, not the handler's.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use thiserror::Error;
+use weir_core::{CheckError, Limiter, Request, Rule, RuleSet, RulesError, Verdict};
+
+/// Why a check produced no verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CheckFailure {
+    /// The request itself is wrong (HTTP 400); nothing was consumed.
+    #[error(transparent)]
+    Input(CheckError),
+    /// The limiter cannot decide and is configured to fail closed, or its
+    /// store is full (HTTP 503, never 429).
+    #[error("limiter unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<CheckError> for CheckFailure {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::StoreFull { .. } | CheckError::UnknownRule(_) => {
+                CheckFailure::Unavailable(e.to_string())
+            }
+            _ => CheckFailure::Input(e),
+        }
+    }
+}
+
+/// Which strategy decides checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Forward each check to the key's owner; exact at steady state.
+    #[default]
+    Owner,
+    /// Count locally, broadcast deltas every sync interval (seed 8C).
+    Gossip,
+    /// Enforce limit/N alone, N = live members (seed 8A).
+    Divide,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Owner => "owner",
+            Strategy::Gossip => "gossip",
+            Strategy::Divide => "divide",
+        }
+    }
+}
+
+/// The decision engine a node serves.
+pub struct Engine {
+    limiter: Arc<Limiter>,
+    strategy: Strategy,
+    /// Serializes rule changes so two concurrent updates cannot both build
+    /// on the same version and lose one of them.
+    rules_write: Mutex<()>,
+}
+
+impl Engine {
+    /// An engine that decides every check in this process.
+    pub fn local(limiter: Arc<Limiter>) -> Engine {
+        Engine {
+            limiter,
+            strategy: Strategy::Owner,
+            rules_write: Mutex::new(()),
+        }
+    }
+
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    pub async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
+        self.limiter.check(req).map_err(CheckFailure::from)
+    }
+
+    /// Many checks, each with its own verdict, in order.
+    pub async fn check_many(&self, reqs: &[Request<'_>]) -> Vec<Result<Verdict, CheckFailure>> {
+        reqs.iter()
+            .map(|r| self.limiter.check(r).map_err(CheckFailure::from))
+            .collect()
+    }
+
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.limiter.rules()
+    }
+
+    /// Replaces the rules of one tier (None: the rules for any tier). The new
+    /// set is validated whole and takes the next version; on error the set
+    /// in force is untouched.
+    pub fn replace_tier(
+        &self,
+        tier: Option<&str>,
+        rules: Vec<Rule>,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        let _guard = self.rules_write.lock();
+        let current = self.limiter.rules();
+        let next = current.with_tier(tier, rules, current.version() + 1)?;
+        self.limiter.install(next);
+        Ok(self.limiter.rules())
+    }
+
+    /// Installs a whole set (a reloaded rules file). It takes the file's
+    /// version when that is newer, else the next version, so versions only grow.
+    pub fn install(&self, set: RuleSet) -> Arc<RuleSet> {
+        let _guard = self.rules_write.lock();
+        let current = self.limiter.rules().version();
+        let version = set.version().max(current + 1);
+        self.limiter.install(set.with_version(version));
+        self.limiter.rules()
+    }
+}
