@@ -1,0 +1,449 @@
+//! SWIM membership (foca over UDP): who is in the cluster, watched so the ring can follow.
+
+mod auth;
+mod identity;
+mod runtime;
+
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use auth::TAG_LEN;
+pub use identity::NodeIdentity;
+
+use auth::PacketAuth;
+use runtime::Driver;
+
+/// How a member is seen from this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemberState {
+    Alive,
+    /// Missed a probe; still counted as live (SWIM gives it time to refute).
+    Suspect,
+    /// Declared down, or left; kept for a while so operators can see it.
+    Down,
+}
+
+impl MemberState {
+    /// Lower-case name as `/v1/cluster` shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Alive => "alive",
+            MemberState::Suspect => "suspect",
+            MemberState::Down => "down",
+        }
+    }
+
+    /// Alive and Suspect members own ring space; Down ones do not.
+    pub fn is_live(self) -> bool {
+        self != MemberState::Down
+    }
+}
+
+impl From<foca::State> for MemberState {
+    fn from(s: foca::State) -> Self {
+        match s {
+            foca::State::Alive => MemberState::Alive,
+            foca::State::Suspect => MemberState::Suspect,
+            foca::State::Down => MemberState::Down,
+        }
+    }
+}
+
+/// One entry of [`Membership::members`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub identity: NodeIdentity,
+    pub state: MemberState,
+}
+
+/// The live members (Alive or Suspect, self included), sorted, with an epoch
+/// that grows by one every time the set changes. The epoch is local to this
+/// node; two nodes agree on ownership because they agree on `members`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberView {
+    pub epoch: u64,
+    pub members: Vec<NodeIdentity>,
+}
+
+/// Traffic counters of the gossip socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MembershipStats {
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Datagrams dropped because the HMAC tag was missing or wrong.
+    pub bad_mac_dropped: u64,
+    /// Authentic (or unauthenticated-mode) datagrams foca refused to parse.
+    pub invalid_dropped: u64,
+    pub send_errors: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("cannot bind gossip socket {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid membership config: {0}")]
+    Config(&'static str),
+    #[error("membership task is not running")]
+    Stopped,
+}
+
+/// Everything [`Membership::start`] needs.
+#[derive(Clone)]
+pub struct MembershipConfig {
+    /// This node. A gossip port of 0 (or an unspecified IP) is filled in from
+    /// the bound socket, so tests can bind `127.0.0.1:0`.
+    pub identity: NodeIdentity,
+    pub bind: SocketAddr,
+    /// Gossip addresses to announce to until some peer answers.
+    pub seeds: Vec<SocketAddr>,
+    /// Shared cluster secret; when set every datagram carries an HMAC tag.
+    pub secret: Option<Vec<u8>>,
+    pub foca: foca::Config,
+    /// How often to re-announce to the seeds while this node knows no peer.
+    pub announce_interval: Duration,
+}
+
+impl std::fmt::Debug for MembershipConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MembershipConfig")
+            .field("identity", &self.identity)
+            .field("bind", &self.bind)
+            .field("seeds", &self.seeds)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("foca", &self.foca)
+            .field("announce_interval", &self.announce_interval)
+            .finish()
+    }
+}
+
+impl MembershipConfig {
+    /// Production defaults: [`MembershipConfig::lan_foca_config`], re-announce every second.
+    pub fn new(identity: NodeIdentity, bind: SocketAddr, seeds: Vec<SocketAddr>) -> Self {
+        MembershipConfig {
+            identity,
+            bind,
+            seeds,
+            secret: None,
+            foca: Self::lan_foca_config(),
+            announce_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Same as [`MembershipConfig::new`] with [`MembershipConfig::fast_foca_config`]
+    /// timings, for tests on loopback.
+    pub fn fast(identity: NodeIdentity, bind: SocketAddr, seeds: Vec<SocketAddr>) -> Self {
+        MembershipConfig {
+            foca: Self::fast_foca_config(),
+            announce_interval: Duration::from_millis(200),
+            ..Self::new(identity, bind, seeds)
+        }
+    }
+
+    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// foca's LAN profile with shorter probing: a crashed node is suspected
+    /// after one missed probe (0.5 s) and declared down 2 s later, so the
+    /// cluster notices a crash in roughly 3 s instead of foca's 6-7 s.
+    /// Down members are remembered for 15 minutes (shown as "down"); since
+    /// identities renew, that does not delay a restart's rejoin.
+    pub fn lan_foca_config() -> foca::Config {
+        foca::Config {
+            probe_period: Duration::from_millis(500),
+            probe_rtt: Duration::from_millis(150),
+            suspect_to_down_after: Duration::from_secs(2),
+            remove_down_after: Some(Duration::from_secs(15 * 60)),
+            periodic_announce: Some(foca::PeriodicParams {
+                frequency: Duration::from_secs(10),
+                num_members: NonZeroUsize::MIN,
+            }),
+            periodic_announce_to_down_members: Some(foca::PeriodicParams {
+                frequency: Duration::from_secs(15),
+                num_members: NonZeroUsize::new(2).expect("non-zero"),
+            }),
+            ..foca::Config::new_lan(NonZeroU32::new(32).expect("non-zero"))
+        }
+    }
+
+    /// Aggressive timings for loopback tests: probe every 250 ms, down 1 s
+    /// after suspicion. Too twitchy for a real network.
+    pub fn fast_foca_config() -> foca::Config {
+        foca::Config {
+            probe_period: Duration::from_millis(250),
+            probe_rtt: Duration::from_millis(100),
+            suspect_to_down_after: Duration::from_secs(1),
+            remove_down_after: Some(Duration::from_secs(60)),
+            periodic_announce: Some(foca::PeriodicParams {
+                frequency: Duration::from_secs(2),
+                num_members: NonZeroUsize::MIN,
+            }),
+            periodic_announce_to_down_members: Some(foca::PeriodicParams {
+                frequency: Duration::from_secs(1),
+                num_members: NonZeroUsize::new(2).expect("non-zero"),
+            }),
+            periodic_gossip: Some(foca::PeriodicParams {
+                frequency: Duration::from_millis(100),
+                num_members: NonZeroUsize::new(3).expect("non-zero"),
+            }),
+            ..foca::Config::new_lan(NonZeroU32::new(8).expect("non-zero"))
+        }
+    }
+
+    fn validate(&self) -> Result<(), MembershipError> {
+        let c = &self.foca;
+        if c.probe_period.is_zero() || c.probe_rtt.is_zero() || c.suspect_to_down_after.is_zero() {
+            return Err(MembershipError::Config(
+                "probe_period, probe_rtt and suspect_to_down_after must be non-zero",
+            ));
+        }
+        if c.probe_rtt >= c.probe_period {
+            return Err(MembershipError::Config(
+                "probe_rtt must be smaller than probe_period",
+            ));
+        }
+        if self.announce_interval.is_zero() {
+            return Err(MembershipError::Config(
+                "announce_interval must be non-zero",
+            ));
+        }
+        if matches!(&self.secret, Some(s) if s.is_empty()) {
+            return Err(MembershipError::Config("cluster secret must not be empty"));
+        }
+        if self.secret.is_some() && c.max_packet_size.get() <= TAG_LEN + 64 {
+            return Err(MembershipError::Config("max_packet_size too small"));
+        }
+        Ok(())
+    }
+}
+
+/// State the task publishes and the handle reads.
+struct Shared {
+    identity: Mutex<NodeIdentity>,
+    members: Mutex<Vec<Member>>,
+    view: watch::Sender<MemberView>,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    packets_in: AtomicU64,
+    packets_out: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    bad_mac_dropped: AtomicU64,
+    invalid_dropped: AtomicU64,
+    send_errors: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A poisoned lock only means a panic elsewhere mid-update; the data is a
+/// plain snapshot, still fine to read.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+enum Command {
+    Leave(Option<oneshot::Sender<()>>),
+}
+
+/// Handle to a running membership task. Dropping it stops the task without
+/// a goodbye (peers detect that as a failure); use
+/// [`Membership::leave_gracefully`] or [`Membership::leave`] to announce the
+/// departure.
+pub struct Membership {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    commands: mpsc::UnboundedSender<Command>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Membership {
+    /// Binds the gossip socket and starts the membership task on the current
+    /// tokio runtime.
+    pub async fn start(config: MembershipConfig) -> Result<Membership, MembershipError> {
+        config.validate()?;
+        let socket =
+            UdpSocket::bind(config.bind)
+                .await
+                .map_err(|source| MembershipError::Bind {
+                    addr: config.bind,
+                    source,
+                })?;
+        let local_addr = socket
+            .local_addr()
+            .map_err(|source| MembershipError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+
+        let mut identity = config.identity.clone();
+        if identity.gossip.port() == 0 {
+            identity.gossip.set_port(local_addr.port());
+        }
+        if identity.gossip.ip().is_unspecified() {
+            identity.gossip.set_ip(local_addr.ip());
+        }
+
+        let auth = match &config.secret {
+            Some(secret) => Some(
+                PacketAuth::new(secret)
+                    .ok_or(MembershipError::Config("cluster secret must not be empty"))?,
+            ),
+            None => None,
+        };
+        let mut foca_config = config.foca.clone();
+        if auth.is_some() {
+            // Keep whole datagrams within the configured size, tag included.
+            foca_config.max_packet_size =
+                NonZeroUsize::new(foca_config.max_packet_size.get() - TAG_LEN)
+                    .ok_or(MembershipError::Config("max_packet_size too small"))?;
+        }
+
+        let (view_tx, _) = watch::channel(MemberView {
+            epoch: 0,
+            members: vec![identity.clone()],
+        });
+        let shared = Arc::new(Shared {
+            identity: Mutex::new(identity.clone()),
+            members: Mutex::new(vec![Member {
+                identity: identity.clone(),
+                state: MemberState::Alive,
+            }]),
+            view: view_tx,
+            stats: Counters::default(),
+        });
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let seeds = config
+            .seeds
+            .iter()
+            .copied()
+            .filter(|s| *s != identity.gossip && *s != local_addr)
+            .collect();
+
+        tracing::info!(node = %identity, bind = %local_addr, "gossip socket bound");
+        let driver = Driver::new(
+            identity,
+            foca_config,
+            socket,
+            auth,
+            seeds,
+            config.announce_interval,
+            Arc::clone(&shared),
+            command_rx,
+        );
+        let task = tokio::spawn(driver.run());
+        Ok(Membership {
+            shared,
+            local_addr,
+            commands,
+            task: Some(task),
+        })
+    }
+
+    /// The bound gossip address (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This node's current identity (its incarnation grows on every rejoin).
+    pub fn identity(&self) -> NodeIdentity {
+        lock(&self.shared.identity).clone()
+    }
+
+    /// Every known member, self included, with down members remembered for
+    /// `foca.remove_down_after`. Sorted by identity.
+    pub fn members(&self) -> Vec<Member> {
+        lock(&self.shared.members).clone()
+    }
+
+    /// The current live view.
+    pub fn view(&self) -> MemberView {
+        self.shared.view.borrow().clone()
+    }
+
+    /// A receiver that changes whenever the live set changes.
+    pub fn subscribe(&self) -> watch::Receiver<MemberView> {
+        self.shared.view.subscribe()
+    }
+
+    pub fn stats(&self) -> MembershipStats {
+        let c = &self.shared.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MembershipStats {
+            packets_in: get(&c.packets_in),
+            packets_out: get(&c.packets_out),
+            bytes_in: get(&c.bytes_in),
+            bytes_out: get(&c.bytes_out),
+            bad_mac_dropped: get(&c.bad_mac_dropped),
+            invalid_dropped: get(&c.invalid_dropped),
+            send_errors: get(&c.send_errors),
+        }
+    }
+
+    /// Whether the gossip task is still running.
+    pub fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Declares this node down to a few peers, waits until those datagrams
+    /// are sent, and stops the task. Peers drop the node at once instead of
+    /// waiting out a failure detection.
+    pub async fn leave_gracefully(&self) -> Result<(), MembershipError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Leave(Some(tx)))
+            .map_err(|_| MembershipError::Stopped)?;
+        rx.await.map_err(|_| MembershipError::Stopped)
+    }
+
+    /// Like [`Membership::leave_gracefully`] without waiting: the task sends
+    /// its goodbye and stops on its own.
+    pub fn leave(mut self) {
+        // Detach rather than abort, so the goodbye still goes out.
+        self.task.take();
+        let _ = self.commands.send(Command::Leave(None));
+    }
+
+    /// Stops the task at once, as a crash would (no goodbye).
+    pub fn abort(&self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("identity", &self.identity())
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}

