@@ -55,6 +55,18 @@ impl Strategy {
     }
 }
 
+/// What a node does when a key's owner does not answer within the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnerFailure {
+    /// Decide locally with each rule sized limit/N (N = live members).
+    #[default]
+    Local,
+    /// Admit.
+    Open,
+    /// Refuse with 503 (never 429: the caller is not over its limit).
+    Closed,
+}
+
 /// The decision engine a node serves.
 pub struct Engine {
     limiter: Arc<Limiter>,

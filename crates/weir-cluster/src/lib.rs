@@ -4,4 +4,4 @@ pub mod engine;
 pub mod membership;
 pub mod ring;
 
-pub use engine::{CheckFailure, Engine, Strategy};
+pub use engine::{CheckFailure, Engine, OwnerFailure, Strategy};

@@ -1,2 +1,18 @@
-//! weir-node
+//! weir-node: serves weir-core's checks over HTTP, gRPC and Envoy RLS.
+//!
+//! [`Node::start`] binds every port (port 0 picks a free one) and returns a
+//! handle with the chosen addresses; [`run`] is the same with a shutdown
+//! future, which is all the `weir serve` binary does.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod default_rules;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+mod node;
+pub mod state;
+
+pub use config::{InputLimits, LogFormat, ServeConfig};
+pub use node::{run, Node, NodeError};
+pub use state::NodeState;

@@ -1,0 +1,3 @@
+//! The `weir` binary: `weir serve` and `weir check`.
+
+fn main() {}

@@ -1,0 +1,97 @@
+//! Everything `weir serve` can be told, as a plain struct a library caller fills in too.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weir_cluster::{OwnerFailure, Strategy};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Documented ceilings on what one request may carry; over them a request
+/// is refused with 4xx naming the field and nothing is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Largest HTTP request body, bytes.
+    pub max_body_bytes: usize,
+    /// Most checks in one gRPC Check call or one RLS request's descriptors.
+    pub max_batch_items: usize,
+    /// Most concurrent client connections per listener.
+    pub max_connections: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            max_body_bytes: 64 * 1024,
+            max_batch_items: 1000,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// The options of `weir serve` (DESIGN section 6).
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Defaults to the HTTP address when absent.
+    pub node_id: Option<String>,
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub gossip: SocketAddr,
+    pub seeds: Vec<String>,
+    /// None: the built-in default rules.
+    pub rules_file: Option<PathBuf>,
+    pub strategy: Strategy,
+    pub sync_interval: Duration,
+    pub on_owner_failure: OwnerFailure,
+    pub owner_deadline: Duration,
+    pub admin_token: Option<String>,
+    pub cluster_secret: Option<String>,
+    /// Server-side Retry-After jitter (seed 9: base + uniform(0, base)).
+    pub retry_jitter: bool,
+    pub limits: InputLimits,
+    pub max_keys_per_rule: usize,
+    /// How long shutdown waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            node_id: None,
+            http: "127.0.0.1:8080".parse().expect("literal address"),
+            grpc: "127.0.0.1:8081".parse().expect("literal address"),
+            gossip: "127.0.0.1:7946".parse().expect("literal address"),
+            seeds: Vec::new(),
+            rules_file: None,
+            strategy: Strategy::Owner,
+            sync_interval: Duration::from_millis(100),
+            on_owner_failure: OwnerFailure::Local,
+            owner_deadline: Duration::from_millis(5),
+            admin_token: None,
+            cluster_secret: None,
+            retry_jitter: false,
+            limits: InputLimits::default(),
+            max_keys_per_rule: 1_000_000,
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Every port on 127.0.0.1:0, for tests and embedding.
+    pub fn ephemeral() -> Self {
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
+        ServeConfig {
+            http: any,
+            grpc: any,
+            gossip: any,
+            ..ServeConfig::default()
+        }
+    }
+}

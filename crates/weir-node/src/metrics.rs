@@ -1,0 +1,165 @@
+//! The node's Prometheus metrics, held per node (not in a process-global
+//! registry) so several nodes in one test process keep separate counts.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use weir_cluster::CheckFailure;
+use weir_core::Verdict;
+
+/// Upper bounds of the decision latency histogram, in microseconds.
+const LATENCY_BUCKETS_US: [u64; 12] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    /// (rule, verdict) -> count; rule "" for unlimited and refused checks.
+    checks: DashMap<(Arc<str>, &'static str), AtomicU64>,
+    shadow_would_deny: DashMap<Arc<str>, AtomicU64>,
+    /// Refused inputs by the field at fault.
+    rejected_inputs: DashMap<&'static str, AtomicU64>,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
+    latency_sum_ns: AtomicU64,
+    latency_count: AtomicU64,
+    pub rules_reloads: AtomicU64,
+    pub rules_reload_failures: AtomicU64,
+}
+
+fn bump<K: std::hash::Hash + Eq>(map: &DashMap<K, AtomicU64>, key: K) {
+    if let Some(c) = map.get(&key) {
+        c.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    map.entry(key).or_default().fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    pub fn record_verdict(&self, verdict: &Verdict, elapsed: Duration) {
+        self.observe(elapsed);
+        match verdict.binding() {
+            Some(a) => {
+                let v = if verdict.allowed { "allowed" } else { "denied" };
+                bump(&self.checks, (a.rule.name.clone(), v));
+            }
+            None => bump(&self.checks, (Arc::from(""), "unlimited")),
+        }
+        for a in verdict.shadow_denials() {
+            bump(&self.shadow_would_deny, a.rule.name.clone());
+        }
+    }
+
+    pub fn record_failure(&self, failure: &CheckFailure, elapsed: Duration) {
+        self.observe(elapsed);
+        match failure {
+            CheckFailure::Input(e) => {
+                bump(&self.checks, (Arc::from(""), "invalid"));
+                bump(&self.rejected_inputs, e.field().unwrap_or("request"));
+            }
+            CheckFailure::Unavailable(_) => bump(&self.checks, (Arc::from(""), "unavailable")),
+        }
+    }
+
+    /// A request refused at the edge (bad JSON, oversized body...).
+    pub fn record_rejected_input(&self, field: &'static str) {
+        bump(&self.checks, (Arc::from(""), "invalid"));
+        bump(&self.rejected_inputs, field);
+    }
+
+    fn observe(&self, elapsed: Duration) {
+        let us = elapsed.as_micros() as u64;
+        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|&b| us <= b) {
+            self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.latency_sum_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Checks counted for (rule, verdict); for tests and the sim.
+    pub fn checks(&self, rule: &str, verdict: &str) -> u64 {
+        self.checks
+            .iter()
+            .filter(|e| &*e.key().0 == rule && e.key().1 == verdict)
+            .map(|e| e.value().load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn shadow_would_deny(&self, rule: &str) -> u64 {
+        self.shadow_would_deny
+            .get(rule)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Prometheus text exposition of this node's own counters; `extra` is
+    /// appended (gauges the caller computes at scrape time).
+    pub fn render(&self, extra: &str) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP weir_checks_total Checks decided, by rule and verdict.\n");
+        out.push_str("# TYPE weir_checks_total counter\n");
+        for e in self.checks.iter() {
+            let ((rule, verdict), n) = (e.key(), e.value().load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "weir_checks_total{{rule=\"{rule}\",verdict=\"{verdict}\"}} {n}"
+            );
+        }
+        out.push_str(
+            "# HELP weir_shadow_would_deny_total Requests a shadow rule would have denied.\n",
+        );
+        out.push_str("# TYPE weir_shadow_would_deny_total counter\n");
+        for e in self.shadow_would_deny.iter() {
+            let _ = writeln!(
+                out,
+                "weir_shadow_would_deny_total{{rule=\"{}\"}} {}",
+                e.key(),
+                e.value().load(Ordering::Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP weir_rejected_inputs_total Requests refused as malformed, by field.\n",
+        );
+        out.push_str("# TYPE weir_rejected_inputs_total counter\n");
+        for e in self.rejected_inputs.iter() {
+            let _ = writeln!(
+                out,
+                "weir_rejected_inputs_total{{field=\"{}\"}} {}",
+                e.key(),
+                e.value().load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP weir_decision_seconds Time to decide a check.\n");
+        out.push_str("# TYPE weir_decision_seconds histogram\n");
+        let mut cumulative = 0;
+        for (i, b) in LATENCY_BUCKETS_US.iter().enumerate() {
+            cumulative += self.latency_buckets[i].load(Ordering::Relaxed);
+            let le = *b as f64 / 1e6;
+            let _ = writeln!(
+                out,
+                "weir_decision_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "weir_decision_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "weir_decision_seconds_sum {sum}");
+        let _ = writeln!(out, "weir_decision_seconds_count {count}");
+        out.push_str("# TYPE weir_rules_reloads_total counter\n");
+        let _ = writeln!(
+            out,
+            "weir_rules_reloads_total {}",
+            self.rules_reloads.load(Ordering::Relaxed)
+        );
+        out.push_str("# TYPE weir_rules_reload_failures_total counter\n");
+        let _ = writeln!(
+            out,
+            "weir_rules_reload_failures_total {}",
+            self.rules_reload_failures.load(Ordering::Relaxed)
+        );
+        out.push_str(extra);
+        out
+    }
+}
