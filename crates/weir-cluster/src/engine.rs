@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use thiserror::Error;
-use weir_core::{CheckError, Limiter, Request, Rule, RuleSet, RulesError, Verdict};
+use weir_core::{CheckError, Decision, Limiter, Request, Rule, RuleSet, RulesError, Verdict};
 
 /// Why a check produced no verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -103,6 +103,19 @@ impl Engine {
         reqs.iter()
             .map(|r| self.limiter.check(r).map_err(CheckFailure::from))
             .collect()
+    }
+
+    /// One request against a rule the request carries itself (an Envoy
+    /// descriptor's limit override), decided on this node.
+    pub async fn check_adhoc(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckFailure> {
+        self.limiter
+            .check_adhoc(rule, hash_part, cost)
+            .map_err(CheckFailure::from)
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {

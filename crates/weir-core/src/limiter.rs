@@ -155,11 +155,16 @@ struct Tables {
     by_name: HashMap<Arc<str>, usize>,
 }
 
+/// Most distinct ad-hoc policies (limits carried by a request itself, such
+/// as an Envoy descriptor's override) held at once; each costs a counter table.
+pub const MAX_ADHOC_POLICIES: usize = 256;
+
 /// Decides checks in this process.
 pub struct Limiter {
     clock: Arc<dyn Clock>,
     config: LimiterConfig,
     tables: ArcSwap<Tables>,
+    adhoc: dashmap::DashMap<Arc<str>, Arc<Counters>>,
 }
 
 impl Limiter {
@@ -172,6 +177,7 @@ impl Limiter {
                 counters: Vec::new(),
                 by_name: HashMap::new(),
             }),
+            adhoc: dashmap::DashMap::new(),
         };
         limiter.install(rules);
         limiter
@@ -325,11 +331,57 @@ impl Limiter {
         }
     }
 
+    /// Decides one request against a rule that is not in the rule set but
+    /// carried by the request (an Envoy descriptor's own limit). Counters are
+    /// kept per distinct rule name, at most [`MAX_ADHOC_POLICIES`] of them.
+    pub fn check_adhoc(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        if cost == 0 {
+            return Err(CheckError::Invalid {
+                field: InputField::Cost,
+                reason: "must be at least 1",
+            });
+        }
+        let max = rule.policy.max_cost();
+        if cost > max {
+            return Err(CheckError::CostExceedsLimit {
+                rule: rule.name.to_string(),
+                cost,
+                max,
+            });
+        }
+        let counters = match self.adhoc.get(&rule.name) {
+            Some(c) if *c.policy() == rule.policy => c.clone(),
+            _ => {
+                if self.adhoc.len() >= MAX_ADHOC_POLICIES && !self.adhoc.contains_key(&rule.name) {
+                    return Err(CheckError::StoreFull {
+                        rule: rule.name.to_string(),
+                        max_keys: MAX_ADHOC_POLICIES,
+                    });
+                }
+                let c = Arc::new(Counters::new(rule.policy, self.config.max_keys_per_rule));
+                self.adhoc.insert(rule.name.clone(), c.clone());
+                c
+            }
+        };
+        counters
+            .consume(hash_part, self.clock.now(), cost)
+            .map_err(|_| CheckError::StoreFull {
+                rule: rule.name.to_string(),
+                max_keys: self.config.max_keys_per_rule,
+            })
+    }
+
     /// Drops idle keys of every rule; returns how many. Run it periodically.
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
         let t = self.tables.load();
-        t.counters.iter().map(|c| c.sweep(now)).sum()
+        let adhoc: usize = self.adhoc.iter().map(|c| c.sweep(now)).sum();
+        adhoc + t.counters.iter().map(|c| c.sweep(now)).sum::<usize>()
     }
 
     /// Keys held across all rules.
