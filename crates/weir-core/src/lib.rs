@@ -10,6 +10,7 @@ pub mod algorithm;
 mod clock;
 mod decision;
 mod error;
+pub mod headers;
 mod key;
 mod limiter;
 pub mod rules;
