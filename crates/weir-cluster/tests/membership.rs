@@ -277,3 +277,38 @@ async fn nodes_without_the_secret_never_join() {
         "b is never contacted by intruders"
     );
 }
+
+#[tokio::test]
+async fn default_lan_config_detects_a_crash_in_a_few_seconds() {
+    // The production profile (probe 500 ms, suspicion 2 s): expected ~3 s.
+    const BOUND: Duration = Duration::from_secs(8);
+    let lan =
+        |name: &str, seeds: Vec<SocketAddr>| MembershipConfig::new(ident(name), loopback0(), seeds);
+    let seed = Membership::start(lan("a", vec![])).await.unwrap();
+    let mut nodes = vec![seed];
+    for name in ["b", "c", "d"] {
+        let cfg = lan(name, vec![nodes[0].local_addr()]);
+        nodes.push(Membership::start(cfg).await.unwrap());
+    }
+    let all = ids(&["a", "b", "c", "d"]);
+    assert!(
+        wait_until(CONVERGE, || nodes.iter().all(|n| live_ids(n) == all))
+            .await
+            .is_some(),
+        "no convergence"
+    );
+    drop(nodes.pop());
+    let detected = time_until_down(&nodes, "d", BOUND).await;
+    println!("default LAN config: crash detected in {detected:?} (bound {BOUND:?})");
+    assert!(detected.is_some(), "crash not detected within {BOUND:?}");
+}
+
+#[tokio::test]
+async fn fire_and_forget_leave_still_says_goodbye() {
+    let mut nodes = cluster(&["a", "b"]).await;
+    nodes.pop().unwrap().leave();
+    // Well under the crash bound: only the goodbye can explain it.
+    let took = time_until_down(&nodes, "b", Duration::from_millis(900)).await;
+    println!("fire-and-forget leave noticed in {took:?}");
+    assert!(took.is_some(), "leave() did not announce the departure");
+}
