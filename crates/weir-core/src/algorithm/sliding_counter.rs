@@ -27,9 +27,9 @@ pub struct SlidingCounterState {
     /// from it. Clamping to it is the chapter's `max(now, self.high)`: a
     /// backwards step freezes the window instead of zeroing both counts and
     /// handing out a second budget.
-    high: Nanos,
-    prev: u64,
-    curr: u64,
+    pub(crate) high: Nanos,
+    pub(crate) prev: u64,
+    pub(crate) curr: u64,
 }
 
 impl SlidingCounter {
@@ -45,6 +45,13 @@ impl SlidingCounter {
         }
         s.high = now;
         (now, nanos_f64(now % self.window) / self.window as f64)
+    }
+
+    /// The estimate a request at `now` would see, without changing state.
+    pub fn estimate_at(&self, s: &SlidingCounterState, now: Nanos) -> f64 {
+        let mut probe = *s;
+        let (_, f) = self.roll(&mut probe, now);
+        Self::estimate(&probe, f)
     }
 
     fn estimate(s: &SlidingCounterState, f: f64) -> f64 {

@@ -27,6 +27,17 @@ pub struct SlidingLogState {
     used: u64,
 }
 
+impl SlidingLogState {
+    /// Entries held; never more than the limit.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 impl SlidingLog {
     /// Drops what has aged out; returns `now` clamped to the newest entry so a
     /// backwards clock can neither reorder the log nor age entries early.

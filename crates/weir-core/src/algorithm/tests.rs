@@ -1,1 +1,521 @@
+//! The chapter's numbers, pinned. Each test fails if its guard or formula is removed.
 
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::clock::NANOS_PER_SEC;
+
+const SEC: u64 = NANOS_PER_SEC;
+const MS: u64 = 1_000_000;
+
+fn policy(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
+    Policy::new(kind, limit, Duration::from_secs(window_s), None, None).unwrap()
+}
+
+/// Like `policy`, but a leaky bucket gets burst = limit so every algorithm
+/// can hold `limit` at one instant.
+fn policy_full(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
+    let burst = (kind == AlgorithmKind::LeakyBucket).then_some(limit);
+    Policy::new(kind, limit, Duration::from_secs(window_s), burst, None).unwrap()
+}
+
+/// Runs `n` requests of cost 1 at `now`; returns how many were admitted.
+fn burst(p: &Policy, s: &mut State, now: Nanos, n: usize) -> usize {
+    (0..n)
+        .filter(|_| p.decide(s, now, 1).unwrap().allowed)
+        .count()
+}
+
+// --- token bucket (seed 6.1) ---
+
+#[test]
+fn token_bucket_admits_capacity_at_once_then_denies() {
+    // Seed guard 1: C = 3, r = 1/s, four calls at one instant.
+    let p = Policy::new(
+        AlgorithmKind::TokenBucket,
+        1,
+        Duration::from_secs(1),
+        Some(3),
+        None,
+    )
+    .unwrap();
+    let mut s = p.fresh();
+    let got: Vec<bool> = (0..4)
+        .map(|_| p.decide(&mut s, 0, 1).unwrap().allowed)
+        .collect();
+    assert_eq!(got, [true, true, true, false]);
+}
+
+#[test]
+fn token_bucket_admits_100_at_once_and_200_within_60s() {
+    // C = 100, r = 100/60 s: A(60) = C + r*60 = 200 (seed 6.1).
+    let p = policy(AlgorithmKind::TokenBucket, 100, 60);
+    let mut s = p.fresh();
+    let t0 = 1_000 * SEC;
+    assert_eq!(burst(&p, &mut s, t0, 150), 100);
+    let mut admitted = 100;
+    // One request every 10 ms for the next 60 s.
+    for i in 1..=6000u64 {
+        if p.decide(&mut s, t0 + i * 10 * MS, 1).unwrap().allowed {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 200);
+}
+
+#[test]
+fn token_bucket_retry_after_is_time_to_the_missing_token() {
+    let p = policy(AlgorithmKind::TokenBucket, 100, 60);
+    let mut s = p.fresh();
+    burst(&p, &mut s, 0, 100);
+    let d = p.decide(&mut s, 0, 1).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Duration::from_millis(600));
+    assert!(p.decide(&mut s, 599 * MS, 1).unwrap().allowed.eq(&false));
+    assert!(p.decide(&mut s, 600 * MS, 1).unwrap().allowed);
+}
+
+#[test]
+fn token_bucket_backwards_clock_hands_out_nothing() {
+    let p = policy(AlgorithmKind::TokenBucket, 100, 60);
+    let mut s = p.fresh();
+    let t = 500 * SEC;
+    burst(&p, &mut s, t, 100);
+    assert_eq!(burst(&p, &mut s, t - 60 * SEC, 10), 0);
+    assert_eq!(burst(&p, &mut s, t, 10), 0);
+}
+
+// --- leaky bucket / GCRA (seed 6.2) ---
+
+#[test]
+fn gcra_rejects_early_arrivals_with_exact_retry() {
+    let p = policy(AlgorithmKind::LeakyBucket, 1, 1);
+    let mut s = p.fresh();
+    let t = 100 * SEC;
+    assert!(p.decide(&mut s, t, 1).unwrap().allowed);
+    let early = p.decide(&mut s, t + 500 * MS, 1).unwrap();
+    assert!(!early.allowed);
+    assert_eq!(early.retry_after, Duration::from_millis(500));
+    assert!(p.decide(&mut s, t + SEC, 1).unwrap().allowed);
+}
+
+#[test]
+fn gcra_burst_allows_that_many_at_once() {
+    let p = Policy::new(
+        AlgorithmKind::LeakyBucket,
+        10,
+        Duration::from_secs(10),
+        Some(5),
+        None,
+    )
+    .unwrap();
+    let mut s = p.fresh();
+    assert_eq!(burst(&p, &mut s, 50 * SEC, 20), 5);
+}
+
+#[test]
+fn scheduling_leaky_bucket_delays_within_queue_then_refuses() {
+    // T = 1 s, queue 2: the 2nd and 3rd wait 1 s and 2 s, the 4th is refused.
+    let p = Policy::new(
+        AlgorithmKind::LeakyBucket,
+        1,
+        Duration::from_secs(1),
+        None,
+        Some(2),
+    )
+    .unwrap();
+    let mut s = p.fresh();
+    let t = 10 * SEC;
+    let delays: Vec<_> = (0..3).map(|_| p.decide(&mut s, t, 1).unwrap()).collect();
+    assert!(delays.iter().all(|d| d.allowed));
+    assert_eq!(
+        delays.iter().map(|d| d.delay.as_secs()).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    let fourth = p.decide(&mut s, t, 1).unwrap();
+    assert!(!fourth.allowed);
+    assert_eq!(fourth.retry_after, Duration::from_secs(1));
+}
+
+proptest! {
+    /// The meter's promise: admitted requests, sent at now + delay, are never
+    /// closer than one emission interval (burst 1), whatever the arrivals.
+    #[test]
+    fn scheduling_leaky_bucket_output_never_exceeds_rate(
+        gaps in prop::collection::vec(0u64..3_000, 1..200),
+        queue in 1u64..20,
+    ) {
+        let p = Policy::new(AlgorithmKind::LeakyBucket, 10, Duration::from_secs(10), None, Some(queue)).unwrap();
+        let mut s = p.fresh();
+        let mut now = 1_000 * SEC;
+        let mut sends = Vec::new();
+        for g in gaps {
+            now += g * MS;
+            let d = p.decide(&mut s, now, 1).unwrap();
+            if d.allowed {
+                prop_assert!(d.delay <= Duration::from_secs(queue));
+                sends.push(now + d.delay.as_nanos() as u64);
+            }
+        }
+        sends.sort_unstable();
+        for w in sends.windows(2) {
+            prop_assert!(w[1] - w[0] >= SEC, "sends {} ns apart", w[1] - w[0]);
+        }
+    }
+}
+
+// --- fixed window (seed 6.3) ---
+
+#[test]
+fn fixed_window_admits_ten_inside_400ms_across_a_boundary() {
+    // L = 5 per minute: 5 at 12:00:59.700, 5 at 12:01:00.100.
+    let p = policy(AlgorithmKind::FixedWindow, 5, 60);
+    let mut s = p.fresh();
+    let noon = 1_738_368_000 * SEC; // a minute boundary
+    let a = noon + 59 * SEC + 700 * MS;
+    let b = noon + 60 * SEC + 100 * MS;
+    assert_eq!(burst(&p, &mut s, a, 5) + burst(&p, &mut s, b, 5), 10);
+    assert_eq!(burst(&p, &mut s, b, 1), 0, "the new window is full too");
+    let d = p.decide(&mut s, b, 1).unwrap();
+    assert_eq!(d.retry_after, Duration::from_millis(59_900));
+}
+
+#[test]
+fn fixed_window_is_aligned_to_the_epoch() {
+    let p = policy(AlgorithmKind::FixedWindow, 1, 60);
+    let mut s = p.fresh();
+    let d = p.decide(&mut s, 120 * SEC + 5 * SEC, 1).unwrap();
+    assert_eq!(d.reset_at, 180_000, "window [120 s, 180 s) ends at 180 s");
+}
+
+// --- sliding window log (seed 6.4) ---
+
+#[test]
+fn sliding_log_retry_after_is_exact() {
+    let p = policy(AlgorithmKind::SlidingWindowLog, 3, 60);
+    let mut s = p.fresh();
+    let t = 1_000 * SEC;
+    for i in 0..3 {
+        assert!(p.decide(&mut s, t + i * SEC, 1).unwrap().allowed);
+    }
+    let d = p.decide(&mut s, t + 10 * SEC, 1).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Duration::from_secs(50), "oldest + W - now");
+    assert!(!p.decide(&mut s, t + 60 * SEC - 1, 1).unwrap().allowed);
+    assert!(p.decide(&mut s, t + 60 * SEC, 1).unwrap().allowed);
+}
+
+#[test]
+fn sliding_log_never_holds_more_than_limit_entries() {
+    let p = policy(AlgorithmKind::SlidingWindowLog, 5, 60);
+    let mut s = p.fresh();
+    burst(&p, &mut s, 10 * SEC, 50_000);
+    let State::SlidingLog(log) = &s else {
+        unreachable!()
+    };
+    assert_eq!(log.len(), 5, "rejections are not logged");
+}
+
+proptest! {
+    /// Exactness: no interval of length W ever holds more than L admitted.
+    #[test]
+    fn sliding_log_never_admits_more_than_limit_in_any_window(
+        arrivals in prop::collection::vec((0u64..2_000, 1u64..4), 1..300),
+        limit in 3u64..20,
+    ) {
+        let w = 10 * SEC;
+        let p = Policy::new(AlgorithmKind::SlidingWindowLog, limit, Duration::from_secs(10), None, None).unwrap();
+        let mut s = p.fresh();
+        let mut now = 1_000 * SEC;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (gap, cost) in arrivals {
+            now += gap * MS;
+            if p.decide(&mut s, now, cost.min(limit)).unwrap().allowed {
+                admitted.push((now, cost.min(limit)));
+            }
+        }
+        for &(t, _) in &admitted {
+            let in_window: u64 = admitted.iter().filter(|&&(u, _)| u + w > t && u <= t).map(|&(_, c)| c).sum();
+            prop_assert!(in_window <= limit, "{} admitted in the window ending {}", in_window, t);
+        }
+    }
+}
+
+// --- sliding window counter (seed 6.5 and 9) ---
+
+fn counter_state(p: &Policy, high: Nanos, prev: u64, curr: u64) -> State {
+    let Policy::SlidingCounter(_) = p else {
+        unreachable!()
+    };
+    State::SlidingCounter(SlidingCounterState { high, prev, curr })
+}
+
+#[test]
+fn sliding_counter_estimates_107_5_denies_and_says_6_seconds() {
+    // p = 90, c = 40, f = 0.25 at L = 100, W = 60 s.
+    let p = policy(AlgorithmKind::SlidingWindowCounter, 100, 60);
+    let Policy::SlidingCounter(alg) = p else {
+        unreachable!()
+    };
+    let window_start = 1_000 * 60 * SEC;
+    let now = window_start + 15 * SEC;
+    let mut s = counter_state(&p, window_start + SEC, 90, 40);
+    let State::SlidingCounter(st) = &s else {
+        unreachable!()
+    };
+    assert!((alg.estimate_at(st, now) - 107.5).abs() < 1e-9);
+    let d = p.decide(&mut s, now, 1).unwrap();
+    assert!(!d.allowed);
+    // (1 - 59/90 - 0.25) * 60 s = 5.666 s, shown as 6.
+    let secs = d.retry_after.as_secs_f64();
+    assert!((secs - 5.6667).abs() < 1e-3, "retry after {secs}");
+    assert_eq!(d.retry_after_secs(), 6);
+    // Waiting exactly that long admits; a millisecond less does not.
+    let mut early = s.clone();
+    assert!(
+        !p.decide(&mut early, now + d.retry_after.as_nanos() as u64 - MS, 1)
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        p.decide(&mut s, now + d.retry_after.as_nanos() as u64, 1)
+            .unwrap()
+            .allowed
+    );
+}
+
+#[test]
+fn sliding_counter_never_resets_on_backwards_clock() {
+    // Seed 6.5: 300 requests 10 ms apart at L = 100, NTP steps back two
+    // minutes, 300 more. Without the clamp this admits 200.
+    let p = policy(AlgorithmKind::SlidingWindowCounter, 100, 60);
+    let mut s = p.fresh();
+    let mut t = 1_000 * SEC;
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += usize::from(p.decide(&mut s, t, 1).unwrap().allowed);
+        t += 10 * MS;
+    }
+    assert_eq!(admitted, 100);
+    t -= 120 * SEC;
+    for _ in 0..300 {
+        admitted += usize::from(p.decide(&mut s, t, 1).unwrap().allowed);
+        t += 10 * MS;
+    }
+    assert_eq!(admitted, 100, "admitted in one real minute at L = 100");
+    // Two clear windows later the budget is genuinely back.
+    assert!(p.decide(&mut s, 1_240 * SEC, 1).unwrap().allowed);
+}
+
+#[test]
+fn sliding_counter_gap_of_two_windows_drops_prev() {
+    let p = policy(AlgorithmKind::SlidingWindowCounter, 10, 60);
+    let mut s = p.fresh();
+    let t = 6_000 * SEC;
+    assert_eq!(burst(&p, &mut s, t, 10), 10);
+    // One window later: prev = 10 still counts; two later: it is gone.
+    assert_eq!(burst(&p, &mut s, t + 60 * SEC, 10), 0);
+    assert_eq!(burst(&p, &mut s, t + 180 * SEC, 10), 10);
+}
+
+/// Exponential inter-arrival times at `rate` per ns, over [start, end).
+fn poisson_arrivals(rng: &mut impl Rng, start: Nanos, end: Nanos, rate: f64) -> Vec<Nanos> {
+    let mut out = Vec::new();
+    let mut t = start as f64;
+    loop {
+        t += -(1.0 - rng.random::<f64>()).ln() / rate;
+        if t >= end as f64 {
+            return out;
+        }
+        out.push(t as Nanos);
+    }
+}
+
+#[test]
+fn sliding_counter_error_is_unbiased_with_binomial_spread() {
+    // Poisson traffic at L per window; query at f = 0.5. Error = estimate -
+    // true trailing count; seed 6.5: mean 0, std sqrt(L f (1-f)) = 5.
+    let (l, w) = (100u64, 60 * SEC);
+    let p = policy(AlgorithmKind::SlidingWindowCounter, 1_000_000, 60);
+    let Policy::SlidingCounter(alg) = p else {
+        unreachable!()
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let trials = 3000;
+    let mut errors = Vec::with_capacity(trials);
+    for i in 0..trials as u64 {
+        let start = (10 + 3 * i) * w;
+        let query = start + w + w / 2;
+        let arrivals = poisson_arrivals(&mut rng, start, query, l as f64 / w as f64);
+        let mut s = p.fresh();
+        for &a in &arrivals {
+            p.decide(&mut s, a, 1).unwrap();
+        }
+        let truth = arrivals.iter().filter(|&&a| a + w > query).count() as f64;
+        let State::SlidingCounter(st) = &s else {
+            unreachable!()
+        };
+        errors.push(alg.estimate_at(st, query) - truth);
+    }
+    let mean = errors.iter().sum::<f64>() / trials as f64;
+    let var = errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / trials as f64;
+    let expected = (l as f64 * 0.5 * 0.5).sqrt();
+    assert!(mean.abs() < 0.5, "mean error {mean}");
+    assert!(
+        (var.sqrt() - expected).abs() < 0.5,
+        "std {} vs {expected}",
+        var.sqrt()
+    );
+}
+
+// --- guards ---
+
+#[test]
+fn policy_refuses_parameters_that_would_not_limit() {
+    let d = Duration::from_secs(60);
+    let cases = [
+        (AlgorithmKind::TokenBucket, 0, d, None, None, "limit"),
+        (
+            AlgorithmKind::TokenBucket,
+            10,
+            Duration::ZERO,
+            None,
+            None,
+            "window",
+        ),
+        (AlgorithmKind::TokenBucket, 10, d, Some(0), None, "burst"),
+        (AlgorithmKind::FixedWindow, 10, d, Some(5), None, "burst"),
+        (AlgorithmKind::TokenBucket, 10, d, None, Some(1), "queue"),
+        (
+            AlgorithmKind::SlidingWindowLog,
+            MAX_LOG_LIMIT + 1,
+            d,
+            None,
+            None,
+            "limit",
+        ),
+        (
+            AlgorithmKind::LeakyBucket,
+            10,
+            Duration::from_nanos(5),
+            None,
+            None,
+            "limit",
+        ),
+        (
+            AlgorithmKind::FixedWindow,
+            MAX_LIMIT + 1,
+            d,
+            None,
+            None,
+            "limit",
+        ),
+        (
+            AlgorithmKind::FixedWindow,
+            1,
+            MAX_WINDOW + d,
+            None,
+            None,
+            "window",
+        ),
+    ];
+    for (kind, limit, window, burst, queue, field) in cases {
+        let e = Policy::new(kind, limit, window, burst, queue).unwrap_err();
+        assert_eq!(e.field, field, "{kind} limit={limit}");
+    }
+}
+
+// --- refunds, idleness and merges: what the store and the cluster rely on ---
+
+#[test]
+fn refund_restores_exactly_what_was_taken() {
+    for kind in AlgorithmKind::ALL {
+        let p = policy_full(kind, 5, 60);
+        let mut s = p.fresh();
+        let t = 7_000 * SEC;
+        burst(&p, &mut s, t, 4);
+        let before = s.clone();
+        let d = p.decide(&mut s, t, 1).unwrap();
+        assert!(d.allowed, "{kind}");
+        let mut undone = s.clone();
+        match (&p, &mut undone) {
+            (Policy::TokenBucket(a), State::TokenBucket(x)) => a.refund(x, d.at, 1),
+            (Policy::LeakyBucket(a), State::LeakyBucket(x)) => a.refund(x, d.at, 1),
+            (Policy::FixedWindow(a), State::FixedWindow(x)) => a.refund(x, d.at, 1),
+            (Policy::SlidingLog(a), State::SlidingLog(x)) => a.refund(x, d.at, 1),
+            (Policy::SlidingCounter(a), State::SlidingCounter(x)) => a.refund(x, d.at, 1),
+            _ => unreachable!(),
+        }
+        let again = p.decide(&mut undone, t, 1).unwrap();
+        let first = p.decide(&mut before.clone(), t, 1).unwrap();
+        assert_eq!(again.allowed, first.allowed, "{kind}");
+        assert_eq!(again.remaining, first.remaining, "{kind}");
+    }
+}
+
+fn idle(p: &Policy, s: &State, now: Nanos) -> bool {
+    match (p, s) {
+        (Policy::TokenBucket(a), State::TokenBucket(x)) => a.is_idle(x, now),
+        (Policy::LeakyBucket(a), State::LeakyBucket(x)) => a.is_idle(x, now),
+        (Policy::FixedWindow(a), State::FixedWindow(x)) => a.is_idle(x, now),
+        (Policy::SlidingLog(a), State::SlidingLog(x)) => a.is_idle(x, now),
+        (Policy::SlidingCounter(a), State::SlidingCounter(x)) => a.is_idle(x, now),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn idle_exactly_when_state_is_as_good_as_fresh() {
+    let t = 60_000 * SEC; // a window boundary for W = 60 s
+                          // (kind, still busy at, idle at): the chapter's TTLs.
+    let cases = [
+        (AlgorithmKind::TokenBucket, t + 59 * SEC, t + 60 * SEC), // C / r
+        (AlgorithmKind::LeakyBucket, t + 59 * SEC, t + 60 * SEC),
+        (AlgorithmKind::FixedWindow, t + 59 * SEC, t + 60 * SEC),
+        (AlgorithmKind::SlidingWindowLog, t + 59 * SEC, t + 60 * SEC),
+        (
+            AlgorithmKind::SlidingWindowCounter,
+            t + 119 * SEC,
+            t + 120 * SEC,
+        ), // 2 windows
+    ];
+    for (kind, busy, free) in cases {
+        let p = policy(kind, 1, 60);
+        let mut s = p.fresh();
+        assert!(p.decide(&mut s, t, 1).unwrap().allowed);
+        assert!(!idle(&p, &s, busy), "{kind} idle too early");
+        assert!(idle(&p, &s, free), "{kind} not idle after its TTL");
+    }
+}
+
+#[test]
+fn merge_adds_spent_budgets() {
+    for kind in AlgorithmKind::ALL {
+        let p = policy_full(kind, 10, 60);
+        let t = 9_000 * SEC;
+        let (mut a, mut b) = (p.fresh(), p.fresh());
+        burst(&p, &mut a, t, 4);
+        burst(&p, &mut b, t, 5);
+        let mut merged = a.clone();
+        match (&p, &mut merged, b) {
+            (Policy::TokenBucket(x), State::TokenBucket(m), State::TokenBucket(o)) => {
+                x.merge(m, o, t)
+            }
+            (Policy::LeakyBucket(x), State::LeakyBucket(m), State::LeakyBucket(o)) => {
+                x.merge(m, o, t)
+            }
+            (Policy::FixedWindow(x), State::FixedWindow(m), State::FixedWindow(o)) => {
+                x.merge(m, o, t)
+            }
+            (Policy::SlidingLog(x), State::SlidingLog(m), State::SlidingLog(o)) => x.merge(m, o, t),
+            (Policy::SlidingCounter(x), State::SlidingCounter(m), State::SlidingCounter(o)) => {
+                x.merge(m, o, t)
+            }
+            _ => unreachable!(),
+        }
+        assert_eq!(burst(&p, &mut merged, t, 10), 1, "{kind}: 10 - 4 - 5 left");
+    }
+}

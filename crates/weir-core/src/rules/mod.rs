@@ -16,8 +16,9 @@ pub use select::{Selected, Selection};
 use crate::algorithm::{AlgorithmKind, Policy};
 
 /// Which request attribute a rule's counter is keyed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum By {
+    #[default]
     Client,
     Ip,
 }

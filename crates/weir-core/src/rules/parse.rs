@@ -286,12 +286,6 @@ struct Draft {
     shadow: bool,
 }
 
-impl Default for By {
-    fn default() -> Self {
-        By::Client
-    }
-}
-
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_NAME_LEN
@@ -350,7 +344,8 @@ fn duration(v: Field<'_>) -> Result<Duration, String> {
             .map_err(|e| format!("is not a duration like \"60s\" or \"1m\" ({e}): \"{s}\""))?,
         Field::Int(i) if i > 0 => Duration::from_secs(i as u64),
         Field::Int(i) => return Err(format!("must be longer than zero, got {i}")),
-        Field::Float(f) if !(f > 0.0) => {
+        // NaN fails every comparison, so test for it by name (seed 6.1).
+        Field::Float(f) if f.is_nan() || f <= 0.0 => {
             return Err(format!(
                 "must be a positive number of seconds, got {}",
                 show(v)

@@ -31,10 +31,13 @@ pub struct Selected {
     pub hash_part: CompactString,
 }
 
-/// At most one winner per dimension: client first, then IP.
+/// At most one enforcing and one shadow winner per dimension, in the order
+/// client, IP, client shadow, IP shadow. Shadow rules are chosen apart from
+/// enforcing ones, so dark-launching a more specific rule leaves the rule in
+/// force today enforcing while the new one is only counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
-    slots: [Option<Selected>; 2],
+    slots: [Option<Selected>; 4],
 }
 
 impl Selection {
@@ -98,14 +101,14 @@ impl Index {
     }
 
     pub(super) fn select(&self, rules: &[Arc<Rule>], s: &Subject<'_>) -> Selection {
-        let mut best: [Option<(Score, usize)>; 2] = [None, None];
+        let mut best: [Option<(Score, usize)>; 4] = [None; 4];
         let own = self.by_client.get(s.key).map_or(&[][..], |v| &v[..]);
         for &i in own.iter().chain(&self.general) {
             let r = &rules[i];
             if !matches(r, s) {
                 continue;
             }
-            let slot = &mut best[usize::from(r.by == By::Ip)];
+            let slot = &mut best[usize::from(r.by == By::Ip) + 2 * usize::from(r.shadow)];
             if slot.is_none_or(|(sc, _)| self.scores[i] > sc) {
                 *slot = Some((self.scores[i], i));
             }
@@ -118,7 +121,12 @@ impl Index {
             })
         };
         Selection {
-            slots: [pick(best[0], Some(s.key)), pick(best[1], s.ip)],
+            slots: [
+                pick(best[0], Some(s.key)),
+                pick(best[1], s.ip),
+                pick(best[2], Some(s.key)),
+                pick(best[3], s.ip),
+            ],
         }
     }
 }
@@ -129,6 +137,7 @@ pub(super) fn refuse_ties(rules: &[Arc<Rule>]) -> Result<(), RuleError> {
     for (j, b) in rules.iter().enumerate() {
         for a in &rules[..j] {
             let tied = a.by == b.by
+                && a.shadow == b.shadow
                 && score(a) == score(b)
                 && a.client == b.client
                 && a.tier == b.tier

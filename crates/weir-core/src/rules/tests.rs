@@ -1,1 +1,310 @@
+//! Rules files: every bad rule refused by name and field; precedence as DESIGN section 3.
 
+use super::*;
+
+const GOOD: &str = r#"
+version = 7
+
+[[rule]]
+name      = "charges-per-client"
+tier      = "free"
+client    = "cust_42"
+route     = "POST /v1/charges"
+by        = "client"
+algorithm = "sliding_window_counter"
+limit     = 100
+window    = "60s"
+shadow    = false
+
+[[rule]]
+name      = "burst"
+algorithm = "token_bucket"
+limit     = 100
+window    = "1m"
+burst     = 20
+"#;
+
+#[test]
+fn parses_the_design_example() {
+    let set = RuleSet::from_toml(GOOD).unwrap();
+    assert_eq!(set.version(), 7);
+    let r = &set.rules()[0];
+    assert_eq!(&*r.name, "charges-per-client");
+    assert_eq!(r.window, Duration::from_secs(60));
+    assert_eq!(r.by, By::Client);
+    assert_eq!(set.rules()[1].burst, Some(20));
+}
+
+fn one_rule(fields: &str) -> String {
+    format!("[[rule]]\nname = \"r1\"\n{fields}\n")
+}
+
+fn refused(text: &str) -> RuleError {
+    match RuleSet::from_toml(text) {
+        Err(RulesError::Rule(e)) => e,
+        other => panic!("expected a rule error for {text:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn each_bad_field_is_refused_by_rule_and_field() {
+    let base = "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"60s\"";
+    let cases = [
+        (
+            "algorithm = \"magic\"\nlimit = 10\nwindow = \"60s\"",
+            "algorithm",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 0\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = -5\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = nan\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = inf\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 1.5\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = \"10\"\nwindow = \"60s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"0s\"",
+            "window",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"soon\"",
+            "window",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = -5",
+            "window",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = nan",
+            "window",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = -inf",
+            "window",
+        ),
+        (
+            "algorithm = \"token_bucket\"\nlimit = 10\nwindow = \"60s\"\nburst = 0",
+            "burst",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"60s\"\nburst = 3",
+            "burst",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"60s\"\nby = \"cookie\"",
+            "by",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"60s\"\nshadow = \"yes\"",
+            "shadow",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"60s\"\nlimt = 3",
+            "limt",
+        ),
+        ("algorithm = \"fixed_window\"\nwindow = \"60s\"", "limit"),
+        ("limit = 10\nwindow = \"60s\"", "algorithm"),
+        (&format!("{base}\nroute = \"\""), "route"),
+    ];
+    for (fields, field) in cases {
+        let e = refused(&one_rule(fields));
+        assert_eq!(
+            (e.rule.as_str(), e.field.as_str()),
+            ("r1", field),
+            "{fields}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_nameless_rule_is_named_by_position() {
+    let e = refused("[[rule]]\nname = \"ok\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"\n[[rule]]\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"");
+    assert_eq!((e.rule.as_str(), e.field.as_str()), ("#2", "name"));
+}
+
+#[test]
+fn duplicate_names_and_ties_refuse_the_whole_set() {
+    let r = "algorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"";
+    let dup =
+        format!("[[rule]]\nname = \"a\"\n{r}\n[[rule]]\nname = \"a\"\n{r}\nroute = \"GET /x\"");
+    assert_eq!(refused(&dup).field, "name");
+    let tie = format!(
+        "[[rule]]\nname = \"a\"\n{r}\nroute = \"GET /a/*\"\n[[rule]]\nname = \"b\"\n{r}\nroute = \"GET /*/b\""
+    );
+    let e = refused(&tie);
+    assert_eq!((e.rule.as_str(), e.field.as_str()), ("b", "route"));
+    // Same shape, different method: no request meets both, so no tie.
+    let ok = format!(
+        "[[rule]]\nname = \"a\"\n{r}\nroute = \"GET /a/*\"\n[[rule]]\nname = \"b\"\n{r}\nroute = \"PUT /*/b\""
+    );
+    assert!(RuleSet::from_toml(&ok).is_ok());
+}
+
+#[test]
+fn unknown_top_level_keys_and_syntax_errors_are_refused() {
+    assert_eq!(refused("rules = 3").field, "rules");
+    assert!(matches!(
+        RuleSet::from_toml("[[rule]\nname="),
+        Err(RulesError::Syntax { .. })
+    ));
+}
+
+const LADDER: &str = r#"
+[[rule]]
+name = "global"
+algorithm = "fixed_window"
+limit = 1000
+window = "60s"
+[[rule]]
+name = "route-any"
+route = "GET /v1/*"
+algorithm = "fixed_window"
+limit = 900
+window = "60s"
+[[rule]]
+name = "route-exact"
+route = "GET /v1/users"
+algorithm = "fixed_window"
+limit = 800
+window = "60s"
+[[rule]]
+name = "tier"
+tier = "free"
+algorithm = "fixed_window"
+limit = 700
+window = "60s"
+[[rule]]
+name = "tier-route"
+tier = "free"
+route = "GET /v1/*"
+algorithm = "fixed_window"
+limit = 600
+window = "60s"
+[[rule]]
+name = "client"
+client = "c1"
+algorithm = "fixed_window"
+limit = 500
+window = "60s"
+[[rule]]
+name = "client-route"
+client = "c1"
+route = "GET /v1/*"
+algorithm = "fixed_window"
+limit = 400
+window = "60s"
+[[rule]]
+name = "per-ip"
+by = "ip"
+algorithm = "fixed_window"
+limit = 300
+window = "60s"
+"#;
+
+fn winners(
+    set: &RuleSet,
+    key: &str,
+    route: &str,
+    tier: Option<&str>,
+    ip: Option<&str>,
+) -> Vec<String> {
+    set.select(&Subject {
+        key,
+        route,
+        tier,
+        ip,
+    })
+    .iter()
+    .map(|s| set.rules()[s.rule].name.to_string())
+    .collect()
+}
+
+#[test]
+fn the_most_specific_rule_of_each_dimension_wins() {
+    let set = RuleSet::from_toml(LADDER).unwrap();
+    let w = |key, route, tier| winners(&set, key, route, tier, None)[0].clone();
+    assert_eq!(w("c1", "GET /v1/x", Some("free")), "client-route");
+    assert_eq!(w("c1", "POST /x", Some("free")), "client");
+    assert_eq!(w("c2", "GET /v1/x", Some("free")), "tier-route");
+    assert_eq!(w("c2", "POST /x", Some("free")), "tier");
+    assert_eq!(w("c2", "GET /v1/x", None), "route-any");
+    assert_eq!(
+        w("c2", "GET /v1/users", None),
+        "route-exact",
+        "exact beats wildcard"
+    );
+    assert_eq!(w("c2", "POST /x", None), "global");
+    // The IP dimension applies only when the request carries an IP.
+    assert_eq!(winners(&set, "c2", "POST /x", None, None).len(), 1);
+    assert_eq!(
+        winners(&set, "c2", "POST /x", None, Some("203.0.113.9")),
+        ["global", "per-ip"]
+    );
+}
+
+#[test]
+fn a_longer_pattern_beats_a_shorter_one() {
+    let set = RuleSet::from_toml(
+        "[[rule]]\nname = \"short\"\nroute = \"GET *\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"\n\
+         [[rule]]\nname = \"long\"\nroute = \"GET /v1/*\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"",
+    )
+    .unwrap();
+    assert_eq!(winners(&set, "k", "GET /v1/a", None, None), ["long"]);
+    assert_eq!(winners(&set, "k", "GET /v2/a", None, None), ["short"]);
+}
+
+#[test]
+fn json_rules_take_the_path_tier_and_round_trip() {
+    let body = r#"{"rules":[{"name":"p","algorithm":"token_bucket","limit":10,"window":"90s","burst":3}]}"#;
+    let rules = RuleSet::parse_tier_json(Some("pro"), body).unwrap();
+    assert_eq!(rules[0].tier.as_deref(), Some("pro"));
+    let set = RuleSet::new(1, rules).unwrap();
+    let back = RuleSet::from_json(&set.to_json().to_string()).unwrap();
+    assert_eq!(back.rules()[0].as_ref(), set.rules()[0].as_ref());
+    let wrong = r#"{"rules":[{"name":"p","tier":"free","algorithm":"token_bucket","limit":10,"window":"90s"}]}"#;
+    let e = RuleSet::parse_tier_json(Some("pro"), wrong).unwrap_err();
+    assert_eq!(e.rule_error().unwrap().field, "tier");
+    let e = RuleSet::parse_tier_json(None, r#"{"rules":[],"extra":1}"#).unwrap_err();
+    assert_eq!(e.rule_error().unwrap().field, "extra");
+}
+
+#[test]
+fn replacing_a_tier_keeps_the_other_tiers() {
+    let set = RuleSet::from_toml(LADDER).unwrap();
+    let new = RuleSet::parse_tier_json(
+        Some("free"),
+        r#"{"rules":[{"name":"free-only","algorithm":"fixed_window","limit":5,"window":"1s"}]}"#,
+    )
+    .unwrap();
+    let next = set.with_tier(Some("free"), new, 2).unwrap();
+    let names: Vec<_> = next
+        .tier(Some("free"))
+        .map(|r| r.name.to_string())
+        .collect();
+    assert_eq!(names, ["free-only"]);
+    assert_eq!(next.rules().len(), set.rules().len() - 2 + 1);
+}
+
+#[test]
+fn divided_rules_keep_at_least_one() {
+    let set = RuleSet::from_toml(LADDER).unwrap();
+    let r = set.get("global").unwrap().1;
+    assert_eq!(r.divided(5).limit, 200);
+    assert_eq!(r.divided(5000).limit, 1);
+}

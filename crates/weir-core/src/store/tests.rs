@@ -1,1 +1,97 @@
+//! The store's promises: one atomic read-modify-write per key, bounded keys.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::algorithm::AlgorithmKind;
+
+const SEC: u64 = NANOS_PER_SEC;
+
+fn counters(kind: AlgorithmKind, limit: u64, max_keys: usize) -> Counters {
+    let p = Policy::new(kind, limit, Duration::from_secs(60), None, None).unwrap();
+    Counters::new(p, max_keys)
+}
+
+#[test]
+fn concurrent_spenders_admit_exactly_the_capacity() {
+    // Seed guard 4: 16 threads x 1,500 calls against a capacity of 500.
+    for kind in [
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::SlidingWindowCounter,
+        AlgorithmKind::FixedWindow,
+    ] {
+        let c = Arc::new(counters(kind, 500, 10));
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    (0..1500)
+                        .filter(|_| c.consume("hot", 1_000 * SEC, 1).unwrap().allowed)
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(admitted, 500, "{kind}");
+    }
+}
+
+#[test]
+fn new_keys_beyond_the_ceiling_are_refused_until_idle_ones_go() {
+    let c = counters(AlgorithmKind::FixedWindow, 5, 3);
+    let t = 600 * SEC;
+    for k in ["a", "b", "c"] {
+        assert!(c.consume(k, t, 1).is_ok());
+    }
+    assert_eq!(c.consume("d", t, 1), Err(Full));
+    assert!(c.consume("a", t, 1).is_ok(), "existing keys still decide");
+    assert_eq!(c.len(), 3);
+    // A window later a, b, c are idle; the next new key sweeps them out.
+    assert!(c.consume("d", t + 60 * SEC, 1).is_ok());
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn sweep_drops_only_idle_keys() {
+    let c = counters(AlgorithmKind::SlidingWindowCounter, 5, 100);
+    let t = 60_000 * SEC;
+    c.consume("old", t, 1).unwrap();
+    c.consume("new", t + 90 * SEC, 1).unwrap();
+    assert_eq!(c.sweep(t + 125 * SEC), 1);
+    assert_eq!(c.len(), 1);
+    // "new" still remembers its spend.
+    assert_eq!(c.consume("new", t + 125 * SEC, 1).unwrap().remaining, 3);
+}
+
+#[test]
+fn taken_counters_absorbed_elsewhere_keep_their_spend() {
+    let here = counters(AlgorithmKind::SlidingWindowLog, 5, 100);
+    let there = counters(AlgorithmKind::SlidingWindowLog, 5, 100);
+    let t = 500 * SEC;
+    for _ in 0..4 {
+        here.consume("moving", t, 1).unwrap();
+    }
+    here.consume("staying", t, 1).unwrap();
+    let moved = here.take_unless(|k| k == "staying");
+    assert_eq!(moved.len(), 1);
+    assert_eq!(here.len(), 1);
+    there.consume("moving", t, 1).unwrap(); // traffic that reached the new owner first
+    for (k, s) in moved {
+        assert!(there.absorb(&k, s, t));
+    }
+    assert!(
+        !there.consume("moving", t, 1).unwrap().allowed,
+        "4 + 1 of 5 spent"
+    );
+}
+
+#[test]
+fn absorb_refuses_another_algorithms_state() {
+    let a = counters(AlgorithmKind::FixedWindow, 5, 10);
+    let b = counters(AlgorithmKind::TokenBucket, 5, 10);
+    a.consume("k", SEC, 1).unwrap();
+    let (k, s) = a.take_unless(|_| false).pop().unwrap();
+    assert!(!b.absorb(&k, s, SEC));
+    assert_eq!(b.len(), 0);
+}

@@ -1,0 +1,167 @@
+//! The limiter end to end in one process: all-or-nothing, shadow, guards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::{CheckError, FakeClock, InputField, Limiter, LimiterConfig, Request, RuleSet};
+
+const RULES: &str = r#"
+[[rule]]
+name = "per-client"
+algorithm = "sliding_window_log"
+limit = 5
+window = "60s"
+
+[[rule]]
+name = "per-ip"
+by = "ip"
+algorithm = "fixed_window"
+limit = 3
+window = "60s"
+
+[[rule]]
+name = "dark"
+client = "shadowed"
+algorithm = "fixed_window"
+limit = 1
+window = "60s"
+shadow = true
+"#;
+
+fn limiter() -> (Limiter, Arc<FakeClock>) {
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let rules = RuleSet::from_toml(RULES).unwrap();
+    (
+        Limiter::new(rules, clock.clone(), LimiterConfig::default()),
+        clock,
+    )
+}
+
+fn req<'a>(key: &'a str, ip: Option<&'a str>) -> Request<'a> {
+    Request {
+        ip,
+        ..Request::new(key, "GET /", 1)
+    }
+}
+
+fn remaining(l: &Limiter, key: &str) -> u64 {
+    let v = l.check(&req(key, None)).unwrap();
+    v.binding().unwrap().decision.remaining
+}
+
+#[test]
+fn a_limit_that_denies_consumes_nothing_from_the_others() {
+    let (l, _) = limiter();
+    // Three clients behind one IP spend the IP's 3.
+    for c in ["a", "b", "c"] {
+        assert!(l.check(&req(c, Some("198.51.100.7"))).unwrap().allowed);
+    }
+    let v = l.check(&req("d", Some("198.51.100.7"))).unwrap();
+    assert!(!v.allowed);
+    assert_eq!(&*v.binding().unwrap().rule.name, "per-ip");
+    // d's own per-client budget was refunded: its next check sees 4 left of 5.
+    assert_eq!(remaining(&l, "d"), 4);
+}
+
+#[test]
+fn a_client_denial_leaves_the_ip_budget_alone() {
+    let (l, _) = limiter();
+    for _ in 0..5 {
+        assert!(l.check(&req("busy", None)).unwrap().allowed);
+    }
+    assert!(!l.check(&req("busy", Some("192.0.2.1"))).unwrap().allowed);
+    // The IP still has all 3.
+    for c in ["x", "y", "z"] {
+        assert!(l.check(&req(c, Some("192.0.2.1"))).unwrap().allowed, "{c}");
+    }
+}
+
+#[test]
+fn shadow_rules_count_but_never_deny() {
+    let (l, _) = limiter();
+    let first = l.check(&req("shadowed", None)).unwrap();
+    assert!(first.allowed && first.shadow_denials().count() == 0);
+    let second = l.check(&req("shadowed", None)).unwrap();
+    assert!(second.allowed);
+    assert_eq!(second.shadow_denials().count(), 1);
+    assert_eq!(&*second.binding().unwrap().rule.name, "per-client");
+}
+
+#[test]
+fn ipv6_spellings_share_one_counter() {
+    let (l, _) = limiter();
+    for ip in ["2001:db8::1", "2001:0db8:0:0:0:0:0:1", "2001:DB8::1"] {
+        assert!(l.check(&req("k", Some(ip))).unwrap().allowed);
+    }
+    assert!(!l.check(&req("k2", Some("2001:db8::1"))).unwrap().allowed);
+}
+
+#[test]
+fn bad_input_is_refused_and_moves_nothing() {
+    let (l, _) = limiter();
+    let long = "k".repeat(257);
+    let cases: Vec<(Request<'_>, InputField)> = vec![
+        (Request::new("k", "GET /", 0), InputField::Cost),
+        (Request::new("", "GET /", 1), InputField::Key),
+        (Request::new(&long, "GET /", 1), InputField::Key),
+        (Request::new("k\n", "GET /", 1), InputField::Key),
+        (req("k", Some("not-an-ip")), InputField::Ip),
+    ];
+    for (r, field) in cases {
+        match l.check(&r) {
+            Err(CheckError::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    let e = l.check(&Request::new("k", "GET /", 6)).unwrap_err();
+    assert!(
+        matches!(e, CheckError::CostExceedsLimit { max: 5, .. }),
+        "{e}"
+    );
+    assert_eq!(l.keys(), 0, "no refused request created a key");
+    assert_eq!(remaining(&l, "k"), 4);
+}
+
+#[test]
+fn requests_no_rule_matches_are_unlimited() {
+    let l = Limiter::new(
+        RuleSet::empty(),
+        Arc::new(FakeClock::new(0)),
+        LimiterConfig::default(),
+    );
+    let v = l
+        .check(&Request::new("anyone", "GET /", 1_000_000))
+        .unwrap();
+    assert!(v.allowed && v.binding().is_none());
+}
+
+#[test]
+fn unchanged_rules_keep_their_counters_across_a_reload() {
+    let (l, _) = limiter();
+    for _ in 0..5 {
+        l.check(&req("k", None)).unwrap();
+    }
+    let mut next = RuleSet::from_toml(RULES).unwrap().rules().to_vec();
+    next.retain(|r| &*r.name != "per-ip");
+    let set = RuleSet::new(2, next.iter().map(|r| (**r).clone()).collect()).unwrap();
+    l.install(set);
+    assert!(
+        !l.check(&req("k", None)).unwrap().allowed,
+        "spend survived the reload"
+    );
+}
+
+#[test]
+fn the_budget_returns_with_the_clock() {
+    let (l, clock) = limiter();
+    for _ in 0..5 {
+        l.check(&req("k", None)).unwrap();
+    }
+    let denied = l.check(&req("k", None)).unwrap();
+    let wait = denied.binding().unwrap().decision.retry_after;
+    assert_eq!(wait, Duration::from_secs(60));
+    clock.advance(wait);
+    assert!(l.check(&req("k", None)).unwrap().allowed);
+    clock.advance(Duration::from_secs(120));
+    assert!(l.sweep() >= 1);
+}
