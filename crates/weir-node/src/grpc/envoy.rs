@@ -1,0 +1,103 @@
+//! envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit: Envoy's RLS on weir's check path.
+
+use std::sync::Arc;
+
+use tonic::{Request as GrpcRequest, Response, Status};
+use weir_cluster::CheckFailure;
+use weir_core::{Request, Verdict};
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+use super::envoy_map::{self, MapError};
+use crate::state::NodeState;
+
+pub struct EnvoyRls {
+    state: Arc<NodeState>,
+}
+
+impl EnvoyRls {
+    pub fn new(state: Arc<NodeState>) -> Self {
+        EnvoyRls { state }
+    }
+
+    fn refuse(&self, e: MapError) -> Status {
+        self.state.metrics.record_rejected_input(e.field);
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+fn failure_status(i: usize, f: &CheckFailure) -> Status {
+    match f {
+        CheckFailure::Input(e) => Status::invalid_argument(MapError::descriptor(i, e).to_string()),
+        CheckFailure::Unavailable(m) => Status::unavailable(format!("descriptors[{i}]: {m}")),
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyRls {
+    async fn should_rate_limit(
+        &self,
+        request: GrpcRequest<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let req = request.into_inner();
+        let engine = &self.state.engine;
+        let max = self.state.config.limits.max_batch_items;
+        let checks = envoy_map::to_checks(&req, max).map_err(|e| self.refuse(e))?;
+        // Cost against the rule set's limits is the one input check that needs
+        // the rules. It runs for every descriptor before any is decided, so a
+        // refused request consumes nothing. (A rule change landing between here
+        // and the decision can still refuse one descriptor after others were
+        // counted; the window is one rules swap wide.)
+        for (i, c) in checks.iter().enumerate() {
+            if c.limit.is_none() {
+                engine
+                    .limiter()
+                    .select(&c.request())
+                    .map_err(|e| self.refuse(MapError::descriptor(i, &e)))?;
+            }
+        }
+
+        // Latency is for metrics only, never for a decision.
+        let started = tokio::time::Instant::now();
+        let shared: Vec<Request<'_>> = checks
+            .iter()
+            .filter(|c| c.limit.is_none())
+            .map(|c| c.request())
+            .collect();
+        let mut shared = engine.check_many(&shared).await.into_iter();
+        let mut outcomes: Vec<Result<Verdict, CheckFailure>> = Vec::with_capacity(checks.len());
+        for c in &checks {
+            outcomes.push(match &c.limit {
+                None => shared.next().unwrap_or_else(|| {
+                    Err(CheckFailure::Unavailable(
+                        "no verdict for this descriptor".into(),
+                    ))
+                }),
+                Some(rule) => engine
+                    .check_adhoc(rule, &c.key, c.cost)
+                    .await
+                    .map(|d| envoy_map::adhoc_verdict(rule.clone(), &c.key, d)),
+            });
+        }
+        let per_item = started.elapsed() / u32::try_from(checks.len()).unwrap_or(u32::MAX);
+
+        let mut verdicts = Vec::with_capacity(outcomes.len());
+        let mut failed = None;
+        for (i, o) in outcomes.into_iter().enumerate() {
+            match o {
+                Ok(v) => {
+                    self.state.metrics.record_verdict(&v, per_item);
+                    verdicts.push(v);
+                }
+                Err(f) => {
+                    self.state.metrics.record_failure(&f, per_item);
+                    failed.get_or_insert((i, f));
+                }
+            }
+        }
+        if let Some((i, f)) = failed {
+            return Err(failure_status(i, &f));
+        }
+        Ok(Response::new(envoy_map::to_response(&verdicts)))
+    }
+}

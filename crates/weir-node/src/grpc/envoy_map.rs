@@ -1,0 +1,316 @@
+//! Envoy RLS to weir and back, as pure functions (the table is in docs/envoy.md).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use weir_core::{
+    AlgorithmKind, Applied, By, CheckError, Decision, Policy, Request, Rule, Verdict, MAX_KEY_LEN,
+    NANOS_PER_MS,
+};
+use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use weir_proto::envoy::r#type::v3::RateLimitUnit;
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use weir_proto::prost_types;
+
+/// Descriptor entry keys read as the caller key, first match wins.
+pub const CLIENT_KEYS: [&str; 4] = ["client", "key", "client_id", "generic_key"];
+pub const IP_KEYS: [&str; 2] = ["ip", "remote_address"];
+pub const TIER_KEYS: [&str; 1] = ["tier"];
+pub const ROUTE_KEYS: [&str; 2] = ["route", "path"];
+
+const DAY: u64 = 24 * 3600;
+/// Envoy's units with the windows weir gives them. Envoy leaves MONTH and
+/// YEAR to the service; weir fixes them at 30 and 365 days so a window is
+/// one number and the unit can be read back from it.
+const UNITS: [(Unit, RateLimitUnit, &str, u64); 6] = [
+    (Unit::Second, RateLimitUnit::Second, "second", 1),
+    (Unit::Minute, RateLimitUnit::Minute, "minute", 60),
+    (Unit::Hour, RateLimitUnit::Hour, "hour", 3600),
+    (Unit::Day, RateLimitUnit::Day, "day", DAY),
+    (Unit::Month, RateLimitUnit::Month, "month", 30 * DAY),
+    (Unit::Year, RateLimitUnit::Year, "year", 365 * DAY),
+];
+
+/// One descriptor as one weir check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescriptorCheck {
+    pub key: String,
+    pub route: String,
+    pub tier: Option<String>,
+    pub ip: Option<String>,
+    pub cost: u64,
+    /// The descriptor's own limit: decided against this rule alone, not the rule set.
+    pub limit: Option<Arc<Rule>>,
+}
+
+impl DescriptorCheck {
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            key: &self.key,
+            route: &self.route,
+            cost: self.cost,
+            tier: self.tier.as_deref(),
+            ip: self.ip.as_deref(),
+        }
+    }
+}
+
+/// A request refused as bad input. Nothing was decided for any descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}: {message}", self.path())]
+pub struct MapError {
+    /// The descriptor at fault; None when the request's own field is.
+    pub descriptor: Option<usize>,
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl MapError {
+    fn request(field: &'static str, message: impl Into<String>) -> Self {
+        MapError {
+            descriptor: None,
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// A core refusal of descriptor `i`, named as `descriptors[i].<field>`.
+    pub fn descriptor(i: usize, e: &CheckError) -> Self {
+        MapError {
+            descriptor: Some(i),
+            field: e.field().unwrap_or("entries"),
+            message: e.to_string(),
+        }
+    }
+
+    /// Where the fault is, e.g. `domain` or `descriptors[2].ip`.
+    pub fn path(&self) -> String {
+        match self.descriptor {
+            Some(i) => format!("descriptors[{i}].{}", self.field),
+            None => self.field.to_string(),
+        }
+    }
+}
+
+/// Turns a request into one check per descriptor, validating all of them
+/// first, so a refused request has decided nothing. The rule set's cost
+/// ceiling is the one check left to the caller: it needs the rules.
+pub fn to_checks(
+    req: &RateLimitRequest,
+    max_descriptors: usize,
+) -> Result<Vec<DescriptorCheck>, MapError> {
+    if req.domain.is_empty() {
+        return Err(MapError::request("domain", "must not be empty"));
+    }
+    if req.descriptors.is_empty() {
+        return Err(MapError::request("descriptors", "must not be empty"));
+    }
+    if req.descriptors.len() > max_descriptors {
+        return Err(MapError::request(
+            "descriptors",
+            format!(
+                "at most {max_descriptors} per request, got {}",
+                req.descriptors.len()
+            ),
+        ));
+    }
+    req.descriptors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| descriptor_check(i, &req.domain, req.hits_addend, d))
+        .collect()
+}
+
+fn entry<'a>(d: &'a RateLimitDescriptor, keys: &[&str]) -> Option<&'a str> {
+    d.entries
+        .iter()
+        .find(|e| keys.contains(&e.key.as_str()) && !e.value.is_empty())
+        .map(|e| e.value.as_str())
+}
+
+fn descriptor_check(
+    i: usize,
+    domain: &str,
+    request_hits: u32,
+    d: &RateLimitDescriptor,
+) -> Result<DescriptorCheck, MapError> {
+    let key = match entry(d, &CLIENT_KEYS) {
+        Some(client) => client.to_string(),
+        None => derived_key(domain, d).ok_or_else(|| MapError {
+            descriptor: Some(i),
+            field: "entries",
+            message: format!(
+                "the key made of the domain and entries is over {MAX_KEY_LEN} bytes; \
+                 add a `client` entry"
+            ),
+        })?,
+    };
+    // A descriptor's own hits win; 0 means "not set" at both levels.
+    let cost = match d.hits_addend {
+        Some(h) if h > 0 => h,
+        _ if request_hits > 0 => u64::from(request_hits),
+        _ => 1,
+    };
+    let limit = match &d.limit {
+        None => None,
+        Some(o) => Some(Arc::new(override_rule(o).map_err(|message| MapError {
+            descriptor: Some(i),
+            field: "limit",
+            message,
+        })?)),
+    };
+    let check = DescriptorCheck {
+        key,
+        route: entry(d, &ROUTE_KEYS).unwrap_or(domain).to_string(),
+        tier: entry(d, &TIER_KEYS).map(str::to_string),
+        ip: entry(d, &IP_KEYS).map(str::to_string),
+        cost,
+        limit,
+    };
+    check
+        .request()
+        .validate()
+        .map_err(|e| MapError::descriptor(i, &e))?;
+    if let Some(rule) = &check.limit {
+        let max = rule.policy.max_cost();
+        if check.cost > max {
+            let e = CheckError::CostExceedsLimit {
+                rule: rule.name.to_string(),
+                cost: check.cost,
+                max,
+            };
+            return Err(MapError::descriptor(i, &e));
+        }
+    }
+    Ok(check)
+}
+
+/// `domain|k=v|k=v`: every distinct descriptor gets its own counter even
+/// without a client entry. None when it would exceed the core's key bound.
+fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
+    let mut key = domain.to_string();
+    for e in &d.entries {
+        key.push('|');
+        key.push_str(&e.key);
+        key.push('=');
+        key.push_str(&e.value);
+        if key.len() > MAX_KEY_LEN {
+            return None;
+        }
+    }
+    Some(key)
+}
+
+/// The rule a descriptor's `limit` override stands for.
+pub fn override_rule(o: &RateLimitOverride) -> Result<Rule, String> {
+    if o.requests_per_unit == 0 {
+        return Err("requests_per_unit must be at least 1".into());
+    }
+    let Some(&(_, _, unit_name, secs)) = UNITS.iter().find(|u| u.1 as i32 == o.unit) else {
+        return Err(format!(
+            "unit must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR, got {}",
+            o.unit
+        ));
+    };
+    let limit = u64::from(o.requests_per_unit);
+    let window = Duration::from_secs(secs);
+    let algorithm = AlgorithmKind::SlidingWindowCounter;
+    let policy = Policy::new(algorithm, limit, window, None, None).map_err(|e| e.reason)?;
+    Ok(Rule {
+        name: format!("override:{limit}-per-{unit_name}").into(),
+        tier: None,
+        client: None,
+        route: None,
+        by: By::Client,
+        algorithm,
+        limit,
+        window,
+        burst: None,
+        queue: None,
+        shadow: false,
+        policy,
+    })
+}
+
+/// An override's decision in the shape rule-set checks produce, so one
+/// response path (and one metrics path) serves both.
+pub fn adhoc_verdict(rule: Arc<Rule>, key: &str, decision: Decision) -> Verdict {
+    Verdict {
+        allowed: decision.allowed,
+        applied: vec![Applied {
+            rule,
+            hash_part: key.into(),
+            decision,
+        }],
+    }
+}
+
+/// A rule's rate as Envoy states it. Windows of exactly one unit keep it;
+/// any other window is scaled to requests per second, rounded down (never
+/// below 1, since 0 would read as "no requests allowed").
+pub fn rate_limit(name: &str, limit: u64, window: Duration) -> RateLimit {
+    let exact = UNITS
+        .iter()
+        .find(|u| window == Duration::from_secs(u.3))
+        .map(|u| (limit, u.0));
+    let (per_unit, unit) = exact.unwrap_or_else(|| {
+        let per_sec = u128::from(limit) * 1_000_000_000 / window.as_nanos().max(1);
+        (
+            u64::try_from(per_sec).unwrap_or(u64::MAX).max(1),
+            Unit::Second,
+        )
+    });
+    RateLimit {
+        name: name.to_string(),
+        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+/// One descriptor's status. A descriptor no enforcing rule limits is OK
+/// with no current limit, as Envoy's own service answers an unmatched one.
+pub fn status(verdict: &Verdict) -> DescriptorStatus {
+    let code = if verdict.allowed {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    let Some(a) = verdict.binding() else {
+        return DescriptorStatus {
+            code: code as i32,
+            ..DescriptorStatus::default()
+        };
+    };
+    let d = &a.decision;
+    let reset_ms = d.reset_at.saturating_sub(d.at / NANOS_PER_MS);
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(rate_limit(&a.rule.name, a.rule.limit, a.rule.window)),
+        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(prost_types::Duration {
+            seconds: i64::try_from(reset_ms / 1000).unwrap_or(i64::MAX),
+            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+        }),
+        quota: None,
+    }
+}
+
+/// The response to a request whose descriptors got these verdicts, in order.
+pub fn to_response(verdicts: &[Verdict]) -> RateLimitResponse {
+    let statuses: Vec<DescriptorStatus> = verdicts.iter().map(status).collect();
+    let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    RateLimitResponse {
+        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        ..RateLimitResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;
