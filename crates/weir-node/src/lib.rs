@@ -5,12 +5,14 @@
 //! future, which is all the `weir serve` binary does.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod default_rules;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
 mod node;
+mod reload;
 pub mod state;
 
 pub use config::{InputLimits, LogFormat, ServeConfig};

@@ -88,6 +88,11 @@ impl Node {
         let grpc_addr = grpc_listener
             .local_addr()
             .expect("bound socket has an address");
+        // Port 0 has become a real port: record the chosen addresses so
+        // every view of the config (the cluster document, logs) shows them.
+        let mut config = config;
+        config.http = http_addr;
+        config.grpc = grpc_addr;
         let node_id = config
             .node_id
             .clone()
@@ -112,6 +117,13 @@ impl Node {
             signal(stopped.clone()),
         )));
         tasks.push(tokio::spawn(sweep(limiter, signal(stopped.clone()))));
+        if let Some(path) = state.config.rules_file.clone() {
+            tasks.extend(crate::reload::spawn(
+                state.clone(),
+                path,
+                signal(stopped.clone()),
+            ));
+        }
         state.ready.store(true, Ordering::SeqCst);
         tracing::info!(node = %state.node_id, http = %http_addr, grpc = %grpc_addr, "weir node serving");
         Ok(Node {

@@ -1,0 +1,447 @@
+//! The `weir` command line (DESIGN section 6): `weir serve` and `weir check`.
+//!
+//! Everything but the process entry lives here so tests can parse the same
+//! flags that deploy files pass.
+
+use std::error::Error;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use weir_cluster::{OwnerFailure, Strategy};
+
+use crate::config::{InputLimits, LogFormat, ServeConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "A distributed rate limiter with no external store"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a node.
+    Serve(ServeArgs),
+    /// Send one check to a running node; exit 0 allowed, 1 denied, 2 error.
+    Check(CheckArgs),
+}
+
+/// Options left out take [`ServeConfig::default`]'s value, so the flags and
+/// the library agree on one set of defaults.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// This node's id [default: its HTTP address].
+    #[arg(long, value_name = "ID")]
+    pub node_id: Option<String>,
+    /// HTTP listen address; port 0 picks a free port [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// gRPC listen address [default: 127.0.0.1:8081].
+    #[arg(long, value_name = "ADDR")]
+    pub grpc: Option<SocketAddr>,
+    /// Gossip (UDP) address [default: 127.0.0.1:7946].
+    #[arg(long, value_name = "ADDR")]
+    pub gossip: Option<SocketAddr>,
+    /// Nodes to join through, comma separated.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub seeds: Vec<String>,
+    /// TOML rules file, reloaded when it changes [default: built-in rules].
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Which strategy decides checks [default: owner].
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
+    /// Gossip strategy: how often deltas are broadcast [default: 100ms].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub sync_interval: Option<Duration>,
+    /// What to do when a key's owner does not answer in time [default: local].
+    #[arg(long, value_enum)]
+    pub on_owner_failure: Option<OwnerFailureArg>,
+    /// How long to wait for a key's owner [default: 5ms].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub owner_deadline: Option<Duration>,
+    /// Token for rule writes (PUT /v1/limits); writes are refused without one.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "WEIR_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Shared secret that authenticates gossip between nodes.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "WEIR_CLUSTER_SECRET",
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
+    /// Log line format; the level comes from RUST_LOG [default: text].
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+    /// Spread Retry-After over [base, 2 x base] so denied clients do not return together.
+    #[arg(long)]
+    pub retry_jitter: bool,
+    /// Most counter keys held per rule [default: 1000000].
+    #[arg(long, value_name = "N")]
+    pub max_keys: Option<usize>,
+    /// Largest HTTP request body in bytes [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Most checks in one batched call [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub max_batch: Option<usize>,
+    /// Most concurrent client connections per listener [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// How long shutdown waits for in-flight requests [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    Owner,
+    Gossip,
+    Divide,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OwnerFailureArg {
+    Local,
+    Open,
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The node's base URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    #[arg(long, value_name = "K")]
+    pub key: String,
+    #[arg(long, value_name = "R")]
+    pub route: Option<String>,
+    #[arg(long, value_name = "N")]
+    pub cost: Option<u64>,
+    #[arg(long, value_name = "T")]
+    pub tier: Option<String>,
+    #[arg(long, value_name = "IP")]
+    pub ip: Option<String>,
+    /// Give up after this long.
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+}
+
+/// The node configuration `weir serve` would run with, or why it cannot run.
+pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
+    let d = ServeConfig::default();
+    let positive = |flag: &str, v: Option<usize>, default: usize| match v {
+        Some(0) => Err(format!("{flag} must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    let nonzero = |flag: &str, v: Option<Duration>, default: Duration| match v {
+        Some(d) if d.is_zero() => Err(format!("{flag} must be longer than zero")),
+        Some(d) => Ok(d),
+        None => Ok(default),
+    };
+    let secret = |flag: &str, v: &Option<String>| match v.as_deref() {
+        Some("") => Err(format!("{flag} must not be empty")),
+        other => Ok(other.map(str::to_string)),
+    };
+    if args.seeds.iter().any(|s| s.trim().is_empty()) {
+        return Err("--seeds has an empty entry".into());
+    }
+    Ok(ServeConfig {
+        node_id: args.node_id.clone(),
+        http: args.http.unwrap_or(d.http),
+        grpc: args.grpc.unwrap_or(d.grpc),
+        gossip: args.gossip.unwrap_or(d.gossip),
+        seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
+        rules_file: args.rules.clone(),
+        strategy: args.strategy.map_or(d.strategy, |s| match s {
+            StrategyArg::Owner => Strategy::Owner,
+            StrategyArg::Gossip => Strategy::Gossip,
+            StrategyArg::Divide => Strategy::Divide,
+        }),
+        sync_interval: nonzero("--sync-interval", args.sync_interval, d.sync_interval)?,
+        on_owner_failure: args
+            .on_owner_failure
+            .map_or(d.on_owner_failure, |f| match f {
+                OwnerFailureArg::Local => OwnerFailure::Local,
+                OwnerFailureArg::Open => OwnerFailure::Open,
+                OwnerFailureArg::Closed => OwnerFailure::Closed,
+            }),
+        owner_deadline: nonzero("--owner-deadline", args.owner_deadline, d.owner_deadline)?,
+        admin_token: secret("--admin-token", &args.admin_token)?,
+        cluster_secret: secret("--cluster-secret", &args.cluster_secret)?,
+        retry_jitter: args.retry_jitter,
+        limits: InputLimits {
+            max_body_bytes: positive(
+                "--max-body-bytes",
+                args.max_body_bytes,
+                d.limits.max_body_bytes,
+            )?,
+            max_batch_items: positive("--max-batch", args.max_batch, d.limits.max_batch_items)?,
+            max_connections: positive(
+                "--max-connections",
+                args.max_connections,
+                d.limits.max_connections,
+            )?,
+        },
+        max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
+        drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
+    })
+}
+
+pub fn log_format(args: &ServeArgs) -> LogFormat {
+    match args.log_format {
+        Some(LogFormatArg::Json) => LogFormat::Json,
+        Some(LogFormatArg::Text) | None => LogFormat::Text,
+    }
+}
+
+/// The whole program: parse, run, map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return flag_error(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(2, &format!("cannot start the async runtime: {e}")),
+    };
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Check(args) => runtime.block_on(check(args)),
+    }
+}
+
+/// Help and version go out whole; a usage error becomes one line, because
+/// scripts and service managers show the first line of stderr.
+fn flag_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments");
+    fail(2, first.trim_start_matches("error: "))
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("weir: {}", one_line(message));
+    ExitCode::from(code)
+}
+
+/// Collapses a multi-line message (TOML errors carry a source excerpt) into one line.
+pub fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    let config = match serve_config(&args) {
+        Ok(c) => c,
+        Err(e) => return fail(2, &e),
+    };
+    init_tracing(log_format(&args));
+    let shutdown = match shutdown_signal() {
+        Ok(s) => s,
+        Err(e) => return fail(1, &format!("cannot install signal handlers: {e}")),
+    };
+    match crate::run(config, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
+
+/// Logs to stderr, level from RUST_LOG (default info).
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed before this
+/// returns, so a signal that arrives while the node is still binding is
+/// not lost (and does not kill the process outright).
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::info!(signal = name, "shutting down; draining in-flight requests");
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down; draining in-flight requests");
+        })
+    }
+}
+
+/// The headers `weir check` shows, in the order a reader compares them.
+const SHOWN_HEADERS: [&str; 9] = [
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "RateLimit-Policy",
+    "RateLimit",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "Retry-After",
+];
+
+async fn check(args: CheckArgs) -> ExitCode {
+    match send_check(&args).await {
+        Ok((allowed, report)) => {
+            print!("{report}");
+            if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => fail(2, &e),
+    }
+}
+
+/// Sends the check; Ok((allowed, what to print)) for a 200 or a 429.
+async fn send_check(args: &CheckArgs) -> Result<(bool, String), String> {
+    let mut body = json!({"key": args.key});
+    if let Some(r) = &args.route {
+        body["route"] = r.clone().into();
+    }
+    if let Some(c) = args.cost {
+        body["cost"] = c.into();
+    }
+    if let Some(t) = &args.tier {
+        body["tier"] = t.clone().into();
+    }
+    if let Some(ip) = &args.ip {
+        body["ip"] = ip.clone().into();
+    }
+    let url = format!("{}/v1/check", args.server.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(args.timeout)
+        .build()
+        .map_err(|e| chain(&e))?;
+    let res = client
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| chain(&e))?;
+    let status = res.status().as_u16();
+    let headers: Vec<(String, String)> = SHOWN_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let v = res.headers().get(*name)?.to_str().ok()?;
+            Some((name.to_string(), v.to_string()))
+        })
+        .collect();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    report(status, &headers, &body)
+}
+
+/// The verdict line and the rate-limit headers, or the server's refusal.
+fn report(
+    status: u16,
+    headers: &[(String, String)],
+    body: &Value,
+) -> Result<(bool, String), String> {
+    let allowed = match status {
+        200 => true,
+        429 => false,
+        _ => {
+            let detail = body["detail"].as_str().unwrap_or("no detail");
+            let field = body["field"]
+                .as_str()
+                .map(|f| format!(" (field {f})"))
+                .unwrap_or_default();
+            return Err(format!("server answered {status}: {detail}{field}"));
+        }
+    };
+    let mut out = String::new();
+    match body["rule"].as_str() {
+        None => out.push_str("allowed: no rule matched (unlimited)\n"),
+        Some(rule) => {
+            let verdict = if allowed { "allowed" } else { "denied" };
+            out.push_str(&format!(
+                "{verdict}: rule={rule} limit={} remaining={} reset_at={}",
+                body["limit"], body["remaining"], body["reset_at"]
+            ));
+            if !allowed {
+                out.push_str(&format!(" retry_after_ms={}", body["retry_after_ms"]));
+            }
+            if let Some(delay) = body["delay_ms"].as_u64() {
+                out.push_str(&format!(" delay_ms={delay}"));
+            }
+            out.push('\n');
+        }
+    }
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\n"));
+    }
+    Ok((allowed, out))
+}
+
+/// An error with its causes, on one line ("error sending request: connection refused").
+fn chain(e: &dyn Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !s.contains(&c) {
+            s.push_str(": ");
+            s.push_str(&c);
+        }
+        source = cause.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

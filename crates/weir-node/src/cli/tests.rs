@@ -1,0 +1,123 @@
+//! Flag parsing and `weir check` output, without a process.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<ServeConfig, String> {
+    let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    match cli.command {
+        Command::Serve(a) => serve_config(&a),
+        Command::Check(_) => Err("not serve".into()),
+    }
+}
+
+#[test]
+fn no_flags_give_the_library_defaults() {
+    let c = parse(&["weir", "serve"]).unwrap();
+    assert_eq!(format!("{c:?}"), format!("{:?}", ServeConfig::default()));
+}
+
+#[test]
+fn every_serve_flag_lands_in_the_config() {
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--node-id=n1",
+        "--http=0.0.0.0:9080",
+        "--grpc=0.0.0.0:9081",
+        "--gossip=0.0.0.0:9946",
+        "--seeds=a:7946,b:7946",
+        "--rules=/etc/weir/rules.toml",
+        "--strategy=divide",
+        "--sync-interval=250ms",
+        "--on-owner-failure=closed",
+        "--owner-deadline=20ms",
+        "--admin-token=t0ken",
+        "--cluster-secret=s3cret",
+        "--log-format=json",
+        "--retry-jitter",
+        "--max-keys=5",
+        "--max-body-bytes=100",
+        "--max-batch=7",
+        "--max-connections=3",
+        "--drain-timeout=2s",
+    ])
+    .unwrap();
+    assert_eq!(c.node_id.as_deref(), Some("n1"));
+    assert_eq!(c.http.port(), 9080);
+    assert_eq!(c.grpc.port(), 9081);
+    assert_eq!(c.gossip.port(), 9946);
+    assert_eq!(c.seeds, ["a:7946", "b:7946"]);
+    assert_eq!(c.rules_file, Some(PathBuf::from("/etc/weir/rules.toml")));
+    assert_eq!(c.strategy, Strategy::Divide);
+    assert_eq!(c.sync_interval, Duration::from_millis(250));
+    assert_eq!(c.on_owner_failure, OwnerFailure::Closed);
+    assert_eq!(c.owner_deadline, Duration::from_millis(20));
+    assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
+    assert_eq!(c.cluster_secret.as_deref(), Some("s3cret"));
+    assert!(c.retry_jitter);
+    assert_eq!(c.max_keys_per_rule, 5);
+    assert_eq!(c.limits.max_body_bytes, 100);
+    assert_eq!(c.limits.max_batch_items, 7);
+    assert_eq!(c.limits.max_connections, 3);
+    assert_eq!(c.drain_timeout, Duration::from_secs(2));
+}
+
+#[test]
+fn nonsense_values_are_refused_naming_the_flag() {
+    assert!(parse(&["weir", "serve", "--max-body-bytes=0"])
+        .unwrap_err()
+        .contains("--max-body-bytes"));
+    assert!(parse(&["weir", "serve", "--owner-deadline=0s"])
+        .unwrap_err()
+        .contains("--owner-deadline"));
+    assert!(parse(&["weir", "serve", "--admin-token="])
+        .unwrap_err()
+        .contains("--admin-token"));
+    assert!(parse(&["weir", "serve", "--strategy=fastest"]).is_err());
+    assert!(parse(&["weir", "serve", "--sync-interval=soon"]).is_err());
+    assert!(parse(&["weir", "serve", "--http=nowhere"]).is_err());
+}
+
+#[test]
+fn one_line_joins_a_multi_line_message() {
+    assert_eq!(
+        one_line("TOML parse error\n  |\n1 | x\n"),
+        "TOML parse error | 1 | x"
+    );
+}
+
+fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn report_prints_the_verdict_and_headers() {
+    let body = json!({"allowed":false,"limit":5,"remaining":0,"retry_after_ms":1500,
+                      "reset_at":1,"rule":"r"});
+    let (allowed, out) = report(429, &headers(&[("Retry-After", "2")]), &body).unwrap();
+    assert!(!allowed);
+    assert!(
+        out.starts_with("denied: rule=r limit=5 remaining=0"),
+        "{out}"
+    );
+    assert!(out.contains("retry_after_ms=1500"));
+    assert!(out.ends_with("Retry-After: 2\n"));
+
+    let (allowed, out) = report(200, &[], &json!({"allowed":true,"rule":null})).unwrap();
+    assert!(allowed);
+    assert!(out.contains("unlimited"));
+}
+
+#[test]
+fn report_turns_other_statuses_into_errors_with_the_field() {
+    let e = report(
+        400,
+        &[],
+        &json!({"detail":"must be at least 1","field":"cost"}),
+    )
+    .unwrap_err();
+    assert!(e.contains("400") && e.contains("cost"), "{e}");
+}

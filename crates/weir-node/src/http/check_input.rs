@@ -1,0 +1,224 @@
+//! The `POST /v1/check` body, validated field by field so every refusal names its field.
+//!
+//! Parsed through `serde_json::Value` rather than a derived struct: serde's
+//! own errors name a line and column, not the field, and a client fixing a
+//! 400 needs the field.
+
+use serde_json::{Map, Value};
+use weir_core::Request;
+
+/// Integers above 2^53 do not survive a float round trip, so a float cost
+/// past it cannot be trusted to be the number the client meant.
+const MAX_EXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
+
+const FIELDS: [&str; 5] = ["key", "route", "cost", "tier", "ip"];
+
+/// A check as the body asked it, owning its strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckInput {
+    pub key: String,
+    pub route: String,
+    pub cost: u64,
+    pub tier: Option<String>,
+    pub ip: Option<String>,
+}
+
+/// Why a body was refused: the field as the client wrote it, the label it is
+/// counted under in metrics (bounded, so a client cannot mint label values),
+/// and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    pub field: String,
+    pub metric_field: &'static str,
+    pub detail: String,
+}
+
+fn err(field: &'static str, detail: impl Into<String>) -> InputError {
+    InputError {
+        field: field.to_string(),
+        metric_field: field,
+        detail: detail.into(),
+    }
+}
+
+impl CheckInput {
+    pub fn parse(body: &[u8]) -> Result<CheckInput, InputError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| err("body", format!("the body is not valid JSON: {e}")))?;
+        let Value::Object(obj) = value else {
+            return Err(err(
+                "body",
+                "the body must be a JSON object like {\"key\":\"cust_42\"}",
+            ));
+        };
+        // Unknown fields first: a misspelt "kye" is reported as itself, not
+        // as a missing "key".
+        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(InputError {
+                field: unknown.clone(),
+                metric_field: "unknown_field",
+                detail: format!("unknown field \"{unknown}\"; expected key, route, cost, tier, ip"),
+            });
+        }
+        let key = match optional_str(&obj, "key")? {
+            None => return Err(err("key", "is required")),
+            Some("") => return Err(err("key", "must not be empty")),
+            Some(k) => k.to_string(),
+        };
+        Ok(CheckInput {
+            key,
+            route: optional_str(&obj, "route")?.unwrap_or("").to_string(),
+            cost: cost(obj.get("cost"))?,
+            tier: optional_str(&obj, "tier")?.map(str::to_string),
+            ip: optional_str(&obj, "ip")?.map(str::to_string),
+        })
+    }
+
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            key: &self.key,
+            route: &self.route,
+            cost: self.cost,
+            tier: self.tier.as_deref(),
+            ip: self.ip.as_deref(),
+        }
+    }
+}
+
+/// A string field; absent and `null` both mean "not given".
+fn optional_str<'a>(
+    obj: &'a Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<&'a str>, InputError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(err(field, format!("must be a string, got {}", kind(other)))),
+    }
+}
+
+/// Cost: absent means 1; otherwise a whole number from 1 to u64::MAX.
+/// Zero, negatives, fractions, numbers past u64 and strings are refused
+/// here, before anything is looked up, so a bad cost never moves a counter.
+fn cost(v: Option<&Value>) -> Result<u64, InputError> {
+    let n = match v {
+        None | Some(Value::Null) => return Ok(1),
+        Some(Value::Number(n)) => n,
+        Some(other) => {
+            return Err(err(
+                "cost",
+                format!("must be a positive whole number, got {}", kind(other)),
+            ))
+        }
+    };
+    if let Some(c) = n.as_u64() {
+        return match c {
+            0 => Err(err("cost", "must be at least 1, got 0")),
+            c => Ok(c),
+        };
+    }
+    if let Some(i) = n.as_i64() {
+        return Err(err("cost", format!("must be at least 1, got {i}")));
+    }
+    let f = n.as_f64().unwrap_or(f64::NAN);
+    // Written `!(f >= 1.0)` so NaN, which fails every comparison, is refused.
+    if !(f >= 1.0) {
+        return Err(err("cost", format!("must be at least 1, got {n}")));
+    }
+    if f.fract() != 0.0 {
+        return Err(err("cost", format!("must be a whole number, got {n}")));
+    }
+    if f > MAX_EXACT_FLOAT {
+        return Err(err("cost", format!("is too large, got {n}")));
+    }
+    Ok(f as u64)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(body: &str) -> String {
+        CheckInput::parse(body.as_bytes()).unwrap_err().field
+    }
+
+    #[test]
+    fn full_body_parses_and_cost_defaults_to_one() {
+        let c =
+            CheckInput::parse(br#"{"key":"k","route":"GET /","tier":"free","ip":"::1"}"#).unwrap();
+        assert_eq!(c.cost, 1);
+        assert_eq!(c.route, "GET /");
+        assert_eq!(c.tier.as_deref(), Some("free"));
+        assert_eq!(c.ip.as_deref(), Some("::1"));
+        assert_eq!(
+            CheckInput::parse(br#"{"key":"k","cost":7}"#).unwrap().cost,
+            7
+        );
+    }
+
+    #[test]
+    fn each_bad_cost_names_cost() {
+        for bad in [
+            "0",
+            "-1",
+            "1.5",
+            "1e30",
+            "18446744073709551616",
+            "\"1\"",
+            "true",
+        ] {
+            let body = format!(r#"{{"key":"k","cost":{bad}}}"#);
+            assert_eq!(field_of(&body), "cost", "cost {bad}");
+        }
+    }
+
+    #[test]
+    fn whole_float_cost_within_exact_range_is_accepted() {
+        assert_eq!(
+            CheckInput::parse(br#"{"key":"k","cost":2.0}"#)
+                .unwrap()
+                .cost,
+            2
+        );
+    }
+
+    #[test]
+    fn key_must_be_a_non_empty_string() {
+        assert_eq!(field_of(r#"{"route":"x"}"#), "key");
+        assert_eq!(field_of(r#"{"key":""}"#), "key");
+        assert_eq!(field_of(r#"{"key":5}"#), "key");
+        assert_eq!(field_of(r#"{"key":null}"#), "key");
+    }
+
+    #[test]
+    fn unknown_field_is_named_and_counted_under_a_fixed_label() {
+        let e = CheckInput::parse(br#"{"key":"k","kye":"x"}"#).unwrap_err();
+        assert_eq!(e.field, "kye");
+        assert_eq!(e.metric_field, "unknown_field");
+    }
+
+    #[test]
+    fn non_object_and_malformed_bodies_name_body() {
+        assert_eq!(field_of("{\"key\":"), "body");
+        assert_eq!(field_of("[1,2]"), "body");
+        assert_eq!(field_of(""), "body");
+    }
+
+    #[test]
+    fn optional_strings_refuse_other_types() {
+        assert_eq!(field_of(r#"{"key":"k","tier":3}"#), "tier");
+        assert_eq!(field_of(r#"{"key":"k","ip":[]}"#), "ip");
+        assert_eq!(field_of(r#"{"key":"k","route":{}}"#), "route");
+    }
+}

@@ -1,0 +1,130 @@
+//! A TCP listener that holds at most N connections open at once.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::serve::Listener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Waits for a free slot before accepting, so connections past the cap wait
+/// in the kernel's backlog instead of each costing the node a task and buffers.
+pub struct CappedListener {
+    inner: TcpListener,
+    slots: Arc<Semaphore>,
+}
+
+impl CappedListener {
+    pub fn new(inner: TcpListener, max_connections: usize) -> Self {
+        CappedListener {
+            inner,
+            slots: Arc::new(Semaphore::new(max_connections.max(1))),
+        }
+    }
+}
+
+impl Listener for CappedListener {
+    type Io = CappedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (CappedStream, SocketAddr) {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (stream, addr) = Listener::accept(&mut self.inner).await;
+        // Checks are tiny request/response exchanges; Nagle would only add latency.
+        let _ = stream.set_nodelay(true);
+        (
+            CappedStream {
+                stream,
+                _slot: slot,
+            },
+            addr,
+        )
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A connection that gives its slot back when it is dropped.
+pub struct CappedStream {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for CappedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CappedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn second_connection_waits_until_the_first_closes() {
+        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = inner.local_addr().unwrap();
+        let mut listener = CappedListener::new(inner, 1);
+        let _c1 = TcpStream::connect(addr).await.unwrap();
+        let (first, _) = listener.accept().await;
+        // The handshake completes in the kernel, so an uncapped accept would
+        // return this connection at once.
+        let _c2 = TcpStream::connect(addr).await.unwrap();
+        let mut second = Box::pin(listener.accept());
+        for _ in 0..10 {
+            assert!(futures::poll!(second.as_mut()).is_pending());
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("accepted once the first connection closed");
+    }
+}

@@ -1,0 +1,55 @@
+//! Operations endpoints: `/metrics`, `/healthz`, `/readyz`.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::state::NodeState;
+
+/// The Prometheus text exposition format's content type.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
+
+pub async fn metrics(State(state): State<Arc<NodeState>>) -> Response {
+    let mut extra = String::new();
+    // Computed at scrape time: both change without passing through a counter.
+    let _ = writeln!(extra, "# HELP weir_keys Counter keys held in memory.");
+    let _ = writeln!(extra, "# TYPE weir_keys gauge");
+    let _ = writeln!(extra, "weir_keys {}", state.engine.limiter().keys());
+    let _ = writeln!(
+        extra,
+        "# HELP weir_rules_version Version of the rule set in force."
+    );
+    let _ = writeln!(extra, "# TYPE weir_rules_version gauge");
+    let _ = writeln!(
+        extra,
+        "weir_rules_version {}",
+        state.engine.rules().version()
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROMETHEUS_TEXT),
+        )],
+        state.metrics.render(&extra),
+    )
+        .into_response()
+}
+
+/// Alive for as long as the process answers.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready while every listener is up and shutdown has not begun, so a load
+/// balancer stops sending before the node stops answering.
+pub async fn readyz(State(state): State<Arc<NodeState>>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}

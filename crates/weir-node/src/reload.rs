@@ -1,0 +1,139 @@
+//! Reloads the rules file when it changes; a broken file keeps the last good set.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use weir_core::RuleSet;
+
+use crate::state::NodeState;
+
+/// Editors and `cp` write a file in several steps (truncate, write, rename);
+/// waiting for this long without a new event reads the finished file once.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Starts watching `path`. The watch is in place when this returns, so a
+/// change made right after a node starts is seen. None if the directory
+/// cannot be watched (logged; the node runs on with the rules it has).
+pub fn spawn(
+    state: Arc<NodeState>,
+    path: PathBuf,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Option<JoinHandle<()>> {
+    // The parent directory is watched, not the file: an editor that saves by
+    // writing a new file and renaming it over the old one replaces the inode,
+    // and a watch on the old inode would never fire again.
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Some(name) = path.file_name().map(OsString::from) else {
+        tracing::warn!(path = %path.display(), "rules path names no file; not watching it");
+        return None;
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let watched_name = name.clone();
+    let handler = move |res: notify::Result<notify::Event>| {
+        let Ok(event) = res else { return };
+        // Our own reads show up as access events; reacting to them would loop.
+        if matches!(event.kind, EventKind::Access(_)) {
+            return;
+        }
+        if event
+            .paths
+            .iter()
+            .any(|p| p.file_name() == Some(watched_name.as_os_str()))
+        {
+            let _ = tx.send(());
+        }
+    };
+    let mut watcher = match notify::recommended_watcher(handler) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the rules file watcher; rules will not reload");
+            return None;
+        }
+    };
+    if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the rules directory; rules will not reload");
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        // Moved in so the watch lives exactly as long as this task.
+        let _watcher = watcher;
+        watch_loop(state, path, rx, stop).await;
+    }))
+}
+
+async fn watch_loop(
+    state: Arc<NodeState>,
+    path: PathBuf,
+    mut changes: mpsc::UnboundedReceiver<()>,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut last_loaded: Option<String> = None;
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            change = changes.recv() => if change.is_none() { return },
+        }
+        // Debounce: read only once the writes have settled.
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                more = tokio::time::timeout(DEBOUNCE, changes.recv()) => match more {
+                    Ok(Some(())) => continue,
+                    Ok(None) => return,
+                    Err(_) => break,
+                },
+            }
+        }
+        reload(&state, &path, &mut last_loaded);
+    }
+}
+
+/// Reads, validates and installs the file. On any failure the set in force
+/// stays, and the failure is logged and counted.
+fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            state
+                .metrics
+                .rules_reload_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the rules file; keeping the rules in force");
+            return;
+        }
+    };
+    // A touch or a metadata change is not a new rule set; installing it
+    // again would bump the version for nothing.
+    if last_loaded.as_deref() == Some(text.as_str()) {
+        return;
+    }
+    match RuleSet::from_toml(&text) {
+        Ok(set) => {
+            let installed = state.engine.install(set);
+            state.metrics.rules_reloads.fetch_add(1, Ordering::Relaxed);
+            *last_loaded = Some(text);
+            tracing::info!(path = %path.display(), version = installed.version(), rules = installed.rules().len(), "rules reloaded");
+        }
+        Err(e) => {
+            state
+                .metrics
+                .rules_reload_failures
+                .fetch_add(1, Ordering::Relaxed);
+            let (rule, field) = e
+                .rule_error()
+                .map_or(("", ""), |r| (r.rule.as_str(), r.field.as_str()));
+            tracing::warn!(path = %path.display(), rule, field, error = %e, "invalid rules file; keeping the rules in force");
+        }
+    }
+}
