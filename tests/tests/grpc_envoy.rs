@@ -102,6 +102,13 @@ async fn one(client: &mut Client, d: RateLimitDescriptor) -> (Code, u32) {
     )
 }
 
+fn header<'a>(resp: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    resp.response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.as_str())
+}
+
 fn assert_limit(s: &DescriptorStatus, name: &str, requests_per_unit: u32, unit: Unit) {
     let limit = s.current_limit.as_ref().expect("current_limit set");
     assert_eq!(limit.name, name);
@@ -124,6 +131,12 @@ async fn a_descriptor_goes_from_ok_to_over_limit_after_its_limit() {
         // A sliding counter is fully refilled once the current window has
         // become the previous one and slid out too: at most two windows.
         assert!(reset.seconds <= 120, "{reset:?}");
+        let remaining = expected_remaining.to_string();
+        assert_eq!(
+            header(&resp, "RateLimit-Remaining"),
+            Some(remaining.as_str())
+        );
+        assert_eq!(header(&resp, "Retry-After"), None);
     }
     let resp = ask(&mut client, request("edge", vec![client_desc("alice")])).await;
     assert_eq!(resp.overall_code, Code::OverLimit as i32);
@@ -131,6 +144,12 @@ async fn a_descriptor_goes_from_ok_to_over_limit_after_its_limit() {
     assert_eq!(s.code, Code::OverLimit as i32);
     assert_limit(s, "edge-per-client", 3, Unit::Minute);
     assert_eq!(s.limit_remaining, 0);
+    assert_eq!(header(&resp, "RateLimit-Limit"), Some("3"));
+    let retry: u64 = header(&resp, "Retry-After")
+        .expect("Retry-After on OVER_LIMIT")
+        .parse()
+        .expect("whole seconds");
+    assert!(retry >= 1);
     let m = &node.state().metrics;
     assert_eq!(m.checks("edge-per-client", "allowed"), 3);
     assert_eq!(m.checks("edge-per-client", "denied"), 1);
@@ -297,6 +316,7 @@ async fn an_unlimited_descriptor_is_ok_without_a_current_limit() {
     assert_eq!(resp.overall_code, Code::Ok as i32);
     assert_eq!(resp.statuses[0].code, Code::Ok as i32);
     assert_eq!(resp.statuses[0].current_limit, None);
+    assert!(resp.response_headers_to_add.is_empty());
 
     // One descriptor over its limit makes the whole request OVER_LIMIT, and
     // every status still answers its own descriptor.

@@ -4,10 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
+use weir_core::headers::{
+    rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
 use weir_core::{
     AlgorithmKind, Applied, By, CheckError, Decision, Policy, Request, Rule, Verdict, MAX_KEY_LEN,
     NANOS_PER_MS,
 };
+use weir_proto::envoy::config::core::v3::HeaderValue;
 use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_proto::envoy::r#type::v3::RateLimitUnit;
@@ -301,6 +305,43 @@ pub fn status(verdict: &Verdict) -> DescriptorStatus {
     }
 }
 
+/// The limit a caller should pace itself by across all descriptors, chosen
+/// as [`Verdict::binding`] chooses within one: the denial with the longest
+/// wait, else the limit with the least budget left.
+pub fn most_restrictive(verdicts: &[Verdict]) -> Option<&Applied> {
+    let bound = || {
+        verdicts
+            .iter()
+            .filter_map(|v| Some((v.allowed, v.binding()?)))
+    };
+    bound()
+        .filter(|(allowed, _)| !allowed)
+        .map(|(_, a)| a)
+        .max_by_key(|a| a.decision.retry_after)
+        .or_else(|| bound().map(|(_, a)| a).min_by_key(|a| a.decision.remaining))
+}
+
+/// The IETF draft RateLimit-* headers (and Retry-After on a denial) for the
+/// most restrictive limit. The X-RateLimit-* family is left out: Envoy's
+/// own `enable_x_ratelimit_headers` writes it from the statuses, and two
+/// writers of one header would disagree.
+pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
+    let Some(applied) = most_restrictive(verdicts) else {
+        return Vec::new();
+    };
+    rate_limit_headers(applied, applied.decision.at, None)
+        .into_iter()
+        .filter(|(name, _)| {
+            ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(name)
+        })
+        .map(|(name, value)| HeaderValue {
+            key: name.to_string(),
+            value,
+            raw_value: Vec::new(),
+        })
+        .collect()
+}
+
 /// The response to a request whose descriptors got these verdicts, in order.
 pub fn to_response(verdicts: &[Verdict]) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = verdicts.iter().map(status).collect();
@@ -308,6 +349,7 @@ pub fn to_response(verdicts: &[Verdict]) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses,
+        response_headers_to_add: response_headers(verdicts),
         ..RateLimitResponse::default()
     }
 }

@@ -235,6 +235,17 @@ fn rate_limit_keeps_whole_units_and_scales_the_rest_to_per_second() {
 }
 
 fn verdict(limit: u32, remaining: u64, allowed: bool, at_ms: u64, reset_at: u64) -> Verdict {
+    verdict_waiting(limit, remaining, allowed, at_ms, reset_at, Duration::ZERO)
+}
+
+fn verdict_waiting(
+    limit: u32,
+    remaining: u64,
+    allowed: bool,
+    at_ms: u64,
+    reset_at: u64,
+    retry_after: Duration,
+) -> Verdict {
     let rule = override_rule(&RateLimitOverride {
         requests_per_unit: limit,
         unit: RateLimitUnit::Minute as i32,
@@ -244,7 +255,7 @@ fn verdict(limit: u32, remaining: u64, allowed: bool, at_ms: u64, reset_at: u64)
         allowed,
         limit: u64::from(limit),
         remaining,
-        retry_after: Duration::ZERO,
+        retry_after,
         reset_at,
         delay: Duration::ZERO,
         at: at_ms * NANOS_PER_MS,
@@ -289,4 +300,51 @@ fn one_descriptor_over_its_limit_makes_the_whole_response_over_limit() {
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
     assert_eq!(codes, vec![Code::Ok as i32, Code::OverLimit as i32]);
+}
+
+fn header<'a>(h: &'a [HeaderValue], name: &str) -> Option<&'a str> {
+    h.iter().find(|v| v.key == name).map(|v| v.value.as_str())
+}
+
+fn rule_of(a: Option<&Applied>) -> &str {
+    &a.expect("a limit applies").rule.name
+}
+
+#[test]
+fn the_most_restrictive_is_the_denial_with_the_longest_wait() {
+    let ok = verdict(1, 0, true, 0, 60_000);
+    let short = verdict_waiting(2, 0, false, 0, 60_000, Duration::from_secs(5));
+    let long = verdict_waiting(3, 0, false, 0, 60_000, Duration::from_secs(10));
+    let v = [ok, long, short];
+    assert_eq!(rule_of(most_restrictive(&v)), "override:3-per-minute");
+    let h = to_response(&v).response_headers_to_add;
+    assert_eq!(header(&h, "Retry-After"), Some("10"));
+    assert_eq!(header(&h, "RateLimit-Limit"), Some("3"));
+}
+
+#[test]
+fn without_a_denial_the_most_restrictive_has_the_least_left() {
+    let v = [
+        verdict(9, 5, true, 0, 60_000),
+        verdict(4, 2, true, 0, 60_000),
+    ];
+    assert_eq!(rule_of(most_restrictive(&v)), "override:4-per-minute");
+    let h = response_headers(&v);
+    assert_eq!(header(&h, "RateLimit-Remaining"), Some("2"));
+    assert_eq!(header(&h, "RateLimit-Reset"), Some("60"));
+    assert_eq!(header(&h, "Retry-After"), None);
+    assert!(header(&h, "RateLimit-Policy").is_some());
+    assert!(header(&h, "RateLimit").is_some());
+    // Envoy writes the X- family itself when asked to.
+    assert!(h.iter().all(|v| !v.key.starts_with("X-")), "{h:?}");
+}
+
+#[test]
+fn unlimited_descriptors_add_no_headers() {
+    let unlimited = Verdict {
+        allowed: true,
+        applied: vec![],
+    };
+    assert!(most_restrictive(std::slice::from_ref(&unlimited)).is_none());
+    assert!(to_response(&[unlimited]).response_headers_to_add.is_empty());
 }
