@@ -1,2 +1,193 @@
-//! Black-box tests over real sockets.
+//! Black-box test helpers: nodes on ephemeral ports, an HTTP client, polling with a deadline.
 #![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use tempfile::TempDir;
+use weir_node::{Node, NodeState, ServeConfig};
+
+/// How long any awaited condition may take before the test fails. Generous:
+/// a loaded CI machine is slow, and a passing condition returns at once.
+pub const DEADLINE: Duration = Duration::from_secs(15);
+
+/// Polls `cond` until it holds, failing the test with `what` after [`DEADLINE`].
+pub async fn wait_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "timed out after {DEADLINE:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One node on 127.0.0.1:0 with its rules in a file of its own.
+pub struct TestNode {
+    node: Option<Node>,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub rules_path: PathBuf,
+    _dir: TempDir,
+}
+
+impl TestNode {
+    /// Starts a node enforcing `rules` (TOML); `adjust` may change the config.
+    pub async fn start(rules: &str, adjust: impl FnOnce(&mut ServeConfig)) -> TestNode {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let rules_path = dir.path().join("rules.toml");
+        std::fs::write(&rules_path, rules).expect("write rules file");
+        let mut config = ServeConfig {
+            rules_file: Some(rules_path.clone()),
+            ..ServeConfig::ephemeral()
+        };
+        adjust(&mut config);
+        let node = Node::start(config).await.expect("node starts");
+        let base = format!("http://{}", node.http_addr());
+        TestNode {
+            node: Some(node),
+            base,
+            client: client(),
+            rules_path,
+            _dir: dir,
+        }
+    }
+
+    pub fn node(&self) -> &Node {
+        self.node.as_ref().expect("node running")
+    }
+
+    pub fn state(&self) -> &Arc<NodeState> {
+        self.node().state()
+    }
+
+    /// Takes the node out, e.g. to shut it down while a request is in flight.
+    pub fn take(&mut self) -> Node {
+        self.node.take().expect("node running")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `POST /v1/check` with a JSON body.
+    pub async fn check(&self, body: Value) -> reqwest::Response {
+        self.check_raw(body.to_string()).await
+    }
+
+    /// `POST /v1/check` with any bytes as the body.
+    pub async fn check_raw(&self, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("check request")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("GET request")
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.get(path).await.json().await.expect("JSON body")
+    }
+
+    /// The node's Prometheus exposition.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics")
+            .await
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    /// One sample of the exposition, by its full name with labels
+    /// (`weir_checks_total{rule="r",verdict="allowed"}`); None if absent.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric_value(&self.metrics().await, series)
+    }
+
+    pub fn write_rules(&self, rules: &str) {
+        std::fs::write(&self.rules_path, rules).expect("rewrite rules file");
+    }
+
+    /// Replaces the rules file the way editors save: a new file renamed over it.
+    pub fn replace_rules(&self, rules: &str) {
+        replace_file(&self.rules_path, rules);
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(node) = self.node.take() {
+            node.shutdown().await;
+        }
+    }
+}
+
+/// A client that never goes through a proxy from the environment.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(DEADLINE)
+        .build()
+        .expect("HTTP client")
+}
+
+pub fn replace_file(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write temp file");
+    std::fs::rename(&tmp, path).expect("rename over the file");
+}
+
+pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// A response header as text, or None.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A numeric response header; panics naming it when missing or not a number.
+pub fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
+    header(headers, name)
+        .unwrap_or_else(|| panic!("missing header {name}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("header {name} is not a number"))
+}
+
+/// Status, headers and JSON body of a response, so a test can read all three.
+pub async fn parts(res: reqwest::Response) -> (u16, HeaderMap, Value) {
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.json().await.expect("JSON body");
+    (status, headers, body)
+}
+
+/// Unix seconds now, from the wall clock, to compare X-RateLimit-Reset with.
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
