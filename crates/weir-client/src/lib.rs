@@ -1,6 +1,21 @@
-//! weir-client
+//! weir-client: check calls against a weir node, retry discipline, and a tower layer for services.
+//!
+//! - [`Client`]: weir's gRPC API (concurrent checks batched into one call)
+//!   or its HTTP API, each check with a deadline.
+//! - [`retry`]: full jitter, Retry-After handling and a retry budget (seed 9).
+//! - [`layer`]: [`RateLimitLayer`], which checks every incoming request
+//!   against an in-process limiter, an embedded node or a remote node
+//!   before the service runs.
 #![forbid(unsafe_code)]
 
+mod check;
+mod client;
+mod error;
+pub mod layer;
 pub mod retry;
 
+pub use check::{CheckRequest, CheckResponse};
+pub use client::{Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_MAX_BATCH};
+pub use error::ClientError;
+pub use layer::{Backend, FailureMode, KeyExtractor, RateLimitLayer};
 pub use retry::{retry, BudgetError, RetryBudget, RetryPolicy};

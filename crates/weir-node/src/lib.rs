@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod default_rules;
+pub mod embed;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
@@ -16,5 +17,6 @@ mod reload;
 pub mod state;
 
 pub use config::{InputLimits, LogFormat, ServeConfig};
+pub use embed::NodeBuilder;
 pub use node::{run, Node, NodeError};
 pub use state::NodeState;

@@ -1,0 +1,186 @@
+//! [`Client`]: checks against a weir node over gRPC (batched) or HTTP, each with a deadline.
+
+mod batch;
+mod grpc;
+mod http;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::check::{CheckRequest, CheckResponse};
+use crate::error::ClientError;
+use batch::{BatchConfig, Pending};
+use http::HttpTransport;
+
+/// 50 ms: a limiter check sits on every request's path, so a caller that
+/// cannot get an answer quickly is better off failing open or closed than
+/// adding latency (seed 3.4: the check must fit the latency budget).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+/// Items per gRPC call; well under a node's default ceiling of 1000.
+pub const DEFAULT_MAX_BATCH: usize = 256;
+
+/// A handle to one weir node. Cheap to clone; every clone shares one
+/// connection (gRPC channel or HTTP pool) and, for gRPC, one batch queue.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    transport: Transport,
+    deadline: Duration,
+}
+
+enum Transport {
+    Grpc(mpsc::Sender<Pending>),
+    Http(HttpTransport),
+}
+
+/// Options for a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    deadline: Duration,
+    connect_timeout: Option<Duration>,
+    max_batch: usize,
+    max_in_flight: usize,
+    queue: usize,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            deadline: DEFAULT_DEADLINE,
+            connect_timeout: None,
+            max_batch: DEFAULT_MAX_BATCH,
+            // A few calls in flight keep one slow batch from holding up the
+            // next; more would only shrink batches.
+            max_in_flight: 4,
+            queue: 4096,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// How long [`Client::check`] waits for a verdict, queueing included.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How long a (re)connection may take; defaults to the deadline.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Most checks carried by one gRPC call.
+    pub fn max_batch(mut self, max: usize) -> Self {
+        self.max_batch = max;
+        self
+    }
+
+    /// Most gRPC calls outstanding at once.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
+    }
+
+    /// Checks waiting for a call before [`Client::check`] itself waits.
+    pub fn queue(mut self, depth: usize) -> Self {
+        self.queue = depth;
+        self
+    }
+
+    /// A client for a node's gRPC address (`http://127.0.0.1:8081`). Makes no
+    /// connection yet: a node that is down shows up as
+    /// [`ClientError::Unavailable`] on the first check, not here. Must be
+    /// called inside a tokio runtime (it starts the batching task).
+    pub fn grpc(self, url: &str) -> Result<Client, ClientError> {
+        let channel = grpc::channel(url, self.connect_timeout.unwrap_or(self.deadline))?;
+        let tx = batch::spawn(
+            channel,
+            BatchConfig {
+                max_batch: self.max_batch,
+                max_in_flight: self.max_in_flight,
+                queue: self.queue,
+            },
+        );
+        Ok(self.build(Transport::Grpc(tx)))
+    }
+
+    /// A client for a node's HTTP address (`http://127.0.0.1:8080`); one
+    /// `POST /v1/check` per check over a pooled keep-alive connection.
+    pub fn http(self, url: &str) -> Result<Client, ClientError> {
+        let t = HttpTransport::new(url, self.connect_timeout.unwrap_or(self.deadline))?;
+        Ok(self.build(Transport::Http(t)))
+    }
+
+    fn build(self, transport: Transport) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                transport,
+                deadline: self.deadline,
+            }),
+        }
+    }
+}
+
+impl Client {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// [`ClientBuilder::grpc`] with the default options.
+    pub fn grpc(url: &str) -> Result<Client, ClientError> {
+        ClientBuilder::default().grpc(url)
+    }
+
+    /// [`ClientBuilder::http`] with the default options.
+    pub fn http(url: &str) -> Result<Client, ClientError> {
+        ClientBuilder::default().http(url)
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
+    /// One check within the client's deadline.
+    pub async fn check(&self, req: CheckRequest) -> Result<CheckResponse, ClientError> {
+        self.check_within(req, self.inner.deadline).await
+    }
+
+    /// One check within `deadline`. A malformed request is refused here,
+    /// naming the field, without a round trip.
+    pub async fn check_within(
+        &self,
+        req: CheckRequest,
+        deadline: Duration,
+    ) -> Result<CheckResponse, ClientError> {
+        req.validate()?;
+        match &self.inner.transport {
+            Transport::Http(t) => t.check(&req, deadline).await,
+            Transport::Grpc(queue) => {
+                let (reply, answer) = oneshot::channel();
+                let pending = Pending {
+                    item: grpc::item(&req),
+                    deadline,
+                    reply,
+                };
+                let wait = async {
+                    queue
+                        .send(pending)
+                        .await
+                        .map_err(|_| ClientError::Unavailable("client shut down".into()))?;
+                    answer
+                        .await
+                        .map_err(|_| ClientError::Unavailable("check dropped unanswered".into()))?
+                };
+                tokio::time::timeout(deadline, wait)
+                    .await
+                    .map_err(|_| ClientError::Timeout(deadline))?
+            }
+        }
+    }
+}

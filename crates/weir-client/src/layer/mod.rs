@@ -1,0 +1,282 @@
+//! [`RateLimitLayer`]: a tower layer that checks every request against weir before the service runs.
+//!
+//! Works wherever tower does (axum's `Router::layer`, tonic's
+//! `Server::layer`, a hyper `service_fn` behind `tower::ServiceBuilder`):
+//! it takes `http::Request<B>` and answers `http::Response<Either<ResBody,
+//! Full<Bytes>>>`, the left side being the service's own body. A denied
+//! request gets a 429 from the layer and never reaches the service; a
+//! rejection must cost less than an acceptance (seed 13).
+
+mod backend;
+mod key;
+mod response;
+mod stats;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use http_body_util::Either;
+use tower::{Layer, Service};
+
+pub use backend::{Backend, BackendError, Checked};
+pub use key::{peer_ip, KeyError, KeyExtractor, KeyFn};
+pub use response::{remote_headers, LayerBody, PROBLEM_JSON};
+pub use stats::{LayerStats, StatsSnapshot};
+
+use crate::check::CheckRequest;
+use stats::Outcome;
+
+/// What to do when the limiter cannot decide (unreachable, timed out, or
+/// failing closed itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Serve the request unchecked. The default: a limiter outage should not
+    /// become a service outage, and each instance still protects itself by
+    /// its own capacity (seed 11, fail open).
+    #[default]
+    Open,
+    /// Refuse with 503 (never 429: the caller is not over its limit).
+    Closed,
+}
+
+type RouteFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
+
+#[derive(Clone)]
+struct Config {
+    backend: Arc<dyn Backend>,
+    key: KeyExtractor,
+    route: Option<RouteFn>,
+    tier: Option<String>,
+    cost: u64,
+    failure: FailureMode,
+    jitter: bool,
+    stats: Arc<LayerStats>,
+}
+
+/// Checks each request against a [`Backend`] before the inner service.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    config: Arc<Config>,
+}
+
+impl RateLimitLayer {
+    /// Cost 1, no tier, route `"METHOD /path"`, failing open.
+    pub fn new(backend: impl Backend, key: KeyExtractor) -> Self {
+        RateLimitLayer {
+            config: Arc::new(Config {
+                backend: Arc::new(backend),
+                key,
+                route: None,
+                tier: None,
+                cost: 1,
+                failure: FailureMode::Open,
+                jitter: false,
+                stats: Arc::default(),
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The tier sent with every check; rules naming it apply. Two layers
+    /// on one limiter (pre- and post-authentication) are told apart this way.
+    pub fn tier(self, tier: impl Into<String>) -> Self {
+        let tier = tier.into();
+        self.edit(|c| c.tier = Some(tier))
+    }
+
+    /// Units each request costs.
+    pub fn cost(self, cost: u64) -> Self {
+        self.edit(|c| c.cost = cost)
+    }
+
+    pub fn failure_mode(self, mode: FailureMode) -> Self {
+        self.edit(|c| c.failure = mode)
+    }
+
+    /// The route to check instead of `"METHOD /path"`.
+    pub fn route_with(self, f: impl Fn(&Parts) -> String + Send + Sync + 'static) -> Self {
+        self.edit(|c| c.route = Some(Arc::new(f)))
+    }
+
+    /// Retry-After becomes base + uniform[0, base) (seed 9), for callers
+    /// that obey it literally and would otherwise return together.
+    pub fn jitter_retry_after(self, on: bool) -> Self {
+        self.edit(|c| c.jitter = on)
+    }
+
+    /// Counters shared by every service this layer has built.
+    pub fn stats(&self) -> Arc<LayerStats> {
+        self.config.stats.clone()
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] builds.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> RateLimit<S> {
+    pub fn stats(&self) -> Arc<LayerStats> {
+        self.config.stats.clone()
+    }
+}
+
+/// The checked request, or the layer's own answer when it cannot be checked.
+enum Prepared {
+    Check(CheckRequest),
+    Refuse(
+        StatusCode,
+        &'static str,
+        &'static str,
+        String,
+        Option<String>,
+    ),
+}
+
+impl Config {
+    fn prepare(&self, parts: &Parts) -> Prepared {
+        let (key, ip) = match key::extract(&self.key, parts) {
+            Ok(k) => k,
+            Err(KeyError::Missing { field, detail }) => {
+                return Prepared::Refuse(
+                    StatusCode::BAD_REQUEST,
+                    "invalid-input",
+                    "Invalid request",
+                    detail,
+                    Some(field),
+                )
+            }
+            Err(KeyError::NoPeerAddress) => {
+                return Prepared::Refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "no-peer-address",
+                    "Peer address unknown",
+                    "the server records no peer address; serve axum with \
+                     into_make_service_with_connect_info::<SocketAddr>()"
+                        .into(),
+                    None,
+                )
+            }
+        };
+        let route = match &self.route {
+            Some(f) => f(parts),
+            None => key::default_route(parts),
+        };
+        Prepared::Check(CheckRequest {
+            key,
+            route,
+            cost: self.cost,
+            tier: self.tier.clone(),
+            ip,
+        })
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: Send + 'static,
+{
+    type Response = Response<LayerBody<ResB>>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone that was made ready goes into the future; a fresh clone
+        // stays behind for the next poll_ready (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        let (parts, body) = req.into_parts();
+        let grpc = response::is_grpc(&parts.headers);
+        let prepared = config.prepare(&parts);
+        let req = Request::from_parts(parts, body);
+        Box::pin(async move {
+            let stats = &config.stats;
+            let check = match prepared {
+                Prepared::Check(c) => c,
+                Prepared::Refuse(status, kind, title, detail, field) => {
+                    stats.record(Outcome::Invalid);
+                    return Ok(response::problem(
+                        status,
+                        kind,
+                        title,
+                        &detail,
+                        field.as_deref(),
+                        grpc,
+                    ));
+                }
+            };
+            match config.backend.check(&check).await {
+                Ok(checked) if checked.response.allowed => {
+                    stats.record(Outcome::Allowed);
+                    let mut res = inner.call(req).await?;
+                    response::add_allowed_headers(res.headers_mut(), &checked);
+                    Ok(res.map(Either::Left))
+                }
+                Ok(checked) => {
+                    stats.record(Outcome::Denied);
+                    let retry_after = config
+                        .jitter
+                        .then(|| response::jittered_secs(&checked.response));
+                    Ok(response::too_many(&checked, retry_after, grpc))
+                }
+                Err(BackendError::Input { field, message }) => {
+                    stats.record(Outcome::Invalid);
+                    Ok(response::problem(
+                        StatusCode::BAD_REQUEST,
+                        "invalid-input",
+                        "Invalid request",
+                        &message,
+                        Some(&field),
+                        grpc,
+                    ))
+                }
+                Err(BackendError::Unavailable(reason)) => match config.failure {
+                    FailureMode::Open => {
+                        stats.record(Outcome::UnavailableOpen);
+                        Ok(inner.call(req).await?.map(Either::Left))
+                    }
+                    FailureMode::Closed => {
+                        stats.record(Outcome::UnavailableClosed);
+                        Ok(response::problem(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable",
+                            "Limiter unavailable",
+                            &format!("the rate limiter cannot decide: {reason}"),
+                            None,
+                            grpc,
+                        ))
+                    }
+                },
+            }
+        })
+    }
+}
