@@ -166,3 +166,52 @@ impl NodeBuilder {
         Node::start(self.config).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_lands_in_the_serve_config() {
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let c = NodeBuilder::new()
+            .node_id("n1")
+            .http(addr(1))
+            .grpc(addr(2))
+            .gossip(addr(3))
+            .seeds(["10.0.0.2:7946", "10.0.0.3:7946"])
+            .rules_file("rules.toml")
+            .strategy(Strategy::Gossip)
+            .sync_interval(Duration::from_millis(250))
+            .on_owner_failure(OwnerFailure::Closed)
+            .owner_deadline(Duration::from_millis(7))
+            .admin_token("admin")
+            .cluster_secret("secret")
+            .retry_jitter(true)
+            .max_keys_per_rule(10)
+            .drain_timeout(Duration::from_secs(1))
+            .into_config();
+        assert_eq!(c.node_id.as_deref(), Some("n1"));
+        assert_eq!((c.http, c.grpc, c.gossip), (addr(1), addr(2), addr(3)));
+        assert_eq!(c.seeds, ["10.0.0.2:7946", "10.0.0.3:7946"]);
+        assert_eq!(c.rules_file, Some(PathBuf::from("rules.toml")));
+        assert_eq!(c.strategy, Strategy::Gossip);
+        assert_eq!(c.sync_interval, Duration::from_millis(250));
+        assert_eq!(c.on_owner_failure, OwnerFailure::Closed);
+        assert_eq!(c.owner_deadline, Duration::from_millis(7));
+        assert_eq!(c.admin_token.as_deref(), Some("admin"));
+        assert_eq!(c.cluster_secret.as_deref(), Some("secret"));
+        assert!(c.retry_jitter);
+        assert_eq!(c.max_keys_per_rule, 10);
+        assert_eq!(c.drain_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn defaults_are_free_loopback_ports() {
+        let c = NodeBuilder::new().into_config();
+        for a in [c.http, c.grpc, c.gossip] {
+            assert!(a.ip().is_loopback());
+            assert_eq!(a.port(), 0);
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The client against real nodes and misbehaving servers: batching, deadlines, typed errors.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{closed_port, per_client, rules_file};
+use tokio::net::TcpListener;
+use weir_client::{CheckRequest, Client, ClientError};
+use weir_node::{Node, ServeConfig};
+use weir_proto::weir::v1::rate_limiter_server::RateLimiterServer;
+
+async fn node_with(rules: Option<&str>) -> Node {
+    let mut config = ServeConfig::ephemeral();
+    config.rules_file = rules.map(rules_file);
+    Node::start(config).await.expect("node starts")
+}
+
+/// The node's own gRPC service, served again on another port behind an
+/// interceptor that counts Check calls.
+async fn counted_grpc(node: &Node) -> (String, Arc<AtomicU64>) {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = calls.clone();
+    let svc = RateLimiterServer::with_interceptor(
+        weir_node::grpc::RateLimiterService::new(node.state().clone()),
+        move |req| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(req)
+        },
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (format!("http://{addr}"), calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_share_grpc_calls_and_each_gets_its_own_answer() {
+    let node = node_with(Some(&per_client(100))).await;
+    let (url, calls) = counted_grpc(&node).await;
+    let client = Client::builder()
+        .deadline(Duration::from_secs(5))
+        .grpc(&url)
+        .unwrap();
+    let answers = futures::future::join_all((0..200).map(|_| {
+        let client = client.clone();
+        tokio::spawn(async move { client.check(CheckRequest::new("hot", "GET /")).await })
+    }))
+    .await;
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
+    let calls = calls.load(Ordering::SeqCst);
+    eprintln!("200 concurrent checks took {calls} gRPC calls");
+    assert!(
+        calls < 200,
+        "200 checks took {calls} gRPC calls: no batching"
+    );
+    // Exactly the limit admitted, each admission a distinct remaining value:
+    // no answer lost, duplicated or handed to the wrong caller.
+    let mut remaining: Vec<u64> = answers
+        .iter()
+        .filter(|a| a.allowed)
+        .map(|a| a.remaining)
+        .collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..100).collect::<Vec<_>>());
+    assert!(answers
+        .iter()
+        .filter(|a| !a.allowed)
+        .all(|a| a.retry_after > Duration::ZERO && a.rule.as_deref() == Some("per-client")));
+    node.shutdown().await;
+}
+
+/// Accepts connections and never answers, holding each one open.
+async fn silent_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn assert_times_out(client: Client) {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.check(CheckRequest::new("k", "GET /")),
+    )
+    .await
+    .expect("the client's own deadline must fire, not the test's");
+    assert_eq!(
+        outcome,
+        Err(ClientError::Timeout(Duration::from_millis(50)))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn grpc_deadline_fires_against_a_server_that_never_answers() {
+    let url = silent_server().await;
+    let client = Client::builder()
+        .deadline(Duration::from_millis(50))
+        .grpc(&url)
+        .unwrap();
+    assert_times_out(client.clone()).await;
+    // And again on the now-open (still silent) connection.
+    assert_times_out(client).await;
+}
+
+#[tokio::test]
+async fn http_deadline_fires_against_a_server_that_never_answers() {
+    let url = silent_server().await;
+    let client = Client::builder()
+        .deadline(Duration::from_millis(50))
+        .http(&url)
+        .unwrap();
+    assert_times_out(client).await;
+}
+
+#[tokio::test]
+async fn closed_port_is_unavailable_not_a_timeout() {
+    let url = format!("http://{}", closed_port().await);
+    for client in [
+        Client::builder()
+            .deadline(Duration::from_secs(2))
+            .grpc(&url)
+            .unwrap(),
+        Client::builder()
+            .deadline(Duration::from_secs(2))
+            .http(&url)
+            .unwrap(),
+    ] {
+        let err = client
+            .check(CheckRequest::new("k", "GET /"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ClientError::Unavailable(_)),
+            "closed port gave {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn grpc_and_http_read_the_same_denial() {
+    let node = node_with(Some(&per_client(1))).await;
+    let grpc = Client::builder()
+        .deadline(Duration::from_secs(2))
+        .grpc(&format!("http://{}", node.grpc_addr()))
+        .unwrap();
+    let http = Client::builder()
+        .deadline(Duration::from_secs(2))
+        .http(&format!("http://{}", node.http_addr()))
+        .unwrap();
+    let req = CheckRequest::new("cust_42", "POST /v1/charges");
+    let first = grpc.check(req.clone()).await.unwrap();
+    assert!(first.allowed && first.limited);
+    assert_eq!((first.limit, first.remaining), (1, 0));
+    let by_http = http.check(req.clone()).await.unwrap();
+    let by_grpc = grpc.check(req).await.unwrap();
+    for denied in [&by_http, &by_grpc] {
+        assert!(!denied.allowed && denied.limited);
+        assert_eq!(denied.limit, 1);
+        assert_eq!(denied.rule.as_deref(), Some("per-client"));
+        assert!(denied.retry_after > Duration::ZERO);
+        assert!(denied.retry_after_secs() >= 1);
+        assert!(denied.reset_at_ms > 0);
+    }
+    assert_eq!(by_http.reset_at_ms, by_grpc.reset_at_ms);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_arguments_name_the_field() {
+    let node = node_with(None).await;
+    let grpc = Client::builder()
+        .deadline(Duration::from_secs(2))
+        .grpc(&format!("http://{}", node.grpc_addr()))
+        .unwrap();
+    let http = Client::builder()
+        .deadline(Duration::from_secs(2))
+        .http(&format!("http://{}", node.http_addr()))
+        .unwrap();
+    let field = |r: Result<_, ClientError>| match r {
+        Err(ClientError::InvalidArgument { field, .. }) => field,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    for client in [&grpc, &http] {
+        // Refused before sending.
+        assert_eq!(
+            field(client.check(CheckRequest::new("k", "GET /").cost(0)).await),
+            "cost"
+        );
+        assert_eq!(
+            field(client.check(CheckRequest::new("", "GET /")).await),
+            "key"
+        );
+        assert_eq!(
+            field(
+                client
+                    .check(CheckRequest::new("k", "GET /").ip("not-an-ip"))
+                    .await
+            ),
+            "ip"
+        );
+        // Refused by the node: the default per-client rule admits at most 100 at once.
+        assert_eq!(
+            field(
+                client
+                    .check(CheckRequest::new("k", "GET /").cost(1_000))
+                    .await
+            ),
+            "cost"
+        );
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn unlimited_check_is_allowed_without_a_rule() {
+    let rules = r#"
+        [[rule]]
+        name      = "charges"
+        route     = "POST /v1/charges"
+        algorithm = "fixed_window"
+        limit     = 1
+        window    = "60s"
+    "#;
+    let node = node_with(Some(rules)).await;
+    for client in [
+        Client::grpc(&format!("http://{}", node.grpc_addr())).unwrap(),
+        Client::http(&format!("http://{}", node.http_addr())).unwrap(),
+    ] {
+        let r = client
+            .check_within(CheckRequest::new("k", "GET /other"), Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert!(r.allowed && !r.limited && r.rule.is_none());
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_endpoint_is_refused_at_build_time() {
+    assert!(matches!(
+        Client::grpc("not a url"),
+        Err(ClientError::Endpoint { .. })
+    ));
+    assert!(matches!(
+        Client::http("::"),
+        Err(ClientError::Endpoint { .. })
+    ));
+}
