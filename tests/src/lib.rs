@@ -191,3 +191,21 @@ pub fn unix_secs() -> u64 {
         .expect("after 1970")
         .as_secs()
 }
+
+/// Writes `request` on a fresh connection and reads until the server closes
+/// it; for what an HTTP client library will not send (a chunked body, a
+/// request held half-written).
+pub async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write request");
+    let mut out = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut out))
+        .await
+        .expect("server closes the connection")
+        .expect("read response");
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,163 @@
+//! /metrics, /healthz, /readyz, /v1/cluster, and a graceful shutdown with a request in flight.
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_tests::{header, metric_value, wait_until, TestNode, DEADLINE};
+
+const RULES: &str = r#"
+[[rule]]
+name      = "per-client"
+algorithm = "sliding_window_log"
+limit     = 1
+window    = "1h"
+"#;
+
+#[tokio::test]
+async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let res = node.get("/metrics").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        header(res.headers(), "content-type"),
+        Some("text/plain; version=0.0.4")
+    );
+    let text = res.text().await.unwrap();
+    assert_eq!(metric_value(&text, "weir_keys"), Some(0.0));
+    let version = node.get_json("/v1/limits/*").await["version"].as_f64();
+    assert_eq!(metric_value(&text, "weir_rules_version"), version);
+
+    assert_eq!(node.check(json!({"key": "a"})).await.status(), 200);
+    assert_eq!(node.check(json!({"key": "a"})).await.status(), 429);
+    assert_eq!(node.check(json!({"key": "b"})).await.status(), 200);
+    let text = node.metrics().await;
+    assert_eq!(metric_value(&text, "weir_keys"), Some(2.0));
+    assert_eq!(
+        metric_value(
+            &text,
+            r#"weir_checks_total{rule="per-client",verdict="allowed"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric_value(
+            &text,
+            r#"weir_checks_total{rule="per-client",verdict="denied"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(&text, "weir_decision_seconds_count"),
+        Some(3.0)
+    );
+}
+
+#[tokio::test]
+async fn health_and_readiness_follow_the_node_lifecycle() {
+    let node = TestNode::start(RULES, |_| {}).await;
+    assert_eq!(node.get("/healthz").await.status(), 200);
+    assert_eq!(node.get("/readyz").await.status(), 200);
+    node.state()
+        .ready
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(node.get("/readyz").await.status(), 503);
+    assert_eq!(
+        node.get("/healthz").await.status(),
+        200,
+        "alive while not ready"
+    );
+}
+
+#[tokio::test]
+async fn cluster_view_lists_this_node_with_its_bound_addresses() {
+    let node = TestNode::start(RULES, |c| c.node_id = Some("n-1".into())).await;
+    let view = node.get_json("/v1/cluster").await;
+    assert_eq!(view["node_id"], "n-1");
+    assert_eq!(view["strategy"], "owner");
+    assert_eq!(view["fallback"]["active"], false);
+    assert_eq!(
+        view["rules_version"],
+        node.get_json("/v1/limits/*").await["version"]
+    );
+    let members = view["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0]["id"], "n-1");
+    assert_eq!(members[0]["state"], "alive");
+    assert_eq!(members[0]["ring_share"], 1.0);
+    // Port 0 was resolved: the view shows the port actually bound.
+    assert_eq!(members[0]["grpc"], node.node().grpc_addr().to_string());
+}
+
+/// Reads one HTTP/1.1 response head and its Content-Length body.
+async fn read_response(stream: &mut TcpStream) -> (String, String) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if text.len() >= end + 4 + len {
+                return (head, text[end + 4..end + 4 + len].to_string());
+            }
+        }
+        let n = stream.read(&mut chunk).await.expect("read response");
+        assert!(n > 0, "connection closed mid-response: {text:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn graceful_shutdown_completes_a_request_in_flight() {
+    let mut node = TestNode::start(RULES, |_| {}).await;
+    let addr = node.node().http_addr();
+    let body = json!({"key": "in-flight"}).to_string();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // `Expect: 100-continue` makes the server say when the handler starts
+    // reading the body: from then on the request is in flight.
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
+         Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(DEADLINE, stream.read_exact(&mut interim))
+        .await
+        .expect("100 Continue in time")
+        .unwrap();
+    assert!(interim.starts_with(b"HTTP/1.1 100 Continue\r\n\r\n"));
+
+    let state = node.state().clone();
+    let shutdown = tokio::spawn(node.take().shutdown());
+    wait_until("the node stops accepting connections", || async {
+        TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    assert!(!state.ready.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown waits for the request in flight"
+    );
+
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let (head, body) = tokio::time::timeout(DEADLINE, read_response(&mut stream))
+        .await
+        .expect("the in-flight request is answered");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let verdict: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(verdict["allowed"], true);
+    assert_eq!(verdict["rule"], "per-client");
+
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("shutdown completes once the request is done")
+        .unwrap();
+}
