@@ -24,25 +24,16 @@ impl RateLimiterService {
 }
 
 /// An item as the core reads it; empty `tier`/`ip` are proto3's "not set".
-fn to_request(item: &CheckItem) -> Result<Request<'_>, ItemError> {
-    let cost = match item.cost {
-        None => 1,
-        Some(0) => {
-            return Err(ItemError {
-                code: ErrorCode::InvalidArgument as i32,
-                field: "cost".into(),
-                message: "invalid cost: must be at least 1".into(),
-            })
-        }
-        Some(c) => c,
-    };
-    Ok(Request {
+/// An explicit cost of 0 is passed on: the core refuses it naming `cost`,
+/// the same words every API uses.
+fn to_request(item: &CheckItem) -> Request<'_> {
+    Request {
         key: &item.key,
         route: &item.route,
-        cost,
+        cost: item.cost.unwrap_or(1),
         tier: present(&item.tier),
         ip: present(&item.ip),
-    })
+    }
 }
 
 fn present(s: &str) -> Option<&str> {
@@ -77,11 +68,7 @@ pub(crate) fn check_result(verdict: &Verdict) -> CheckResult {
             allowed: verdict.allowed,
             limit: a.decision.limit,
             remaining: a.decision.remaining,
-            retry_after_ms: if verdict.allowed {
-                0
-            } else {
-                a.decision.retry_after_ms()
-            },
+            retry_after_ms: a.decision.retry_after_ms(),
             reset_at_ms: a.decision.reset_at,
             rule: a.rule.name.to_string(),
             delay_ms: ceil_ms(a.decision.delay),
@@ -93,13 +80,6 @@ pub(crate) fn check_result(verdict: &Verdict) -> CheckResult {
             limited: false,
             ..CheckResult::default()
         },
-    }
-}
-
-fn errored(error: ItemError) -> CheckResult {
-    CheckResult {
-        error: Some(error),
-        ..CheckResult::default()
     }
 }
 
@@ -124,45 +104,37 @@ impl RateLimiter for RateLimiterService {
             )));
         }
 
-        let mapped: Vec<Result<Request<'_>, ItemError>> = items.iter().map(to_request).collect();
-        let requests: Vec<Request<'_>> = mapped
-            .iter()
-            .filter_map(|m| m.as_ref().ok().copied())
-            .collect();
+        let requests: Vec<Request<'_>> = items.iter().map(to_request).collect();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
-        let mut verdicts = self.state.engine.check_many(&requests).await.into_iter();
+        let verdicts = self.state.engine.check_many(&requests).await;
         // One pass decides the whole batch; each item is charged its share so
         // the latency histogram stays per check.
-        let per_item = started.elapsed() / u32::try_from(requests.len().max(1)).unwrap_or(1);
-
-        let mut results = Vec::with_capacity(items.len());
-        for m in mapped {
-            let result = match m {
-                Err(e) => {
-                    metrics.record_rejected_input("cost");
-                    errored(e)
-                }
-                Ok(_) => match verdicts.next() {
-                    Some(Ok(v)) => {
-                        metrics.record_verdict(&v, per_item);
-                        check_result(&v)
-                    }
-                    Some(Err(f)) => {
-                        metrics.record_failure(&f, per_item);
-                        errored(item_error(&f))
-                    }
-                    None => {
-                        // check_many answers every request; a short answer is a
-                        // bug in the engine, reported per item instead of a panic.
-                        let f = CheckFailure::Unavailable("no verdict for this item".into());
-                        metrics.record_failure(&f, per_item);
-                        errored(item_error(&f))
-                    }
-                },
-            };
-            results.push(result);
+        let per_item = started.elapsed() / u32::try_from(requests.len()).unwrap_or(u32::MAX);
+        if verdicts.len() != requests.len() {
+            // check_many answers every request; anything else is an engine bug,
+            // and answering results[i] for the wrong items[i] would be worse.
+            return Err(Status::internal(
+                "the engine answered a different number of checks",
+            ));
         }
+
+        let results = verdicts
+            .iter()
+            .map(|outcome| match outcome {
+                Ok(v) => {
+                    metrics.record_verdict(v, per_item);
+                    check_result(v)
+                }
+                Err(f) => {
+                    metrics.record_failure(f, per_item);
+                    CheckResult {
+                        error: Some(item_error(f)),
+                        ..CheckResult::default()
+                    }
+                }
+            })
+            .collect();
         Ok(Response::new(CheckResponse { results }))
     }
 }
