@@ -10,6 +10,8 @@ use parking_lot::Mutex;
 use thiserror::Error;
 use weir_core::{CheckError, Decision, Limiter, Request, Rule, RuleSet, RulesError, Verdict};
 
+use crate::cluster::Cluster;
+
 /// Why a check produced no verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CheckFailure {
@@ -71,6 +73,9 @@ pub enum OwnerFailure {
 pub struct Engine {
     limiter: Arc<Limiter>,
     strategy: Strategy,
+    /// Present when this node is a cluster member; the owner strategy
+    /// forwards through it and rule writes are pushed through it.
+    cluster: Option<Arc<Cluster>>,
     /// Serializes rule changes so two concurrent updates cannot both build
     /// on the same version and lose one of them.
     rules_write: Mutex<()>,
@@ -82,8 +87,25 @@ impl Engine {
         Engine {
             limiter,
             strategy: Strategy::Owner,
+            cluster: None,
             rules_write: Mutex::new(()),
         }
+    }
+
+    /// An engine whose checks are decided by each key's owner in `cluster`
+    /// (the owner strategy), and whose rule writes reach every member.
+    pub fn clustered(limiter: Arc<Limiter>, cluster: Arc<Cluster>) -> Engine {
+        Engine {
+            cluster: Some(cluster),
+            ..Engine::local(limiter)
+        }
+    }
+
+    /// Selects the strategy. Only `owner` forwards; `gossip` and `divide`
+    /// decide on this node's counters for now.
+    pub fn with_strategy(mut self, strategy: Strategy) -> Engine {
+        self.strategy = strategy;
+        self
     }
 
     pub fn limiter(&self) -> &Arc<Limiter> {
@@ -94,15 +116,33 @@ impl Engine {
         self.strategy
     }
 
-    pub async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
-        self.limiter.check(req).map_err(CheckFailure::from)
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
     }
 
-    /// Many checks, each with its own verdict, in order.
+    fn forwarding(&self) -> Option<&Arc<Cluster>> {
+        self.cluster
+            .as_ref()
+            .filter(|_| self.strategy == Strategy::Owner)
+    }
+
+    pub async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
+        match self.forwarding() {
+            Some(cluster) => cluster.check(req).await,
+            None => self.limiter.check(req).map_err(CheckFailure::from),
+        }
+    }
+
+    /// Many checks, each with its own verdict, in order. In a cluster they
+    /// are issued together, so checks for one owner share Decide calls.
     pub async fn check_many(&self, reqs: &[Request<'_>]) -> Vec<Result<Verdict, CheckFailure>> {
-        reqs.iter()
-            .map(|r| self.limiter.check(r).map_err(CheckFailure::from))
-            .collect()
+        match self.forwarding() {
+            Some(cluster) => futures::future::join_all(reqs.iter().map(|r| cluster.check(r))).await,
+            None => reqs
+                .iter()
+                .map(|r| self.limiter.check(r).map_err(CheckFailure::from))
+                .collect(),
+        }
     }
 
     /// One request against a rule the request carries itself (an Envoy
@@ -130,20 +170,31 @@ impl Engine {
         tier: Option<&str>,
         rules: Vec<Rule>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        let _guard = self.rules_write.lock();
-        let current = self.limiter.rules();
-        let next = current.with_tier(tier, rules, current.version() + 1)?;
-        self.limiter.install(next);
-        Ok(self.limiter.rules())
+        self.write_rules(|current| current.with_tier(tier, rules, current.version() + 1))
     }
 
     /// Installs a whole set (a reloaded rules file). It takes the file's
     /// version when that is newer, else the next version, so versions only grow.
     pub fn install(&self, set: RuleSet) -> Arc<RuleSet> {
+        let written = self.write_rules(|current| {
+            let version = set.version().max(current.version() + 1);
+            Ok(set.with_version(version))
+        });
+        written.unwrap_or_else(|_| self.limiter.rules())
+    }
+
+    /// One rule write: in a cluster, under the cluster's rule lock and
+    /// pushed to every member; alone, under this engine's lock.
+    fn write_rules(
+        &self,
+        write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        if let Some(cluster) = &self.cluster {
+            return cluster.write_rules(write);
+        }
         let _guard = self.rules_write.lock();
-        let current = self.limiter.rules().version();
-        let version = set.version().max(current + 1);
-        self.limiter.install(set.with_version(version));
-        self.limiter.rules()
+        let next = write(&self.limiter.rules())?;
+        self.limiter.install(next);
+        Ok(self.limiter.rules())
     }
 }

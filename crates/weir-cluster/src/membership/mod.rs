@@ -1,6 +1,7 @@
 //! SWIM membership (foca over UDP): who is in the cluster, watched so the ring can follow.
 
 mod auth;
+mod blackhole;
 mod identity;
 mod runtime;
 
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use auth::TAG_LEN;
+pub use blackhole::Blackhole;
 pub use identity::NodeIdentity;
 
 use auth::PacketAuth;
@@ -113,6 +115,8 @@ pub struct MembershipConfig {
     pub foca: foca::Config,
     /// How often to re-announce to the seeds while this node knows no peer.
     pub announce_interval: Duration,
+    /// Fault injection: gossip to and from these addresses is dropped.
+    pub blackhole: Option<Blackhole>,
 }
 
 impl std::fmt::Debug for MembershipConfig {
@@ -124,6 +128,7 @@ impl std::fmt::Debug for MembershipConfig {
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("foca", &self.foca)
             .field("announce_interval", &self.announce_interval)
+            .field("blackhole", &self.blackhole)
             .finish()
     }
 }
@@ -138,6 +143,7 @@ impl MembershipConfig {
             secret: None,
             foca: Self::lan_foca_config(),
             announce_interval: Duration::from_secs(1),
+            blackhole: None,
         }
     }
 
@@ -345,6 +351,7 @@ impl Membership {
             foca_config,
             socket,
             auth,
+            config.blackhole.clone(),
             seeds,
             config.announce_interval,
             Arc::clone(&shared),

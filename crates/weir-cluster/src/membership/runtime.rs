@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::auth::PacketAuth;
+use super::blackhole::Blackhole;
 use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
 
 type SwimNode = Foca<NodeIdentity, PostcardCodec, SmallRng, NoCustomBroadcast>;
@@ -51,6 +52,7 @@ pub(super) struct Driver {
     rt: AccumulatingRuntime<NodeIdentity>,
     socket: UdpSocket,
     auth: Option<PacketAuth>,
+    blackhole: Option<Blackhole>,
     seeds: Vec<SocketAddr>,
     announce_interval: Duration,
     timers: BinaryHeap<Reverse<Scheduled>>,
@@ -70,6 +72,7 @@ impl Driver {
         config: foca::Config,
         socket: UdpSocket,
         auth: Option<PacketAuth>,
+        blackhole: Option<Blackhole>,
         seeds: Vec<SocketAddr>,
         announce_interval: Duration,
         shared: Arc<Shared>,
@@ -84,6 +87,7 @@ impl Driver {
             rt: AccumulatingRuntime::new(),
             socket,
             auth,
+            blackhole,
             seeds,
             announce_interval,
             timers: BinaryHeap::new(),
@@ -134,6 +138,9 @@ impl Driver {
     }
 
     fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+        if self.blackhole.as_ref().is_some_and(|b| b.contains(from)) {
+            return;
+        }
         let stats = &self.shared.stats;
         Counters::add(&stats.packets_in, 1);
         Counters::add(&stats.bytes_in, datagram.len() as u64);
@@ -217,6 +224,9 @@ impl Driver {
     }
 
     async fn send(&mut self, to: SocketAddr, payload: &[u8]) {
+        if self.blackhole.as_ref().is_some_and(|b| b.contains(to)) {
+            return;
+        }
         self.out.clear();
         self.out.extend_from_slice(payload);
         if let Some(auth) = &self.auth {

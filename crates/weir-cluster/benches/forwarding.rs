@@ -1,0 +1,3 @@
+//! Forwarding cost on a 3-node loopback cluster (see docs/performance.md, "Forwarding").
+
+fn main() {}

@@ -1,0 +1,195 @@
+//! The deny cache (seed, "The deny cache"): "denied until T" per counter, answered with no round trip.
+//!
+//! It holds denials only, so it can never over-admit; the worst it does is
+//! keep refusing a caller until T when a refund elsewhere freed budget a
+//! little earlier, an error in the safe direction and already announced in
+//! the Retry-After the caller was given.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use compact_str::CompactString;
+use dashmap::DashMap;
+use weir_core::{Decision, Nanos};
+
+/// One cached denial.
+#[derive(Debug, Clone)]
+struct Entry {
+    rule: Arc<str>,
+    /// Gateway-local clock reading until which the counter stays blocked.
+    until: Nanos,
+    /// The cost that was denied. A smaller request may fit sooner (a token
+    /// bucket refills gradually), so only a cost at least this large hits.
+    cost: u64,
+    limit: u64,
+    reset_at: u64,
+}
+
+/// Denials by hash part, then rule: one caller has one or two limits, so a
+/// short list per hash part beats a composite key that would allocate on
+/// every lookup.
+pub(crate) struct DenyCache {
+    map: DashMap<CompactString, Vec<Entry>>,
+    max_keys: usize,
+}
+
+impl DenyCache {
+    pub fn new(max_keys: usize) -> Self {
+        DenyCache {
+            map: DashMap::new(),
+            max_keys,
+        }
+    }
+
+    /// The cached denial of `cost` on (rule, hash_part) at local time `now`,
+    /// with Retry-After counted down to what is left. Expired entries are
+    /// dropped on the way.
+    pub fn lookup(&self, rule: &str, hash_part: &str, cost: u64, now: Nanos) -> Option<Decision> {
+        let found = {
+            let entries = self.map.get(hash_part)?;
+            let e = entries.iter().find(|e| &*e.rule == rule)?;
+            if e.until <= now {
+                None
+            } else if cost >= e.cost {
+                Some(Decision {
+                    allowed: false,
+                    limit: e.limit,
+                    remaining: 0,
+                    retry_after: Duration::from_nanos(e.until - now),
+                    reset_at: e.reset_at,
+                    delay: Duration::ZERO,
+                    at: now,
+                })
+            } else {
+                return None;
+            }
+        };
+        if found.is_none() {
+            self.expire(hash_part, now);
+        }
+        found
+    }
+
+    /// Records a denial an owner returned; `now` is the local clock when
+    /// the check was sent, so the entry never outlives the owner's answer.
+    pub fn insert(&self, rule: &Arc<str>, hash_part: &str, cost: u64, d: &Decision, now: Nanos) {
+        if d.allowed || d.retry_after.is_zero() {
+            return;
+        }
+        if self.map.len() >= self.max_keys && !self.map.contains_key(hash_part) {
+            self.purge(now);
+            if self.map.len() >= self.max_keys {
+                // Full of live denials: skipping one only costs a round trip.
+                return;
+            }
+        }
+        let until = now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
+        let entry = Entry {
+            rule: rule.clone(),
+            until,
+            cost,
+            limit: d.limit,
+            reset_at: d.reset_at,
+        };
+        let mut entries = self.map.entry(CompactString::new(hash_part)).or_default();
+        match entries.iter_mut().find(|e| e.rule == *rule) {
+            // A live denial of a smaller cost blocks more requests and is
+            // true until its own time; a larger cost's later time says
+            // nothing about the smaller one, so keep the entry as it is.
+            Some(e) if e.until > now && e.cost <= cost => {}
+            Some(e) => *e = entry,
+            None => entries.push(entry),
+        }
+    }
+
+    fn expire(&self, hash_part: &str, now: Nanos) {
+        self.map.remove_if_mut(hash_part, |_, entries| {
+            entries.retain(|e| e.until > now);
+            entries.is_empty()
+        });
+    }
+
+    /// Drops every expired denial.
+    pub fn purge(&self, now: Nanos) {
+        self.map.retain(|_, entries| {
+            entries.retain(|e| e.until > now);
+            !entries.is_empty()
+        });
+    }
+
+    /// Forgets everything: a new rule set may have raised the limits.
+    pub fn clear(&self) {
+        self.map.clear();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::NANOS_PER_SEC;
+
+    fn denial(retry_secs: u64) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            retry_after: Duration::from_secs(retry_secs),
+            reset_at: 99_000,
+            delay: Duration::ZERO,
+            at: 1,
+        }
+    }
+
+    #[test]
+    fn a_denial_is_answered_until_its_retry_time_then_forgotten() {
+        let c = DenyCache::new(100);
+        let rule: Arc<str> = Arc::from("r");
+        let t0 = 1_000 * NANOS_PER_SEC;
+        c.insert(&rule, "k", 1, &denial(6), t0);
+        let hit = c.lookup("r", "k", 1, t0 + 2 * NANOS_PER_SEC).unwrap();
+        assert!(!hit.allowed);
+        assert_eq!(hit.retry_after, Duration::from_secs(4));
+        assert_eq!(hit.limit, 10);
+        assert!(c.lookup("other-rule", "k", 1, t0).is_none());
+        assert!(c.lookup("r", "other-key", 1, t0).is_none());
+        assert!(c.lookup("r", "k", 1, t0 + 6 * NANOS_PER_SEC).is_none());
+        assert_eq!(c.len(), 0, "an expired entry is dropped on lookup");
+    }
+
+    #[test]
+    fn a_smaller_cost_than_the_denied_one_is_not_answered() {
+        let c = DenyCache::new(100);
+        let rule: Arc<str> = Arc::from("r");
+        c.insert(&rule, "k", 5, &denial(6), 0);
+        assert!(c.lookup("r", "k", 4, 1).is_none());
+        assert!(c.lookup("r", "k", 5, 1).is_some());
+        assert!(c.lookup("r", "k", 9, 1).is_some());
+    }
+
+    #[test]
+    fn allowed_decisions_are_never_cached() {
+        let c = DenyCache::new(100);
+        let mut d = denial(6);
+        d.allowed = true;
+        c.insert(&Arc::from("r"), "k", 1, &d, 0);
+        assert!(c.lookup("r", "k", 1, 1).is_none());
+    }
+
+    #[test]
+    fn a_full_cache_skips_new_keys_and_clear_empties_it() {
+        let c = DenyCache::new(2);
+        let rule: Arc<str> = Arc::from("r");
+        c.insert(&rule, "a", 1, &denial(6), 0);
+        c.insert(&rule, "b", 1, &denial(6), 0);
+        c.insert(&rule, "c", 1, &denial(6), 0);
+        assert_eq!(c.len(), 2);
+        assert!(c.lookup("r", "c", 1, 1).is_none());
+        c.clear();
+        assert!(c.lookup("r", "a", 1, 1).is_none());
+    }
+}

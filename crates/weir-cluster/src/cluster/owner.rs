@@ -1,0 +1,319 @@
+//! The owner path: every limit of a check decided by its key's owner, all or nothing.
+//!
+//! A gateway selects the limits locally, answers at once if the deny cache
+//! already holds a denial for one of them, and otherwise asks each limit's
+//! owner concurrently (itself directly, others through their batchers).
+//! The protocol is consume-then-refund: if any enforcing limit denies, the
+//! limits that admitted are refunded at the decision time their owner
+//! returned, so a denied request consumes nothing. Between a consume and
+//! its refund a concurrent request can see that budget briefly spent, so
+//! the race can only under-admit, never over-admit.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use compact_str::CompactString;
+use weir_core::{Applied, CheckError, Decision, InputField, Request, Rule, Verdict, NANOS_PER_MS};
+use weir_proto::weir::v1::op_result::Outcome;
+use weir_proto::weir::v1::{
+    CounterOp, Decision as WireDecision, OpKind, OpResult, PeerError, PeerErrorCode,
+};
+
+use super::peers::PeerFailure;
+use super::status::bump;
+use super::{Inner, LocalOutcome};
+use crate::engine::{CheckFailure, OwnerFailure};
+use crate::ring::Ring;
+
+/// Where one limit was decided, so a refund goes back to the same place.
+enum Via {
+    Local,
+    Remote { id: String, addr: SocketAddr },
+    Fallback,
+    Open,
+}
+
+struct Step {
+    rule: Arc<Rule>,
+    hash_part: CompactString,
+    decision: Decision,
+    via: Via,
+}
+
+pub(crate) fn decision_from_wire(d: &WireDecision) -> Decision {
+    Decision {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        retry_after: Duration::from_nanos(d.retry_after_ns),
+        reset_at: d.reset_at_ms,
+        delay: Duration::from_nanos(d.delay_ns),
+        at: d.at,
+    }
+}
+
+pub(crate) fn decision_to_wire(d: &Decision) -> WireDecision {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    WireDecision {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        retry_after_ns: ns(d.retry_after),
+        reset_at_ms: d.reset_at,
+        delay_ns: ns(d.delay),
+        at: d.at,
+    }
+}
+
+impl Inner {
+    pub(crate) async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
+        let (rules, sel) = self.limiter.select(req)?;
+        if sel.is_empty() {
+            return Ok(Verdict {
+                allowed: true,
+                applied: Vec::new(),
+            });
+        }
+        let ring = self.routing_ring();
+        let now = self.limiter.now();
+        let picks: Vec<(&Arc<Rule>, &CompactString)> = sel
+            .iter()
+            .map(|s| (&rules.rules()[s.rule], &s.hash_part))
+            .collect();
+        // Only remote keys are cached: a local one costs no round trip.
+        for &(rule, hash_part) in &picks {
+            if rule.shadow || ring.owner_id(hash_part).is_none_or(|o| o == self.me) {
+                continue;
+            }
+            if let Some(decision) = self.deny.lookup(&rule.name, hash_part, req.cost, now) {
+                bump(&self.net.stats.deny_cache_hits, 1);
+                return Ok(Verdict {
+                    allowed: false,
+                    applied: vec![Applied {
+                        rule: rule.clone(),
+                        hash_part: hash_part.clone(),
+                        decision,
+                    }],
+                });
+            }
+        }
+        let outcomes = match picks.as_slice() {
+            [(rule, hash_part)] => vec![self.decide_one(&ring, rule, hash_part, req.cost).await],
+            _ => {
+                let each = picks
+                    .iter()
+                    .map(|(rule, hash_part)| self.decide_one(&ring, rule, hash_part, req.cost));
+                futures::future::join_all(each).await
+            }
+        };
+        let mut steps = Vec::with_capacity(outcomes.len());
+        let mut failure = None;
+        for o in outcomes {
+            match o {
+                Ok(step) => steps.push(step),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
+        if denied || failure.is_some() {
+            for s in steps.iter().filter(|s| s.decision.allowed) {
+                self.refund(s, req.cost);
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for s in &steps {
+            if matches!(s.via, Via::Remote { .. }) && !s.rule.shadow && !s.decision.allowed {
+                self.deny
+                    .insert(&s.rule.name, &s.hash_part, req.cost, &s.decision, now);
+            }
+        }
+        Ok(Verdict {
+            allowed: !denied,
+            applied: steps
+                .into_iter()
+                .map(|s| Applied {
+                    rule: s.rule,
+                    hash_part: s.hash_part,
+                    decision: s.decision,
+                })
+                .collect(),
+        })
+    }
+
+    async fn decide_one(
+        &self,
+        ring: &Ring,
+        rule: &Arc<Rule>,
+        hash_part: &CompactString,
+        cost: u64,
+    ) -> Result<Step, CheckFailure> {
+        let step = |decision, via| Step {
+            rule: rule.clone(),
+            hash_part: hash_part.clone(),
+            decision,
+            via,
+        };
+        let (id, addr) = match ring.owner(hash_part) {
+            Some(o) if o.id != self.me => (o.id.clone(), o.grpc),
+            _ => match self.consume_local(&rule.name, hash_part, cost) {
+                LocalOutcome::Decided(d) => return Ok(step(d?, Via::Local)),
+                LocalOutcome::Moved => {
+                    // Leaving: wait until the counters are with their new
+                    // owners, then ask the new owner.
+                    self.handover_done().await;
+                    match self.routing_ring().owner(hash_part) {
+                        Some(o) if o.id != self.me => (o.id.clone(), o.grpc),
+                        _ => {
+                            return Err(CheckFailure::Unavailable(
+                                "this node is leaving and no other member is left".into(),
+                            ))
+                        }
+                    }
+                }
+            },
+        };
+        let (decision, via) = self.ask_owner(rule, hash_part, cost, id, addr).await?;
+        Ok(step(decision, via))
+    }
+
+    /// Sends one consume to a remote owner and applies the owner-failure
+    /// policy when it does not answer in time.
+    async fn ask_owner(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        id: String,
+        addr: SocketAddr,
+    ) -> Result<(Decision, Via), CheckFailure> {
+        let now = self.limiter.now();
+        if self.fallback.bypass(&id, now) {
+            return self.undecided(rule, hash_part, cost, &id, "owner in fallback");
+        }
+        let op = CounterOp {
+            rule: rule.name.to_string(),
+            key: hash_part.to_string(),
+            cost,
+            kind: OpKind::Consume as i32,
+            at: 0,
+        };
+        let deadline = self.config.owner_deadline;
+        let reply = match self.batchers.submit(&id, addr, op) {
+            Ok(rx) => match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Err(PeerFailure::Unreachable("batcher stopped".into())),
+                Err(_) => Err(PeerFailure::Timeout(deadline)),
+            },
+            Err(f) => Err(f),
+        };
+        match reply {
+            Ok(OpResult {
+                outcome: Some(Outcome::Decision(d)),
+            }) => {
+                self.fallback.answered(&id, now);
+                Ok((decision_from_wire(&d), Via::Remote { id, addr }))
+            }
+            Ok(OpResult {
+                outcome: Some(Outcome::Error(e)),
+            }) => {
+                self.fallback.answered(&id, now);
+                self.peer_error(rule, hash_part, cost, &id, e)
+            }
+            Ok(OpResult { outcome: None }) => {
+                self.undecided(rule, hash_part, cost, &id, "empty answer")
+            }
+            Err(f) => {
+                let why = f.to_string();
+                self.fallback.failed(&id, now, &why);
+                self.undecided(rule, hash_part, cost, &id, &why)
+            }
+        }
+    }
+
+    fn peer_error(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: &str,
+        e: PeerError,
+    ) -> Result<(Decision, Via), CheckFailure> {
+        let input = |field, reason| Err(CheckFailure::Input(CheckError::Invalid { field, reason }));
+        match PeerErrorCode::try_from(e.code).unwrap_or(PeerErrorCode::Unspecified) {
+            PeerErrorCode::CostExceedsLimit => {
+                Err(CheckFailure::Input(CheckError::CostExceedsLimit {
+                    rule: rule.name.to_string(),
+                    cost,
+                    max: rule.policy.max_cost(),
+                }))
+            }
+            PeerErrorCode::InvalidCost => input(InputField::Cost, "must be at least 1"),
+            PeerErrorCode::InvalidKey => input(InputField::Key, "must not be empty"),
+            PeerErrorCode::StoreFull => Err(CheckFailure::Unavailable(e.message)),
+            // The owner cannot decide this op (its rules lag behind ours,
+            // or it is leaving): decide as if it had not answered. It pulls
+            // our newer rules from the version the call carried.
+            PeerErrorCode::UnknownRule | PeerErrorCode::NotOwner | PeerErrorCode::Unspecified => {
+                self.undecided(rule, hash_part, cost, owner, &e.message)
+            }
+        }
+    }
+
+    /// The owner-failure policy for one limit.
+    fn undecided(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: &str,
+        why: &str,
+    ) -> Result<(Decision, Via), CheckFailure> {
+        match self.config.on_owner_failure {
+            OwnerFailure::Local => {
+                bump(&self.net.stats.fallback_decisions, 1);
+                let d = self.fallback.consume(&rule.name, hash_part, cost)?;
+                Ok((d, Via::Fallback))
+            }
+            OwnerFailure::Open => {
+                let now = self.limiter.now();
+                let window_ms = u64::try_from(rule.window.as_millis()).unwrap_or(u64::MAX);
+                let d = Decision {
+                    allowed: true,
+                    limit: rule.limit,
+                    remaining: rule.limit.saturating_sub(cost),
+                    retry_after: Duration::ZERO,
+                    reset_at: (now / NANOS_PER_MS).saturating_add(window_ms),
+                    delay: Duration::ZERO,
+                    at: now,
+                };
+                Ok((d, Via::Open))
+            }
+            OwnerFailure::Closed => Err(CheckFailure::Unavailable(format!(
+                "the owner of this key ({owner}) did not answer: {why}"
+            ))),
+        }
+    }
+
+    fn refund(&self, s: &Step, cost: u64) {
+        let (rule, hash_part, at) = (&*s.rule.name, s.hash_part.as_str(), s.decision.at);
+        match &s.via {
+            Via::Local => self.limiter.refund(rule, hash_part, at, cost),
+            Via::Remote { id, addr } => self.batchers.send_and_forget(
+                id,
+                *addr,
+                CounterOp {
+                    rule: rule.to_string(),
+                    key: hash_part.to_string(),
+                    cost,
+                    kind: OpKind::Refund as i32,
+                    at,
+                },
+            ),
+            Via::Fallback => self.fallback.refund(rule, hash_part, at, cost),
+            Via::Open => {}
+        }
+    }
+}
