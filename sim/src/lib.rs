@@ -1,2 +1,27 @@
-//! The simulation harness.
-#![forbid(unsafe_code)]
+//! weir-sim: runs an N-node weir cluster on this machine and scores every verdict against an exact reference limiter.
+//!
+//! [`run::run`] is the whole program; tests build a [`session::Session`] and
+//! drive single plans from [`workloads`] through it.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod cluster;
+pub mod error;
+pub mod faults;
+pub mod guard;
+pub mod load;
+pub mod netns;
+pub mod plot;
+pub mod reference;
+pub mod report;
+pub mod rules;
+pub mod run;
+pub mod score;
+pub mod scrape;
+pub mod session;
+pub mod signal;
+pub mod target;
+pub mod weir_bin;
+pub mod workloads;
+
+pub use error::SimError;
