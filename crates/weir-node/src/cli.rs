@@ -190,6 +190,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         owner_deadline: nonzero("--owner-deadline", args.owner_deadline, d.owner_deadline)?,
         admin_token: secret("--admin-token", &args.admin_token)?,
         cluster_secret: secret("--cluster-secret", &args.cluster_secret)?,
+        gossip_profile: d.gossip_profile,
         retry_jitter: args.retry_jitter,
         limits: InputLimits {
             max_body_bytes: positive(
@@ -288,7 +289,9 @@ fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in journald or a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -10,7 +10,8 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use weir_cluster::Engine;
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::{resolve_seeds, Cluster, ClusterConfig, ClusterError, Engine};
 use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 
 use crate::config::ServeConfig;
@@ -32,10 +33,15 @@ pub enum NodeError {
     },
     #[error("invalid rules file {path}: {source}")]
     Rules { path: String, source: RulesError },
+    #[error("cannot join the cluster: {0}")]
+    Cluster(#[from] ClusterError),
 }
 
 /// How often idle keys are dropped.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How long start waits for seed names to resolve (a DNS record may appear
+/// a little after the pod it names).
+const SEED_PATIENCE: Duration = Duration::from_secs(5);
 
 /// A running node. Dropping it does not stop it; call [`Node::shutdown`].
 pub struct Node {
@@ -79,7 +85,6 @@ impl Node {
                 max_keys_per_rule: config.max_keys_per_rule,
             },
         ));
-        let engine = Arc::new(Engine::local(limiter.clone()));
         let http_listener = bind("HTTP", config.http).await?;
         let grpc_listener = bind("gRPC", config.grpc).await?;
         let http_addr = http_listener
@@ -97,6 +102,12 @@ impl Node {
             .node_id
             .clone()
             .unwrap_or_else(|| http_addr.to_string());
+        // Every node is a cluster member; one started without seeds is a
+        // cluster of one until another joins through it.
+        let cluster = Arc::new(start_cluster(&config, &node_id, limiter.clone()).await?);
+        config.gossip = cluster.gossip_addr();
+        let engine =
+            Arc::new(Engine::clustered(limiter.clone(), cluster).with_strategy(config.strategy));
         let state = Arc::new(NodeState {
             node_id,
             engine,
@@ -147,10 +158,14 @@ impl Node {
         &self.state
     }
 
-    /// Stops accepting, lets in-flight requests finish (up to the drain
-    /// timeout), then returns.
+    /// Leaves the cluster (handing its counters to their new owners), then
+    /// stops accepting, lets in-flight requests finish (up to the drain
+    /// timeout), and returns.
     pub async fn shutdown(self) {
         self.state.ready.store(false, Ordering::SeqCst);
+        if let Some(cluster) = self.state.engine.cluster() {
+            cluster.leave().await;
+        }
         let _ = self.stop.send(true);
         let drain = self.state.config.drain_timeout;
         let all = futures::future::join_all(self.tasks);
@@ -161,11 +176,43 @@ impl Node {
     }
 }
 
-/// Resolves when the stop flag is raised.
-fn signal(mut stopped: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = stopped.wait_for(|s| *s).await;
+impl Node {
+    /// Stops everything at once with no goodbye and no handoff, as a crash
+    /// would: peers notice through failure detection. For tests.
+    pub fn kill(self) {
+        if let Some(cluster) = self.state.engine.cluster() {
+            cluster.kill();
+        }
+        self.state.ready.store(false, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.abort();
+        }
+        tracing::info!(node = %self.state.node_id, "weir node killed");
     }
+}
+
+async fn start_cluster(
+    config: &ServeConfig,
+    node_id: &str,
+    limiter: Arc<Limiter>,
+) -> Result<Cluster, NodeError> {
+    let identity = NodeIdentity::new(node_id, config.gossip, config.grpc);
+    let mut cc = ClusterConfig::new(identity, config.gossip);
+    cc.seeds = resolve_seeds(&config.seeds, SEED_PATIENCE).await;
+    cc.secret = config
+        .cluster_secret
+        .as_ref()
+        .map(|s| s.as_bytes().to_vec());
+    cc.owner_deadline = config.owner_deadline;
+    cc.on_owner_failure = config.on_owner_failure;
+    cc.gossip_profile = config.gossip_profile;
+    Ok(Cluster::start(cc, limiter).await?)
+}
+
+/// Resolves when the stop flag is raised.
+async fn signal(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
 }
 
 async fn sweep(limiter: Arc<Limiter>, stop: impl Future<Output = ()>) {

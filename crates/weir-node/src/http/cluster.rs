@@ -12,21 +12,68 @@ pub async fn get_cluster(State(state): State<Arc<NodeState>>) -> Json<Value> {
     Json(cluster_view(&state))
 }
 
-/// The whole document in one place, so membership can replace the member
-/// list without touching the handler.
+/// The whole document in one place: membership, ring shares, fallback
+/// state and the cluster's counters, as this node sees them.
 pub fn cluster_view(state: &NodeState) -> Value {
-    let config = &state.config;
+    let engine = &state.engine;
+    let Some(cluster) = engine.cluster() else {
+        let config = &state.config;
+        return json!({
+            "node_id": state.node_id,
+            "strategy": engine.strategy().as_str(),
+            "rules_version": engine.rules().version(),
+            "fallback": {"active": false, "owners": [], "entered_total": 0},
+            "members": [{
+                "id": state.node_id,
+                "gossip": config.gossip.to_string(),
+                "grpc": config.grpc.to_string(),
+                "state": "alive",
+                "ring_share": 1.0,
+            }],
+        });
+    };
+    let members: Vec<Value> = cluster
+        .members_status()
+        .into_iter()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "gossip": m.gossip.to_string(),
+                "grpc": m.grpc.to_string(),
+                "state": m.state.as_str(),
+                "ring_share": m.ring_share,
+            })
+        })
+        .collect();
+    let fallback = cluster.fallback_status();
+    let s = cluster.stats();
     json!({
         "node_id": state.node_id,
-        "strategy": state.engine.strategy().as_str(),
-        "rules_version": state.engine.rules().version(),
-        "fallback": {"active": false},
-        "members": [{
-            "id": state.node_id,
-            "gossip": config.gossip.to_string(),
-            "grpc": config.grpc.to_string(),
-            "state": "alive",
-            "ring_share": 1.0,
-        }],
+        "strategy": engine.strategy().as_str(),
+        "rules_version": engine.rules().version(),
+        "fallback": {
+            "active": fallback.active,
+            "owners": fallback.owners,
+            "entered_total": fallback.entered_total,
+        },
+        "members": members,
+        "stats": {
+            "peer_calls": s.peer_calls,
+            "peer_ops": s.peer_ops,
+            "peer_failures": s.peer_failures,
+            "deny_cache_hits": s.deny_cache_hits,
+            "fallback_decisions": s.fallback_decisions,
+            "fallback_entered": s.fallback_entered,
+            "fallback_left": s.fallback_left,
+            "handoffs_sent": s.handoffs_sent,
+            "handoffs_received": s.handoffs_received,
+            "keys_moved_out": s.keys_moved_out,
+            "keys_moved_in": s.keys_moved_in,
+            "keys_lost": s.keys_lost,
+            "rules_pushed": s.rules_pushed,
+            "rules_adopted": s.rules_adopted,
+            "unauthenticated": s.unauthenticated,
+            "strays": s.strays,
+        },
     })
 }
