@@ -10,7 +10,14 @@ use weir_node::{Node, ServeConfig};
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// Ephemeral ports for every listener, so parallel tests never collide.
-const EPHEMERAL: [&str; 4] = ["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"];
+const EPHEMERAL: [&str; 6] = [
+    "--http",
+    "127.0.0.1:0",
+    "--grpc",
+    "127.0.0.1:0",
+    "--gossip",
+    "127.0.0.1:0",
+];
 
 fn run(args: &[&str]) -> Output {
     Command::new(WEIR)

@@ -121,8 +121,8 @@ fn cost(v: Option<&Value>) -> Result<u64, InputError> {
         return Err(err("cost", format!("must be at least 1, got {i}")));
     }
     let f = n.as_f64().unwrap_or(f64::NAN);
-    // Written `!(f >= 1.0)` so NaN, which fails every comparison, is refused.
-    if !(f >= 1.0) {
+    // NaN fails every comparison, so it is named rather than slipping past `< 1`.
+    if f.is_nan() || f < 1.0 {
         return Err(err("cost", format!("must be at least 1, got {n}")));
     }
     if f.fract() != 0.0 {
