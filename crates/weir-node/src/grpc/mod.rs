@@ -1,4 +1,4 @@
-//! The gRPC APIs (tonic): weir.v1.RateLimiter and Envoy's RateLimitService.
+//! The gRPC APIs (tonic): weir.v1.RateLimiter, Envoy's RateLimitService, and weir.v1.Peer.
 
 mod envoy;
 pub mod envoy_map;
@@ -46,10 +46,15 @@ pub async fn serve(
     let max_bytes = max_message_bytes(state.config.limits.max_batch_items);
     let weir = RateLimiterServer::new(RateLimiterService::new(state.clone()))
         .max_decoding_message_size(max_bytes);
+    // weir.v1.Peer: node-to-node forwarding, behind the cluster secret.
+    let peer = state.engine.cluster().map(|c| c.peer_service());
     let envoy =
         RateLimitServiceServer::new(EnvoyRls::new(state)).max_decoding_message_size(max_bytes);
     let incoming = TcpIncoming::from(listener);
-    let server = Server::builder().add_service(weir).add_service(envoy);
+    let server = Server::builder()
+        .add_service(weir)
+        .add_service(envoy)
+        .add_optional_service(peer);
     if let Err(e) = server.serve_with_incoming_shutdown(incoming, stop).await {
         tracing::error!(error = %e, "gRPC server failed");
     }
