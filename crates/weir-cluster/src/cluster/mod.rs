@@ -318,6 +318,12 @@ impl Cluster {
             .collect()
     }
 
+    /// Traffic counters of the gossip socket (datagrams dropped for a bad
+    /// tag among them).
+    pub fn gossip_stats(&self) -> crate::membership::MembershipStats {
+        self.inner.membership.stats()
+    }
+
     pub fn stats(&self) -> ClusterStats {
         self.inner.net.stats.snapshot(&self.inner.fallback.counts())
     }

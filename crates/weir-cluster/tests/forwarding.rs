@@ -1,0 +1,176 @@
+//! The owner path over real sockets: one owner per key, exact limits across gateways, the deny cache.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use weir_core::Request;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_names_the_same_owner_for_ten_thousand_random_keys() {
+    let nodes = cluster(5, RULES, |_| {}).await;
+    let mut rng = rand::rng();
+    let mut per_owner = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..10_000 {
+        let len = rng.random_range(1..40);
+        let key: String = (0..len).map(|_| rng.random_range(' '..='~')).collect();
+        let owners: Vec<String> = nodes
+            .iter()
+            .map(|n| n.cluster.owner_of(&key).expect("a non-empty ring").id)
+            .collect();
+        assert!(
+            owners.iter().all(|o| *o == owners[0]),
+            "nodes disagree on the owner of {key:?}: {owners:?}"
+        );
+        *per_owner.entry(owners[0].clone()).or_default() += 1;
+    }
+    println!("keys per owner: {per_owner:?}");
+    assert_eq!(per_owner.len(), 5, "every member owns some keys");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_spread_over_every_node_gets_exactly_its_limit() {
+    let nodes = cluster(3, RULES, |_| {}).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    // One key per possible owner, so forwarded and local decisions both count.
+    for owner in &nodes {
+        let key = key_owned_by(&nodes[0], &owner.id, "spread");
+        let admitted = admitted_round_robin(&all, &key, 3 * LIMIT).await;
+        assert_eq!(admitted, LIMIT, "key owned by {}", owner.id);
+    }
+    let forwarded: u64 = nodes.iter().map(|n| n.cluster.stats().peer_ops).sum();
+    assert!(forwarded > 0, "some checks must have been forwarded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_client_is_answered_from_the_deny_cache_with_no_peer_call() {
+    let nodes = cluster(3, RULES, |_| {}).await;
+    let (gateway, owner) = (&nodes[0], &nodes[1]);
+    let key = key_owned_by(gateway, &owner.id, "denied");
+    assert_eq!(
+        admitted_round_robin(&[gateway], &key, LIMIT + 1).await,
+        LIMIT
+    );
+
+    let before = gateway.cluster.stats();
+    let owner_keys_before = owner.engine.limiter().keys();
+    for _ in 0..50 {
+        let v = gateway.check(&key).await.unwrap();
+        assert!(!v.allowed);
+        let d = v.binding().unwrap().decision;
+        assert!(
+            !d.retry_after.is_zero(),
+            "a cached denial still says when to retry"
+        );
+    }
+    let after = gateway.cluster.stats();
+    assert_eq!(
+        after.peer_calls, before.peer_calls,
+        "no Decide call for a cached denial"
+    );
+    assert_eq!(after.peer_ops, before.peer_ops);
+    assert_eq!(after.deny_cache_hits - before.deny_cache_hits, 50);
+    assert_eq!(owner.engine.limiter().keys(), owner_keys_before);
+
+    // Another gateway has no cached denial: it asks the owner, once.
+    let other = &nodes[2];
+    let before = other.cluster.stats();
+    assert!(!other.check(&key).await.unwrap().allowed);
+    assert!(!other.check(&key).await.unwrap().allowed);
+    let after = other.cluster.stats();
+    assert_eq!(after.peer_ops - before.peer_ops, 1);
+    assert_eq!(after.deny_cache_hits - before.deny_cache_hits, 1);
+}
+
+const TWO_LIMITS: &str = r#"
+[[rule]]
+name = "per-client"
+algorithm = "sliding_window_log"
+limit = 5
+window = "60s"
+
+[[rule]]
+name = "per-ip"
+by = "ip"
+algorithm = "sliding_window_log"
+limit = 2
+window = "60s"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_one_limit_denies_consumes_nothing_from_the_others() {
+    let nodes = cluster(3, TWO_LIMITS, |_| {}).await;
+    let gateway = &nodes[0];
+    // The client's counter and the IPs' counters on other owners than the gateway.
+    let client = key_owned_by(gateway, &nodes[1].id, "client");
+    let ip_on = |owner: &str| {
+        (1..=250)
+            .map(|i| format!("10.0.{}.{}", i / 250, i % 250))
+            .find(|ip| gateway.cluster.owner_of(ip).is_some_and(|o| o.id == owner))
+            .expect("some IP lands on every member")
+    };
+    let (ip1, ip2, ip3) = (
+        ip_on(&nodes[2].id),
+        ip_on(&nodes[1].id),
+        ip_on(&nodes[0].id),
+    );
+    let check = |ip: String| {
+        let client = client.clone();
+        async move {
+            let mut r = Request::new(&client, "GET /", 1);
+            r.ip = Some(&ip);
+            gateway.engine.check(&r).await.unwrap().allowed
+        }
+    };
+    let mut from_ip1 = 0;
+    for _ in 0..10 {
+        from_ip1 += usize::from(check(ip1.clone()).await);
+    }
+    assert_eq!(from_ip1, 2, "the IP limit");
+    // The eight refused requests consumed none of the client's 5.
+    let mut rest = 0;
+    for ip in [ip2, ip3] {
+        for _ in 0..4 {
+            rest += usize::from(check(ip.clone()).await);
+        }
+    }
+    assert_eq!(rest, 3, "2 + 3 = the client's 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_for_one_owner_share_decide_calls() {
+    let nodes = cluster(2, RULES, |_| {}).await;
+    let gateway = &nodes[0];
+    let keys: Vec<String> = (0..200)
+        .map(|i| key_owned_by(gateway, &nodes[1].id, &format!("batch{i}")))
+        .collect();
+    let reqs: Vec<Request<'_>> = keys.iter().map(|k| Request::new(k, "GET /", 1)).collect();
+    let before = gateway.cluster.stats();
+    let verdicts = gateway.engine.check_many(&reqs).await;
+    assert!(verdicts.iter().all(|v| v.as_ref().unwrap().allowed));
+    let after = gateway.cluster.stats();
+    let (calls, ops) = (
+        after.peer_calls - before.peer_calls,
+        after.peer_ops - before.peer_ops,
+    );
+    println!("200 forwarded checks took {calls} Decide calls");
+    assert_eq!(ops, 200);
+    assert!(calls <= 8, "{calls} calls for 200 ops: not batched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_batching_off_each_op_is_its_own_call() {
+    let nodes = cluster(2, RULES, |c| {
+        c.batch = weir_cluster::BatchConfig::unbatched(64)
+    })
+    .await;
+    let gateway = &nodes[0];
+    let keys: Vec<String> = (0..50)
+        .map(|i| key_owned_by(gateway, &nodes[1].id, &format!("solo{i}")))
+        .collect();
+    let reqs: Vec<Request<'_>> = keys.iter().map(|k| Request::new(k, "GET /", 1)).collect();
+    let verdicts = gateway.engine.check_many(&reqs).await;
+    assert!(verdicts.iter().all(|v| v.as_ref().unwrap().allowed));
+    let s = gateway.cluster.stats();
+    assert_eq!(s.peer_calls, s.peer_ops);
+}
