@@ -381,6 +381,9 @@ impl Limiter {
         let now = self.clock.now();
         let t = self.tables.load();
         let adhoc: usize = self.adhoc.iter().map(|c| c.sweep(now)).sum();
+        // An ad-hoc table with no keys left is as good as absent: drop it so
+        // the MAX_ADHOC_POLICIES slots free up again.
+        self.adhoc.retain(|_, c| !c.is_empty());
         adhoc + t.counters.iter().map(|c| c.sweep(now)).sum::<usize>()
     }
 

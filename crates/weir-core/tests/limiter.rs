@@ -165,3 +165,26 @@ fn the_budget_returns_with_the_clock() {
     clock.advance(Duration::from_secs(120));
     assert!(l.sweep() >= 1);
 }
+
+#[test]
+fn adhoc_rules_free_their_slot_once_idle() {
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let l = Limiter::new(RuleSet::empty(), clock.clone(), LimiterConfig::default());
+    let rule = |n: usize| {
+        let body = format!(
+            r#"{{"rules":[{{"name":"o{n}","algorithm":"fixed_window","limit":1,"window":"1s"}}]}}"#
+        );
+        RuleSet::parse_tier_json(None, &body).unwrap().remove(0)
+    };
+    for n in 0..weir_core::MAX_ADHOC_POLICIES {
+        assert!(l.check_adhoc(&rule(n), "k", 1).unwrap().allowed);
+    }
+    let extra = rule(weir_core::MAX_ADHOC_POLICIES);
+    assert!(matches!(
+        l.check_adhoc(&extra, "k", 1),
+        Err(CheckError::StoreFull { .. })
+    ));
+    clock.advance(Duration::from_secs(2));
+    l.sweep();
+    assert!(l.check_adhoc(&extra, "k", 1).unwrap().allowed);
+}
