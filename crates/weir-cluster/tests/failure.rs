@@ -1,0 +1,152 @@
+//! Owner failure: a crashed owner costs bounded accuracy, never an outage; partitions keep both sides answering.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use weir_cluster::{CheckFailure, OwnerFailure};
+
+/// Stated bound on crash detection with the fast gossip profile (probe
+/// every 250 ms, suspect-to-down 1 s): measured 1.3-1.8 s on loopback,
+/// asserted with room for a loaded machine.
+const DETECT: Duration = Duration::from_secs(6);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_owner_is_decided_on_the_local_fallback_until_the_ring_drops_it() {
+    let mut nodes = cluster(3, RULES, |c| c.on_owner_failure = OwnerFailure::Local).await;
+    let key = key_owned_by(&nodes[0], "node-3", "crash");
+    // Five of the key's twenty spent at its owner before the crash.
+    assert_eq!(admitted_round_robin(&[&nodes[0]], &key, 5).await, 5);
+
+    let dead = nodes.pop().unwrap();
+    let crashed_at = Instant::now();
+    dead.kill().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+
+    // Until detection every check still gets an answer, from the fallback.
+    let v = nodes[0]
+        .check(&key)
+        .await
+        .expect("no outage while the owner is gone");
+    assert!(v.allowed);
+    let f = nodes[0].cluster.fallback_status();
+    assert!(f.active);
+    assert_eq!(f.owners, vec!["node-3".to_string()]);
+    assert_eq!(f.entered_total, 1);
+
+    let detected = wait_until("both survivors drop the dead owner", || {
+        survivors
+            .iter()
+            .all(|n| n.ring_ids() == ["node-1", "node-2"])
+    })
+    .await;
+    let detected = crashed_at.elapsed().max(detected);
+    println!("crash detected and rings agree {detected:?} after the kill");
+    assert!(detected < DETECT, "took {detected:?}");
+    let new_owner = nodes[0].cluster.owner_of(&key).unwrap().id;
+    assert_eq!(nodes[1].cluster.owner_of(&key).unwrap().id, new_owner);
+    assert_ne!(new_owner, "node-3");
+
+    // Leaving the ring ends the fallback for the dead owner.
+    wait_until("fallback ends", || {
+        !nodes[0].cluster.fallback_status().active
+    })
+    .await;
+    let s = nodes[0].cluster.stats();
+    assert_eq!((s.fallback_entered, s.fallback_left), (1, 1));
+
+    // What the crash cost: the five spent at node-3 are gone, so the key
+    // restarts from a fresh budget at its new owner (minus what it admitted
+    // meanwhile on the fallback, which is not carried over either).
+    let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
+    println!("after the crash the key admitted {admitted} more (limit {LIMIT}, 5 before, fallback extra)");
+    assert_eq!(admitted, LIMIT, "a fresh budget at the new owner, exactly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_admits_and_fail_closed_answers_unavailable_never_a_denial() {
+    for mode in [OwnerFailure::Open, OwnerFailure::Closed] {
+        let mut nodes = cluster(2, RULES, |c| c.on_owner_failure = mode).await;
+        let key = key_owned_by(&nodes[0], "node-2", "mode");
+        nodes.pop().unwrap().kill().await;
+        for _ in 0..(2 * LIMIT) {
+            match (mode, nodes[0].check(&key).await) {
+                (OwnerFailure::Open, Ok(v)) => assert!(v.allowed, "open admits"),
+                (OwnerFailure::Closed, Err(CheckFailure::Unavailable(why))) => {
+                    assert!(why.contains("node-2"), "{why}")
+                }
+                (mode, other) => panic!("{mode:?}: unexpected {other:?}"),
+            }
+        }
+        assert!(nodes[0].cluster.fallback_status().active);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit() {
+    let nodes = cluster(5, RULES, |c| {
+        c.on_owner_failure = OwnerFailure::Local;
+        c.owner_deadline = Duration::from_millis(100);
+    })
+    .await;
+    let (minority, majority) = nodes.split_at(2);
+    let key = key_owned_by(&nodes[0], "node-4", "part");
+
+    for m in minority {
+        m.partition_from(&majority.iter().collect::<Vec<_>>());
+    }
+    let cut_at = Instant::now();
+    // While detection runs, both sides keep answering every check.
+    let mut errors = 0;
+    let mut answered = 0;
+    while !(minority.iter().all(|n| n.ring_ids().len() == 2)
+        && majority.iter().all(|n| n.ring_ids().len() == 3))
+    {
+        for n in &nodes {
+            match n.check(&key).await {
+                Ok(_) => answered += 1,
+                Err(e) => {
+                    errors += 1;
+                    eprintln!("{}: {e}", n.id);
+                }
+            }
+        }
+        assert!(cut_at.elapsed() < 2 * DETECT, "the sides never split");
+    }
+    println!(
+        "sides split {:?} after the cut; {answered} checks answered meanwhile",
+        cut_at.elapsed()
+    );
+    assert_eq!(
+        errors, 0,
+        "no check may fail during a partition (local fallback)"
+    );
+
+    // Each side is now a whole cluster to itself: a fresh key gets one
+    // limit on each side, 2L in all.
+    let fresh = "part-fresh";
+    let min_side: Vec<&TestNode> = minority.iter().collect();
+    let maj_side: Vec<&TestNode> = majority.iter().collect();
+    let on_minority = admitted_round_robin(&min_side, fresh, 3 * LIMIT).await;
+    let on_majority = admitted_round_robin(&maj_side, fresh, 3 * LIMIT).await;
+    println!("during the partition: minority admitted {on_minority}, majority {on_majority} (limit {LIMIT})");
+    assert_eq!(on_minority, LIMIT);
+    assert_eq!(on_majority, LIMIT);
+
+    // Healing merges the sides; counters handed over on the ring change
+    // add up, so the key's spent budget survives and nothing is re-granted.
+    for n in &nodes {
+        n.blackhole.clear();
+    }
+    let healed = wait_until("all five rejoin", || {
+        nodes.iter().all(|n| n.ring_ids().len() == 5)
+    })
+    .await;
+    println!("healed: one ring again after {healed:?}");
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    wait_until_async("the merged key stays spent", || async {
+        admitted_round_robin(&all, fresh, 5).await == 0
+    })
+    .await;
+}
