@@ -1,9 +1,4 @@
 //! The rate-limit response headers (seed 9) for one applied limit, as plain strings.
-//!
-//! Pure so that the server and an embedding client layer produce the same
-//! bytes. Two header families are emitted on purpose: `RateLimit-Reset` is
-//! seconds from now (the IETF family) while `X-RateLimit-Reset` is a unix
-//! time (the older convention); each keeps its meaning for ever.
 
 use std::time::Duration;
 
@@ -22,6 +17,11 @@ pub const RATELIMIT: &str = "RateLimit";
 pub const RETRY_AFTER: &str = "Retry-After";
 
 /// Every header for `applied`, decided at `now` (unix nanoseconds).
+///
+/// Pure so that the server and an embedding client layer produce the same
+/// bytes. Both families go out on purpose: `RateLimit-Reset` is seconds
+/// from now (the IETF family), `X-RateLimit-Reset` a unix time (the older
+/// convention), and neither ever changes meaning.
 ///
 /// `retry_after_secs` replaces the decision's own Retry-After on a denial
 /// (server-side jitter); it is still raised to at least 1, because a

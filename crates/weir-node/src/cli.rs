@@ -1,7 +1,4 @@
 //! The `weir` command line (DESIGN section 6): `weir serve` and `weir check`.
-//!
-//! Everything but the process entry lives here so tests can parse the same
-//! flags that deploy files pass.
 
 use std::error::Error;
 use std::net::SocketAddr;
@@ -15,6 +12,8 @@ use weir_cluster::{OwnerFailure, Strategy};
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
 
+// Public, with `serve_config`, so tests can parse the same flags that deploy
+// files pass. (A plain comment: clap would show a doc comment in --help.)
 #[derive(Debug, Parser)]
 #[command(
     name = "weir",

@@ -1,8 +1,4 @@
 //! The `POST /v1/check` body, validated field by field so every refusal names its field.
-//!
-//! Parsed through `serde_json::Value` rather than a derived struct: serde's
-//! own errors name a line and column, not the field, and a client fixing a
-//! 400 needs the field.
 
 use serde_json::{Map, Value};
 use weir_core::Request;
@@ -42,6 +38,9 @@ fn err(field: &'static str, detail: impl Into<String>) -> InputError {
 }
 
 impl CheckInput {
+    /// Read through `serde_json::Value` rather than a derived struct:
+    /// serde's own errors name a line and column, not the field, and a
+    /// client fixing a 400 needs the field.
     pub fn parse(body: &[u8]) -> Result<CheckInput, InputError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| err("body", format!("the body is not valid JSON: {e}")))?;

@@ -1,7 +1,4 @@
 //! The HTTP API (axum): checks, limits, cluster view, metrics, health.
-//!
-//! Handlers turn the wire format into one core request and hand it to the
-//! engine; no limiting logic lives here.
 
 mod auth;
 mod body;
@@ -25,6 +22,8 @@ use crate::state::NodeState;
 pub use listener::CappedListener;
 use problem::Problem;
 
+/// Every endpoint. Handlers turn the wire format into one core request and
+/// hand it to the engine; no limiting logic lives in them.
 pub fn router(state: Arc<NodeState>) -> Router {
     Router::new()
         .route("/v1/check", post(check::check))
