@@ -24,6 +24,11 @@ fn run(args: &[&str]) -> Output {
         .args(args)
         .env_remove("WEIR_ADMIN_TOKEN")
         .env_remove("WEIR_CLUSTER_SECRET")
+        // `weir check` honours proxy variables; a proxy cannot reach loopback.
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
         .stdin(Stdio::null())
         .output()
         .expect("run weir")
