@@ -1,0 +1,108 @@
+//! Counters move with their keys: a graceful leave and a join never hand out a fresh budget.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::ring::Ring;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_hands_counters_over_so_the_window_total_stays_the_limit() {
+    let mut nodes = cluster(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "leave");
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&all, &key, 15).await, 15);
+
+    let leaving = nodes.pop().unwrap();
+    let before = nodes[0].cluster.stats().keys_moved_in + nodes[1].cluster.stats().keys_moved_in;
+    leaving.leave().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    // The leave waited until no peer listed it: the rings are already updated.
+    for n in &survivors {
+        assert_eq!(n.ring_ids(), ["node-1", "node-2"]);
+        assert!(!n.cluster.fallback_status().active);
+    }
+    let moved_in = nodes[0].cluster.stats().keys_moved_in + nodes[1].cluster.stats().keys_moved_in;
+    assert!(
+        moved_in > before,
+        "the leaving node handed its counters over"
+    );
+
+    let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
+    assert_eq!(
+        admitted,
+        LIMIT - 15,
+        "15 + {admitted} in the window, not 15 + a fresh {LIMIT}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_racing_a_graceful_leave_are_neither_lost_nor_double_granted() {
+    let mut nodes = cluster(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "race");
+    let leaving = nodes.pop().unwrap();
+    let nodes = Arc::new(nodes);
+    let admitted = Arc::new(AtomicUsize::new(0));
+    // Two clients keep checking through the survivors while node-3 leaves.
+    let clients: Vec<_> = (0..2)
+        .map(|i| {
+            let (nodes, admitted, key) = (nodes.clone(), admitted.clone(), key.clone());
+            tokio::spawn(async move {
+                for _ in 0..LIMIT {
+                    let v = nodes[i]
+                        .check(&key)
+                        .await
+                        .expect("no failure during a leave");
+                    admitted.fetch_add(usize::from(v.allowed), Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    leaving.leave().await;
+    for c in clients {
+        c.await.unwrap();
+    }
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    let after = admitted_round_robin(&survivors, &key, LIMIT).await;
+    let total = admitted.load(Ordering::Relaxed) + after;
+    assert_eq!(
+        total, LIMIT,
+        "the window admits exactly its limit across the leave"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {
+    let nodes = cluster(2, RULES, |_| {}).await;
+    // A key that node-3 will own once it joins (the ring depends on ids only).
+    let future: Vec<NodeIdentity> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|id| NodeIdentity::new(*id, loopback0(), loopback0()))
+        .collect();
+    let ring = Ring::with_default_vnodes(&future);
+    let key = (0..)
+        .map(|i| format!("join-{i}"))
+        .find(|k| ring.owner_id(k) == Some("node-3"))
+        .unwrap();
+    let pair: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&pair, &key, 12).await, 12);
+
+    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, |_| {}).await;
+    let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
+    wait_until("every ring holds node-3", || {
+        all.iter().all(|n| n.ring_ids().len() == 3)
+    })
+    .await;
+    wait_until("the counter reaches node-3", || {
+        joiner.engine.limiter().keys() == 1
+    })
+    .await;
+
+    let admitted = admitted_round_robin(&all, &key, 3 * LIMIT).await;
+    assert_eq!(admitted, LIMIT - 12);
+    assert!(joiner.cluster.stats().keys_moved_in >= 1);
+}

@@ -1,0 +1,70 @@
+//! Rule sets converge: a write on one node is in force on every node, and a late joiner pulls it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use weir_core::RuleSet;
+
+const RAISED: &str = r#"{"rules":[{"name":"per-client","algorithm":"sliding_window_log","limit":3,"window":"60s"}]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_write_on_one_node_is_in_force_on_every_node() {
+    let nodes = cluster(3, RULES, |c| {
+        c.rules_sync_interval = Duration::from_secs(60)
+    })
+    .await;
+    let rules = RuleSet::parse_tier_json(None, RAISED).unwrap();
+    let set = nodes[0].engine.replace_tier(None, rules).unwrap();
+    let version = set.version();
+    let took = wait_until("every node runs the new version", || {
+        nodes.iter().all(|n| n.engine.rules().version() == version)
+    })
+    .await;
+    println!("pushed to every node in {took:?}");
+    // In force, not just stored: node-3 enforces the new limit of 3 on a
+    // key it owns itself.
+    let key = key_owned_by(&nodes[2], "node-3", "rules");
+    assert_eq!(admitted_round_robin(&[&nodes[2]], &key, 10).await, 3);
+    wait_until("both pushes acknowledged", || {
+        nodes[0].cluster.stats().rules_pushed == 2
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_late_pulls_the_rules_in_force() {
+    let nodes = cluster(2, RULES, |_| {}).await;
+    let rules = RuleSet::parse_tier_json(None, RAISED).unwrap();
+    let version = nodes[1].engine.replace_tier(None, rules).unwrap().version();
+    wait_until("node-1 has it", || {
+        nodes[0].engine.rules().version() == version
+    })
+    .await;
+
+    let late = TestNode::start("node-3", &[nodes[0].gossip()], RULES, |_| {}).await;
+    wait_until("the late joiner pulls it", || {
+        late.engine.rules().version() == version
+    })
+    .await;
+    assert_eq!(late.engine.rules().rules()[0].limit, 3);
+    assert_eq!(late.cluster.stats().rules_adopted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_of_one_version_settle_on_one_set_everywhere() {
+    let nodes = cluster(3, RULES, |c| {
+        c.rules_sync_interval = Duration::from_millis(200)
+    })
+    .await;
+    let a = RuleSet::parse_tier_json(None, RAISED).unwrap();
+    let b = RuleSet::parse_tier_json(None, &RAISED.replace("\"limit\":3", "\"limit\":4")).unwrap();
+    let va = nodes[0].engine.replace_tier(None, a).unwrap().version();
+    let vb = nodes[2].engine.replace_tier(None, b).unwrap().version();
+    assert_eq!(va, vb, "both wrote the same next version");
+    wait_until("one set everywhere", || {
+        nodes.iter().all(|n| n.engine.rules().rules()[0].limit == 4)
+    })
+    .await;
+}
