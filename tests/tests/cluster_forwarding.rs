@@ -1,0 +1,199 @@
+//! Three `weir serve` nodes as one limiter, over their public APIs: exact limits, rule writes, leaving.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tonic::transport::Channel;
+use weir_cluster::{GossipProfile, OwnerFailure};
+use weir_node::ServeConfig;
+use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
+use weir_proto::weir::v1::{CheckItem, CheckRequest};
+use weir_tests::{wait_until, TestNode};
+
+const LIMIT: usize = 20;
+const RULES: &str = r#"
+[[rule]]
+name      = "per-client"
+algorithm = "sliding_window_log"
+limit     = 20
+window    = "60s"
+"#;
+const ADMIN: &str = "admin-token";
+
+fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
+    c.node_id = Some(id.to_string());
+    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
+    c.gossip_profile = GossipProfile::Fast;
+    // Generous, so a slow debug build never falls back by accident.
+    c.owner_deadline = Duration::from_secs(1);
+    c.on_owner_failure = OwnerFailure::Local;
+    c.admin_token = Some(ADMIN.to_string());
+}
+
+/// Three nodes joined through the first; returns once every node lists all three as alive.
+async fn three_nodes() -> Vec<TestNode> {
+    let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
+    let seed = first.state().config.gossip;
+    let mut nodes = vec![first];
+    for id in ["node-2", "node-3"] {
+        nodes.push(TestNode::start(RULES, |c| member(c, id, Some(seed))).await);
+    }
+    for n in &nodes {
+        wait_until("every node lists three live members", || async {
+            let doc = n.get_json("/v1/cluster").await;
+            let alive = doc["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["state"] == "alive")
+                .count();
+            alive == 3
+        })
+        .await;
+    }
+    nodes
+}
+
+fn owner_of(n: &TestNode, key: &str) -> String {
+    let cluster = n.state().engine.cluster().expect("a cluster member");
+    cluster.owner_of(key).unwrap().id
+}
+
+fn key_owned_by(n: &TestNode, owner: &str, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| owner_of(n, k) == owner)
+        .unwrap()
+}
+
+async fn http_allowed(n: &TestNode, key: &str) -> bool {
+    let res = n.check(json!({"key": key, "route": "GET /x"})).await;
+    match res.status().as_u16() {
+        200 => true,
+        429 => false,
+        s => panic!("{}: status {s}", n.base),
+    }
+}
+
+async fn grpc_allowed(client: &mut RateLimiterClient<Channel>, key: &str) -> bool {
+    let items = vec![CheckItem {
+        key: key.into(),
+        route: "GET /x".into(),
+        ..CheckItem::default()
+    }];
+    let res = client.check(CheckRequest { items }).await.unwrap();
+    let r = &res.get_ref().results[0];
+    assert!(r.error.is_none(), "{:?}", r.error);
+    r.allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_round_robin_over_every_node_gets_exactly_its_limit() {
+    let nodes = three_nodes().await;
+    let mut grpc = Vec::new();
+    for n in &nodes {
+        let url = format!("http://{}", n.node().grpc_addr());
+        grpc.push(RateLimiterClient::connect(url).await.unwrap());
+    }
+    for owner in ["node-1", "node-2", "node-3"] {
+        let key = key_owned_by(&nodes[0], owner, "rr");
+        let mut admitted = 0;
+        for i in 0..3 * LIMIT {
+            // HTTP and gRPC alternate too: both APIs share the one check path.
+            let node = i % 3;
+            let allowed = if i % 2 == 0 {
+                http_allowed(&nodes[node], &key).await
+            } else {
+                grpc_allowed(&mut grpc[node], &key).await
+            };
+            admitted += usize::from(allowed);
+        }
+        assert_eq!(admitted, LIMIT, "key owned by {owner}");
+    }
+    let doc = nodes[0].get_json("/v1/cluster").await;
+    assert_eq!(doc["strategy"], "owner");
+    assert_eq!(doc["fallback"]["active"], false);
+    let shares: f64 = doc["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["ring_share"].as_f64().unwrap())
+        .sum();
+    assert!((shares - 1.0).abs() < 1e-9, "ring shares sum to {shares}");
+    assert!(doc["stats"]["peer_ops"].as_u64().unwrap() > 0);
+    assert!(doc["stats"]["deny_cache_hits"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_put_on_node_one_is_in_force_on_node_three() {
+    let nodes = three_nodes().await;
+    let body = json!({"rules": [{
+        "name": "per-client",
+        "algorithm": "sliding_window_log",
+        "limit": 4,
+        "window": "60s",
+    }]});
+    let res = nodes[0]
+        .client
+        .put(nodes[0].url("/v1/limits/*"))
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let version = res.json::<Value>().await.unwrap()["version"]
+        .as_u64()
+        .unwrap();
+    let third = &nodes[2];
+    wait_until("node-3 serves the new version", || async {
+        third.get_json("/v1/limits/*").await["version"].as_u64() == Some(version)
+    })
+    .await;
+    assert_eq!(third.get_json("/v1/limits/*").await["rules"][0]["limit"], 4);
+    assert_eq!(
+        third.get_json("/v1/cluster").await["rules_version"],
+        version
+    );
+    // In force at node-3 for a key node-3 decides itself.
+    let key = key_owned_by(third, "node-3", "put");
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(http_allowed(third, &key).await);
+    }
+    assert_eq!(admitted, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_shut_down_gracefully_hands_its_counters_over() {
+    let mut nodes = three_nodes().await;
+    let key = key_owned_by(&nodes[0], "node-3", "bye");
+    for i in 0..15 {
+        assert!(http_allowed(&nodes[i % 3], &key).await);
+    }
+    nodes.pop().unwrap().shutdown().await;
+    for n in &nodes {
+        let doc = n.get_json("/v1/cluster").await;
+        let live: Vec<&str> = doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["state"] != "down")
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            live,
+            ["node-1", "node-2"],
+            "peers dropped node-3 before it stopped"
+        );
+    }
+    let mut admitted = 0;
+    for i in 0..2 * LIMIT {
+        admitted += usize::from(http_allowed(&nodes[i % 2], &key).await);
+    }
+    assert_eq!(
+        admitted,
+        LIMIT - 15,
+        "15 + {admitted}: the window's total stays the limit"
+    );
+}
