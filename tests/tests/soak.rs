@@ -1,0 +1,188 @@
+//! Soak: steady HTTP load over a sliding population of keys; every answer is 200 or 429, and keys and memory stay flat once warm.
+//!
+//! Runs ~20 s by default; `WEIR_SOAK_SECS=3600 cargo test -p weir-tests --test soak --release -- --nocapture`
+//! runs an hour. Each second a new cohort of keys appears and the cohort
+//! that has had its LIFE stops sending, so a node that failed to drop idle
+//! keys (it sweeps every second) would grow by COHORT keys a second.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use weir_tests::TestNode;
+
+/// Short windows so a key that stops sending is idle within seconds: the
+/// sliding counter after two windows, the fixed window after one.
+const RULES: &str = r#"
+[[rule]]
+name      = "per-client"
+by        = "client"
+algorithm = "sliding_window_counter"
+limit     = 20
+window    = "1s"
+
+[[rule]]
+name      = "per-ip"
+by        = "ip"
+algorithm = "fixed_window"
+limit     = 50
+window    = "1s"
+"#;
+
+/// New client keys per second.
+const COHORT: u64 = 200;
+/// Seconds a key sends for before it stops for good.
+const LIFE: u64 = 3;
+/// Clients per IP address, so IP counters churn too.
+const PER_IP: u64 = 4;
+/// Target request rate: ~3 per live key per second, under both limits.
+const RATE: u64 = 2_000;
+const WORKERS: u64 = 8;
+
+fn soak_secs() -> u64 {
+    std::env::var("WEIR_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Resident set size of this process (the node runs in it), in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+async fn keys(node: &TestNode) -> u64 {
+    node.metric("weir_keys").await.expect("weir_keys gauge") as u64
+}
+
+#[derive(Default)]
+struct Tally {
+    sent: AtomicU64,
+    failed: AtomicU64,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl Tally {
+    fn fail(&self, what: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.first_failure.lock().unwrap().get_or_insert(what);
+    }
+}
+
+/// splitmix64: enough randomness to spread picks over keys, no dependency.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Sends checks for live keys at RATE / WORKERS per second until `end`.
+async fn worker(node: Arc<TestNode>, seed: u64, start: Instant, end: Instant, tally: Arc<Tally>) {
+    let mut rng = seed;
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WORKERS / RATE));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while Instant::now() < end {
+        tick.tick().await;
+        let cohort = start
+            .elapsed()
+            .as_secs()
+            .saturating_sub(next(&mut rng) % LIFE);
+        let id = next(&mut rng) % COHORT;
+        let ip_n = cohort * COHORT / PER_IP + id / PER_IP;
+        let ip = format!(
+            "10.{}.{}.{}",
+            (ip_n >> 16) & 255,
+            (ip_n >> 8) & 255,
+            ip_n & 255
+        );
+        let body = json!({"key": format!("c{cohort}-{id}"), "ip": ip});
+        tally.sent.fetch_add(1, Ordering::Relaxed);
+        match node
+            .client
+            .post(node.url("/v1/check"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(res) if matches!(res.status().as_u16(), 200 | 429) => {}
+            Ok(res) => tally.fail(format!("status {} for {body}", res.status())),
+            Err(e) => tally.fail(format!("{e} for {body}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_and_keys_stay_flat_under_key_churn_and_nothing_fails() {
+    let secs = soak_secs();
+    // Warm once every cohort alive at once has also had time to go idle and
+    // be swept: LIFE + two windows + one sweep, with room.
+    let warm = Duration::from_secs((secs * 2 / 5).max(LIFE + 5));
+    assert!(
+        warm < Duration::from_secs(secs),
+        "WEIR_SOAK_SECS={secs} is shorter than the warm-up"
+    );
+
+    let node = Arc::new(TestNode::start(RULES, |_| {}).await);
+    let tally = Arc::new(Tally::default());
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| tokio::spawn(worker(node.clone(), w, start, end, tally.clone())))
+        .collect();
+
+    tokio::time::sleep_until((start + warm).into()).await;
+    let (warm_rss, warm_keys) = (rss_kib(), keys(&node).await);
+    let mut peak_keys = warm_keys;
+    while Instant::now() + Duration::from_secs(1) < end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        peak_keys = peak_keys.max(keys(&node).await);
+    }
+    let (end_rss, end_keys) = (rss_kib(), keys(&node).await);
+    for w in workers {
+        w.await.expect("worker");
+    }
+
+    let sent = tally.sent.load(Ordering::Relaxed);
+    let failed = tally.failed.load(Ordering::Relaxed);
+    eprintln!(
+        "soak {secs}s: {sent} checks; keys warm {warm_keys} peak {peak_keys} end {end_keys}; \
+         RSS warm {warm_rss} KiB end {end_rss} KiB"
+    );
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {sent} checks failed; first: {:?}",
+        tally.first_failure.lock().unwrap()
+    );
+    assert!(
+        sent >= secs * RATE / 10,
+        "only {sent} checks in {secs}s: the load did not run"
+    );
+    // Every cohort ever created would be COHORT x secs client keys; a
+    // node that swept nothing would be far past this by the end.
+    let ceiling = warm_keys + warm_keys / 10 + COHORT;
+    assert!(
+        peak_keys <= ceiling,
+        "keys grew from {warm_keys} to {peak_keys} (ceiling {ceiling}): idle keys are not dropped"
+    );
+    assert!(
+        warm_keys >= COHORT,
+        "only {warm_keys} keys held: the churn did not run"
+    );
+    assert!(
+        end_rss <= warm_rss + warm_rss / 10,
+        "RSS grew from {warm_rss} KiB to {end_rss} KiB, more than 10%"
+    );
+    Arc::into_inner(node)
+        .expect("workers are done")
+        .shutdown()
+        .await;
+}
