@@ -98,6 +98,16 @@ fn top_level(field: &str, reason: &str) -> RulesError {
     .into()
 }
 
+/// A problem with a JSON body as a whole (the config API or a peer's push).
+fn body_level(field: &str, reason: &str) -> RulesError {
+    RuleError {
+        rule: "(request body)".into(),
+        field: field.into(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
 fn parse_version(f: Field<'_>) -> Result<u64, RulesError> {
     match f {
         Field::Int(i) if i >= 0 => Ok(i as u64),
@@ -112,7 +122,7 @@ fn json_doc(body: &str) -> Result<serde_json::Map<String, serde_json::Value>, Ru
     })?;
     match v {
         serde_json::Value::Object(m) => Ok(m),
-        _ => Err(top_level(
+        _ => Err(body_level(
             "rules",
             "the body must be an object {\"rules\": [...]}",
         )),
@@ -124,12 +134,12 @@ fn json_rules(
     tier: Option<Option<&str>>,
 ) -> Result<Vec<Rule>, RulesError> {
     let Some(list) = doc.get("rules").and_then(|v| v.as_array()) else {
-        return Err(top_level("rules", "must be an array of rules"));
+        return Err(body_level("rules", "must be an array of rules"));
     };
     let mut rules = Vec::with_capacity(list.len());
     for (i, r) in list.iter().enumerate() {
         let Some(obj) = r.as_object() else {
-            return Err(top_level("rules", "each rule must be an object"));
+            return Err(body_level("rules", "each rule must be an object"));
         };
         let fields: Vec<_> = obj
             .iter()
@@ -143,7 +153,7 @@ fn json_rules(
 pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
     let doc = json_doc(body)?;
     if let Some(k) = doc.keys().find(|k| k.as_str() != "rules") {
-        return Err(top_level(
+        return Err(body_level(
             k,
             "unknown field; the body is {\"rules\": [...]}",
         ));
