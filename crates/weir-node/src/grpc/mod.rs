@@ -50,7 +50,9 @@ pub async fn serve(
     let peer = state.engine.cluster().map(|c| c.peer_service());
     let envoy =
         RateLimitServiceServer::new(EnvoyRls::new(state)).max_decoding_message_size(max_bytes);
-    let incoming = TcpIncoming::from(listener);
+    // tonic sets TCP_NODELAY only on listeners it binds itself; without it
+    // a small answer (a forwarded check's) can wait on a delayed ACK.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = Server::builder()
         .add_service(weir)
         .add_service(envoy)
