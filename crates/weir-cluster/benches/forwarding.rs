@@ -1,3 +1,161 @@
-//! Forwarding cost on a 3-node loopback cluster (see docs/performance.md, "Forwarding").
+//! What forwarding costs on a 3-node loopback cluster (docs/performance.md, "Forwarding").
+//!
+//! Three members run in this process on real sockets. Measured at node-1:
+//! the latency of a check decided locally against one forwarded to its
+//! owner (one at a time), and throughput with 64 concurrent callers whose
+//! keys all live on the other two nodes, with batching on (the default)
+//! and off (one op per Decide call). Run: `cargo bench -p weir-cluster`.
 
-fn main() {}
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{cluster, key_owned_by, TestNode};
+use hdrhistogram::Histogram;
+use weir_cluster::BatchConfig;
+use weir_core::Request;
+
+/// Admits everything: the benchmark measures the path, not denials.
+const RULES: &str = r#"
+[[rule]]
+name = "bench"
+algorithm = "token_bucket"
+limit = 1000000000
+window = "1s"
+"#;
+const LATENCY_SAMPLES: usize = 20_000;
+const CONCURRENCY: usize = 64;
+const RUN: Duration = Duration::from_secs(3);
+
+fn keys(gateway: &TestNode, owners: &[&str], n: usize, prefix: &str) -> Vec<String> {
+    (0..n)
+        .map(|i| key_owned_by(gateway, owners[i % owners.len()], &format!("{prefix}{i}")))
+        .collect()
+}
+
+async fn latency(gateway: &TestNode, keys: &[String]) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    for i in 0..LATENCY_SAMPLES + 1000 {
+        let key = &keys[i % keys.len()];
+        let started = Instant::now();
+        let v = gateway.check(key).await.unwrap();
+        let ns = started.elapsed().as_nanos() as u64;
+        assert!(v.allowed);
+        // The first thousand warm connections and caches up.
+        if i >= 1000 {
+            h.record(ns).unwrap();
+        }
+    }
+    h
+}
+
+/// Checks per second with CONCURRENCY callers over RUN; also the mean batch.
+async fn throughput(gateway: &TestNode, keys: Arc<Vec<String>>) -> (f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let engine = gateway.engine.clone();
+    let before = gateway.cluster.stats();
+    let workers: Vec<_> = (0..CONCURRENCY)
+        .map(|w| {
+            let (engine, keys, stop, done) =
+                (engine.clone(), keys.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut i = w;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = &keys[i % keys.len()];
+                    let v = engine.check(&Request::new(key, "GET /", 1)).await.unwrap();
+                    assert!(v.allowed);
+                    done.fetch_add(1, Ordering::Relaxed);
+                    i += CONCURRENCY;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (start_n, started) = (done.load(Ordering::Relaxed), Instant::now());
+    let start_stats = gateway.cluster.stats();
+    tokio::time::sleep(RUN).await;
+    let n = done.load(Ordering::Relaxed) - start_n;
+    let secs = started.elapsed().as_secs_f64();
+    let end_stats = gateway.cluster.stats();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let s = gateway.cluster.stats();
+    assert_eq!(
+        s.fallback_decisions, before.fallback_decisions,
+        "every check must really be forwarded"
+    );
+    let calls = (end_stats.peer_calls - start_stats.peer_calls).max(1) as f64;
+    let ops = (end_stats.peer_ops - start_stats.peer_ops) as f64;
+    (n as f64 / secs, ops / calls)
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+async fn run() {
+    let nodes = cluster(3, RULES, |_| {}).await;
+    let gateway = &nodes[0];
+    let local = keys(gateway, &["node-1"], 5000, "local");
+    let remote = keys(gateway, &["node-2", "node-3"], 5000, "remote");
+    let l = latency(gateway, &local).await;
+    let f = latency(gateway, &remote).await;
+    println!("Forwarding latency, one check at a time ({LATENCY_SAMPLES} samples each):");
+    println!(
+        "  local check      p50 {:>8.1} us   p99 {:>8.1} us",
+        us(&l, 0.5),
+        us(&l, 0.99)
+    );
+    println!(
+        "  forwarded check  p50 {:>8.1} us   p99 {:>8.1} us",
+        us(&f, 0.5),
+        us(&f, 0.99)
+    );
+    println!(
+        "  forwarding adds  p50 {:>8.1} us   p99 {:>8.1} us",
+        us(&f, 0.5) - us(&l, 0.5),
+        us(&f, 0.99) - us(&l, 0.99)
+    );
+    drop(nodes);
+
+    let mut rows = Vec::new();
+    for (name, batch) in [
+        ("batching on (max_items 256)", BatchConfig::default()),
+        (
+            "batching off (max_items 1)",
+            BatchConfig::unbatched(CONCURRENCY),
+        ),
+    ] {
+        let nodes = cluster(3, RULES, |c| c.batch = batch).await;
+        let remote = Arc::new(keys(&nodes[0], &["node-2", "node-3"], 5000, "tp"));
+        let (rate, mean_batch) = throughput(&nodes[0], remote).await;
+        rows.push((name, rate, mean_batch));
+    }
+    println!("Forwarded throughput, {CONCURRENCY} concurrent callers, {RUN:?}:");
+    for (name, rate, mean_batch) in &rows {
+        println!("  {name:<30} {rate:>10.0} checks/s   mean batch {mean_batch:>6.1} ops/call");
+    }
+    println!("  batching speedup: {:.2}x", rows[0].1 / rows[1].1);
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs this too,
+    // and then a short smoke run is enough.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    if smoke {
+        println!("forwarding: run with `cargo bench -p weir-cluster` for figures");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run());
+}

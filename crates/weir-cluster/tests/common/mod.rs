@@ -72,10 +72,12 @@ impl TestNode {
         let cluster = Arc::new(Cluster::start(config, limiter.clone()).await.unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let service = cluster.peer_service();
+        // Without TCP_NODELAY a small answer can wait on a delayed ACK.
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(async move {
             let _ = Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+                .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
                 .await;
