@@ -630,7 +630,7 @@ impl Inner {
                     .members(&m.id, m.grpc, Duration::from_millis(200))
                     .await
                 {
-                    Ok(r) => r.live.iter().any(|id| *id == self.me),
+                    Ok(r) => r.live.contains(&self.me),
                     // A peer that does not answer will not route here either.
                     Err(_) => false,
                 }
