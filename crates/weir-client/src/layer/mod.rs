@@ -238,7 +238,7 @@ where
                 Ok(checked) if checked.response.allowed => {
                     stats.record(Outcome::Allowed);
                     let mut res = inner.call(req).await?;
-                    response::add_allowed_headers(res.headers_mut(), &checked);
+                    response::add_allowed_headers(res.headers_mut(), checked);
                     Ok(res.map(Either::Left))
                 }
                 Ok(checked) => {
@@ -246,7 +246,7 @@ where
                     let retry_after = config
                         .jitter
                         .then(|| response::jittered_secs(&checked.response));
-                    Ok(response::too_many(&checked, retry_after, grpc))
+                    Ok(response::too_many(checked, retry_after, grpc))
                 }
                 Err(BackendError::Input { field, message }) => {
                     stats.record(Outcome::Invalid);

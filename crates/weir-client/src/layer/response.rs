@@ -1,5 +1,7 @@
 //! What the layer answers itself: rate-limit headers, 429, 400, 500 and 503, as HTTP problems or gRPC statuses.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
@@ -60,27 +62,48 @@ fn sf_string(s: &str) -> String {
     out
 }
 
-/// Header names as static values, so no name is parsed per response.
-fn header_name(name: &'static str) -> HeaderName {
-    let lower = match name {
-        RATELIMIT_LIMIT => "ratelimit-limit",
-        RATELIMIT_REMAINING => "ratelimit-remaining",
-        RATELIMIT_RESET => "ratelimit-reset",
-        X_RATELIMIT_LIMIT => "x-ratelimit-limit",
-        X_RATELIMIT_REMAINING => "x-ratelimit-remaining",
-        X_RATELIMIT_RESET => "x-ratelimit-reset",
-        RATELIMIT_POLICY => "ratelimit-policy",
-        RATELIMIT => "ratelimit",
-        RETRY_AFTER => "retry-after",
-        other => return HeaderName::try_from(other).expect("weir-core's header names are valid"),
-    };
-    HeaderName::from_static(lower)
+/// weir-core's header names, parsed once: a response is built per request.
+static NAMES: LazyLock<[(&str, HeaderName); 9]> = LazyLock::new(|| {
+    [
+        RATELIMIT_LIMIT,
+        RATELIMIT_REMAINING,
+        RATELIMIT_RESET,
+        X_RATELIMIT_LIMIT,
+        X_RATELIMIT_REMAINING,
+        X_RATELIMIT_RESET,
+        RATELIMIT_POLICY,
+        RATELIMIT,
+        RETRY_AFTER,
+    ]
+    .map(|n| {
+        (
+            n,
+            HeaderName::try_from(n).expect("weir-core's header names are valid"),
+        )
+    })
+});
+
+/// `hint` is the header's position: weir-core emits them in `NAMES`'
+/// order, so the first comparison nearly always hits.
+fn header_name(name: &'static str, hint: usize) -> HeaderName {
+    if let Some((n, h)) = NAMES.get(hint) {
+        if *n == name {
+            return h.clone();
+        }
+    }
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, h)| h.clone())
+        .unwrap_or_else(|| HeaderName::try_from(name).expect("weir-core's header names are valid"))
 }
 
-fn insert_all(h: &mut HeaderMap, headers: &[(&'static str, String)]) {
-    for (name, value) in headers {
-        if let Ok(v) = HeaderValue::try_from(value.as_str()) {
-            h.insert(header_name(name), v);
+/// Moves each value into the map (no copy), growing the map once.
+fn insert_all(h: &mut HeaderMap, headers: Vec<(&'static str, String)>) {
+    h.reserve(headers.len());
+    for (i, (name, value)) in headers.into_iter().enumerate() {
+        if let Ok(v) = HeaderValue::try_from(value) {
+            h.insert(header_name(name, i), v);
         }
     }
 }
@@ -89,7 +112,7 @@ fn insert_all(h: &mut HeaderMap, headers: &[(&'static str, String)]) {
 /// layer further in (the post-authentication limit) has already described
 /// a limit with less budget left, that one stays: the caller is shown the
 /// tighter limit, as a single check shows its binding rule.
-pub fn add_allowed_headers(h: &mut HeaderMap, checked: &Checked) {
+pub fn add_allowed_headers(h: &mut HeaderMap, checked: Checked) {
     let ours = checked.response.remaining;
     let theirs = h
         .get(RATELIMIT_REMAINING)
@@ -98,7 +121,7 @@ pub fn add_allowed_headers(h: &mut HeaderMap, checked: &Checked) {
     if theirs.is_some_and(|t| t <= ours) {
         return;
     }
-    insert_all(h, &checked.headers);
+    insert_all(h, checked.headers);
 }
 
 /// Whether a request is gRPC: its refusals must be gRPC statuses, since a
@@ -113,12 +136,14 @@ pub fn is_grpc(h: &HeaderMap) -> bool {
 /// seconds, rounded up, never 0) and a problem body with the verdict.
 /// `retry_after` replaces the verdict's own when the layer jitters it.
 pub fn too_many<B>(
-    checked: &Checked,
+    checked: Checked,
     retry_after: Option<u64>,
     grpc: bool,
 ) -> Response<LayerBody<B>> {
-    let r = &checked.response;
-    let mut headers = checked.headers.clone();
+    let Checked {
+        response: r,
+        mut headers,
+    } = checked;
     if let Some(secs) = retry_after {
         for (name, value) in headers.iter_mut() {
             if *name == RETRY_AFTER {
@@ -140,12 +165,12 @@ pub fn too_many<B>(
         m.insert("allowed".into(), false.into());
         m.insert("limit".into(), r.limit.into());
         m.insert("remaining".into(), r.remaining.into());
-        m.insert("retry_after_ms".into(), whole_ms_up(r).into());
+        m.insert("retry_after_ms".into(), whole_ms_up(&r).into());
         m.insert("reset_at".into(), r.reset_at_ms.into());
         m.insert("rule".into(), rule.into());
         problem_response(StatusCode::TOO_MANY_REQUESTS, m)
     };
-    insert_all(res.headers_mut(), &headers);
+    insert_all(res.headers_mut(), headers);
     res
 }
 
@@ -279,7 +304,7 @@ mod tests {
             },
             headers: vec![(RATELIMIT_REMAINING, "900".into())],
         };
-        add_allowed_headers(&mut h, &loose);
+        add_allowed_headers(&mut h, loose);
         assert_eq!(h["ratelimit-remaining"], "3");
         let tight = Checked {
             response: CheckResponse {
@@ -289,7 +314,7 @@ mod tests {
             },
             headers: vec![(RATELIMIT_REMAINING, "1".into())],
         };
-        add_allowed_headers(&mut h, &tight);
+        add_allowed_headers(&mut h, tight);
         assert_eq!(h["ratelimit-remaining"], "1");
     }
 
