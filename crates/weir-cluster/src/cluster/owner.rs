@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compact_str::CompactString;
-use weir_core::{Applied, CheckError, Decision, InputField, Request, Rule, Verdict, NANOS_PER_MS};
+use weir_core::rules::Selected;
+use weir_core::{
+    Applied, CheckError, Decision, InputField, Request, Rule, RuleSet, Verdict, NANOS_PER_MS,
+};
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::{
     CounterOp, Decision as WireDecision, OpKind, OpResult, PeerError, PeerErrorCode,
@@ -66,6 +69,11 @@ pub(crate) fn decision_to_wire(d: &Decision) -> WireDecision {
     }
 }
 
+/// One selected limit: its rule and the hash part its counter is keyed on.
+fn pick<'a>(rules: &'a RuleSet, s: &'a Selected) -> (&'a Arc<Rule>, &'a CompactString) {
+    (&rules.rules()[s.rule], &s.hash_part)
+}
+
 impl Inner {
     pub(crate) async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
         let (rules, sel) = self.limiter.select(req)?;
@@ -77,12 +85,9 @@ impl Inner {
         }
         let ring = self.routing_ring();
         let now = self.limiter.now();
-        let picks: Vec<(&Arc<Rule>, &CompactString)> = sel
-            .iter()
-            .map(|s| (&rules.rules()[s.rule], &s.hash_part))
-            .collect();
+        let pick = |s| pick(&rules, s);
         // Only remote keys are cached: a local one costs no round trip.
-        for &(rule, hash_part) in &picks {
+        for (rule, hash_part) in sel.iter().map(pick) {
             if rule.shadow || ring.owner_id(hash_part).is_none_or(|o| o == self.me) {
                 continue;
             }
@@ -98,23 +103,17 @@ impl Inner {
                 });
             }
         }
-        let outcomes = match picks.as_slice() {
-            [(rule, hash_part)] => vec![self.decide_one(&ring, rule, hash_part, req.cost).await],
-            _ => {
-                let each = picks
-                    .iter()
-                    .map(|(rule, hash_part)| self.decide_one(&ring, rule, hash_part, req.cost));
-                futures::future::join_all(each).await
-            }
+        let decide = |(rule, hash_part)| self.decide_one(&ring, rule, hash_part, req.cost);
+        let outcomes = if sel.len() == 1 {
+            vec![decide(sel.iter().map(pick).next().expect("one limit")).await]
+        } else {
+            futures::future::join_all(sel.iter().map(pick).map(decide)).await
         };
-        let mut steps = Vec::with_capacity(outcomes.len());
         let mut failure = None;
-        for o in outcomes {
-            match o {
-                Ok(step) => steps.push(step),
-                Err(e) => failure = failure.or(Some(e)),
-            }
-        }
+        let steps: Vec<Step> = outcomes
+            .into_iter()
+            .filter_map(|o| o.map_err(|e| failure = failure.take().or(Some(e))).ok())
+            .collect();
         let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
         if denied || failure.is_some() {
             for s in steps.iter().filter(|s| s.decision.allowed) {
