@@ -3,12 +3,14 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{counting_app, eventually, header, per_client, rules_file, serve};
 use weir_client::{CheckRequest, Client, KeyExtractor, RateLimitLayer};
+use weir_cluster::GossipProfile;
 use weir_node::embed::NodeBuilder;
 use weir_node::{Node, ServeConfig};
 
@@ -70,26 +72,18 @@ async fn builder_ports_default_to_free_loopback_ports() {
     b.shutdown().await;
 }
 
-/// A loopback port free for UDP and TCP when probed (gossip may use either).
-fn free_port() -> SocketAddr {
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = udp.local_addr().unwrap();
-        if std::net::TcpListener::bind(addr).is_ok() {
-            return addr;
-        }
-    }
-}
-
 const SECRET: &str = "embed-test-secret";
 
-async fn serve_node(id: &str, gossip: SocketAddr, seeds: &[SocketAddr]) -> Node {
+fn member(id: &str, seeds: &[SocketAddr], rules: &Path) -> ServeConfig {
     let mut config = ServeConfig::ephemeral();
     config.node_id = Some(id.into());
-    config.gossip = gossip;
     config.seeds = seeds.iter().map(|s| s.to_string()).collect();
     config.cluster_secret = Some(SECRET.into());
-    Node::start(config).await.unwrap()
+    config.gossip_profile = GossipProfile::Fast;
+    config.rules_file = Some(rules.to_path_buf());
+    // Generous, so a slow debug build never falls back to deciding locally.
+    config.owner_deadline = Duration::from_secs(1);
+    config
 }
 
 /// `ring_share` of `id` in `node`'s GET /v1/cluster, when it is listed alive.
@@ -110,16 +104,21 @@ async fn share_of(http: &reqwest::Client, node: SocketAddr, id: &str) -> Option<
 }
 
 #[tokio::test]
-#[ignore = "needs cluster join in Node::start (membership and ring wired into the node)"]
 async fn embedded_node_joins_a_cluster_of_served_nodes_and_owns_keys() {
-    let (ga, gb, ge) = (free_port(), free_port(), free_port());
-    let a = serve_node("node-a", ga, &[]).await;
-    let b = serve_node("node-b", gb, &[ga]).await;
+    let rules = rules_file(&per_client(2));
+    let a = Node::start(member("node-a", &[], &rules)).await.unwrap();
+    let seed = a.state().config.gossip;
+    assert_ne!(seed.port(), 0, "the node reports its bound gossip port");
+    let b = Node::start(member("node-b", &[seed], &rules))
+        .await
+        .unwrap();
     let embedded = NodeBuilder::new()
         .node_id("embedded")
-        .gossip(ge)
-        .seeds([ga.to_string()])
+        .seeds([seed.to_string()])
         .cluster_secret(SECRET)
+        .gossip_profile(GossipProfile::Fast)
+        .owner_deadline(Duration::from_secs(1))
+        .rules_file(&rules)
         .start()
         .await
         .unwrap();
@@ -132,9 +131,49 @@ async fn embedded_node_joins_a_cluster_of_served_nodes_and_owns_keys() {
                     .is_some_and(|s| s > 0.0)
             })
             .await,
-            "{other} never listed the embedded node with a ring share"
+            "{other} never listed the embedded node alive with a ring share"
         );
     }
+
+    // A key the embedded node owns is one counter for the whole cluster:
+    // one check through node-a's HTTP API and one through the service's
+    // own layer use up its limit of 2, wherever the third comes from.
+    let cluster = a.state().engine.cluster().expect("a cluster member");
+    let key = (0..)
+        .map(|i| format!("cust-{i}"))
+        .find(|k| cluster.owner_of(k).is_some_and(|o| o.id == "embedded"))
+        .unwrap();
+    let via_a = Client::builder()
+        .deadline(Duration::from_secs(2))
+        .http(&format!("http://{}", a.http_addr()))
+        .unwrap();
+    assert!(
+        via_a
+            .check(CheckRequest::new(key.as_str(), "GET /hello"))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let layer = RateLimitLayer::new(
+        Arc::clone(&embedded.state().engine),
+        KeyExtractor::header("x-client-id"),
+    );
+    let (app, calls) = counting_app();
+    let addr = serve(app.layer(layer)).await;
+    let get = || {
+        http.get(format!("http://{addr}/hello"))
+            .header("x-client-id", key.as_str())
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), 200);
+    assert_eq!(get().await.unwrap().status(), 429);
+    let third = via_a
+        .check(CheckRequest::new(key.as_str(), "GET /hello"))
+        .await
+        .unwrap();
+    assert!(!third.allowed, "node-a admitted past the shared limit");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
     embedded.shutdown().await;
     b.shutdown().await;
     a.shutdown().await;

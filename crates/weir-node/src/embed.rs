@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_cluster::{OwnerFailure, Strategy};
+use weir_cluster::{GossipProfile, OwnerFailure, Strategy};
 
 use crate::config::{InputLimits, ServeConfig};
 use crate::node::{Node, NodeError};
@@ -131,6 +131,12 @@ impl NodeBuilder {
         self
     }
 
+    /// Membership timings: `Lan` (the default) in production, `Fast` on loopback.
+    pub fn gossip_profile(mut self, profile: GossipProfile) -> Self {
+        self.config.gossip_profile = profile;
+        self
+    }
+
     /// Server-side Retry-After jitter.
     pub fn retry_jitter(mut self, on: bool) -> Self {
         self.config.retry_jitter = on;
@@ -187,6 +193,7 @@ mod tests {
             .owner_deadline(Duration::from_millis(7))
             .admin_token("admin")
             .cluster_secret("secret")
+            .gossip_profile(GossipProfile::Fast)
             .retry_jitter(true)
             .max_keys_per_rule(10)
             .drain_timeout(Duration::from_secs(1))
@@ -201,6 +208,7 @@ mod tests {
         assert_eq!(c.owner_deadline, Duration::from_millis(7));
         assert_eq!(c.admin_token.as_deref(), Some("admin"));
         assert_eq!(c.cluster_secret.as_deref(), Some("secret"));
+        assert_eq!(c.gossip_profile, GossipProfile::Fast);
         assert!(c.retry_jitter);
         assert_eq!(c.max_keys_per_rule, 10);
         assert_eq!(c.drain_timeout, Duration::from_secs(1));
