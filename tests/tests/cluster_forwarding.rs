@@ -21,22 +21,35 @@ window    = "60s"
 const ADMIN: &str = "admin-token";
 
 fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
+    member_failing(c, id, seed, OwnerFailure::Local);
+}
+
+fn member_failing(
+    c: &mut ServeConfig,
+    id: &str,
+    seed: Option<std::net::SocketAddr>,
+    on_failure: OwnerFailure,
+) {
     c.node_id = Some(id.to_string());
     c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
     c.gossip_profile = GossipProfile::Fast;
     // Generous, so a slow debug build never falls back by accident.
     c.owner_deadline = Duration::from_secs(1);
-    c.on_owner_failure = OwnerFailure::Local;
+    c.on_owner_failure = on_failure;
     c.admin_token = Some(ADMIN.to_string());
 }
 
 /// Three nodes joined through the first; returns once every node lists all three as alive.
 async fn three_nodes() -> Vec<TestNode> {
-    let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
+    three_nodes_failing(OwnerFailure::Local).await
+}
+
+async fn three_nodes_failing(on_failure: OwnerFailure) -> Vec<TestNode> {
+    let first = TestNode::start(RULES, |c| member_failing(c, "node-1", None, on_failure)).await;
     let seed = first.state().config.gossip;
     let mut nodes = vec![first];
     for id in ["node-2", "node-3"] {
-        nodes.push(TestNode::start(RULES, |c| member(c, id, Some(seed))).await);
+        nodes.push(TestNode::start(RULES, |c| member_failing(c, id, Some(seed), on_failure)).await);
     }
     for n in &nodes {
         wait_until("every node lists three live members", || async {
@@ -196,4 +209,64 @@ async fn a_node_shut_down_gracefully_hands_its_counters_over() {
         LIMIT - 15,
         "15 + {admitted}: the window's total stays the limit"
     );
+}
+
+async fn status(n: &TestNode, key: &str) -> u16 {
+    n.check(json!({"key": key, "route": "GET /x"}))
+        .await
+        .status()
+        .as_u16()
+}
+
+fn live(doc: &Value) -> Vec<&str> {
+    doc["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["state"] != "down")
+        .map(|m| m["id"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_in_process_costs_no_5xx_and_shows_as_fallback_until_dropped() {
+    let mut nodes = three_nodes().await;
+    let key = key_owned_by(&nodes[0], "node-3", "kill");
+    assert_eq!(status(&nodes[0], &key).await, 200);
+    nodes[2].take().kill();
+    nodes.pop();
+
+    let s = status(&nodes[0], &key).await;
+    assert!(s == 200 || s == 429, "a verdict, not {s}");
+    let doc = nodes[0].get_json("/v1/cluster").await;
+    assert_eq!(doc["fallback"]["active"], true);
+    assert_eq!(doc["fallback"]["owners"], json!(["node-3"]));
+    assert_eq!(doc["fallback"]["entered_total"], 1);
+
+    for n in &nodes {
+        wait_until("node-3 is dropped from every ring", || async {
+            live(&n.get_json("/v1/cluster").await) == ["node-1", "node-2"]
+        })
+        .await;
+    }
+    let doc = nodes[0].get_json("/v1/cluster").await;
+    assert_eq!(doc["fallback"]["active"], false);
+    assert_eq!(doc["stats"]["fallback_left"], 1);
+    for n in &nodes {
+        let s = status(n, &key).await;
+        assert!(s == 200 || s == 429, "a verdict, not {s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_closed_a_lost_owner_is_503_never_429() {
+    let mut nodes = three_nodes_failing(OwnerFailure::Closed).await;
+    let key = key_owned_by(&nodes[0], "node-2", "closed");
+    let local = key_owned_by(&nodes[0], "node-1", "closed");
+    nodes[1].take().kill();
+    for _ in 0..5 {
+        assert_eq!(status(&nodes[0], &key).await, 503);
+        // Keys the gateway owns itself are unaffected.
+        assert_eq!(status(&nodes[0], &local).await, 200);
+    }
 }
