@@ -20,10 +20,6 @@ window    = "60s"
 "#;
 const ADMIN: &str = "admin-token";
 
-fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
-    member_failing(c, id, seed, OwnerFailure::Local);
-}
-
 fn member_failing(
     c: &mut ServeConfig,
     id: &str,
