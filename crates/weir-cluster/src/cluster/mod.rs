@@ -587,41 +587,50 @@ impl Inner {
             tracing::info!("left; no other member to hand counters to");
             return;
         }
+        // The whole leave is bounded by `leave_timeout`, so a shutdown
+        // (and the grace period deploy files allow for it) stays bounded
+        // even when peers are slow.
+        let deadline = tokio::time::Instant::now() + self.config.leave_timeout;
         let after = Arc::new(Ring::with_default_vnodes(&rest));
         self.after_leave.store(Some(after.clone()));
         self.leaving.store(true, Ordering::SeqCst);
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(1);
         while self.local_inflight.load(Ordering::SeqCst) > 0
-            && tokio::time::Instant::now() < give_up
+            && tokio::time::Instant::now() < deadline
         {
             tokio::task::yield_now().await;
         }
         let snaps = self.limiter.take_unless(|_| false);
-        let n = snaps.len();
-        let undelivered = handoff::hand_over(&self.net, snaps, |h| {
+        let n = snaps.len() as u64;
+        let handing = handoff::hand_over(&self.net, snaps, |h| {
             after.owner(h).map(|o| (o.id.clone(), o.grpc))
-        })
-        .await;
-        bump(&self.net.stats.keys_lost, undelivered.len() as u64);
+        });
+        let lost = match tokio::time::timeout_at(deadline, handing).await {
+            Ok(undelivered) => undelivered.len() as u64,
+            Err(_) => n,
+        };
+        bump(&self.net.stats.keys_lost, lost);
         self.handed_over.send_replace(true);
         tracing::info!(
             counters = n,
-            lost = undelivered.len(),
+            lost,
             "handed every counter over; announcing leave"
         );
         if let Err(e) = self.membership.leave_gracefully().await {
             tracing::warn!(error = %e, "leave announcement failed");
         }
-        let waited = self.wait_until_forgotten(&rest).await;
+        let waited = self.wait_until_forgotten(&rest, deadline).await;
         tracing::info!(?waited, "left the cluster");
     }
 
     /// Polls every remaining member until none lists this node as live, or
-    /// the leave timeout passes. Meanwhile checks still routed here are
-    /// forwarded to the new owners.
-    async fn wait_until_forgotten(&self, rest: &[NodeIdentity]) -> Option<Duration> {
+    /// `give_up` passes. Meanwhile checks still routed here are forwarded
+    /// to the new owners.
+    async fn wait_until_forgotten(
+        &self,
+        rest: &[NodeIdentity],
+        give_up: tokio::time::Instant,
+    ) -> Option<Duration> {
         let started = tokio::time::Instant::now();
-        let give_up = started + self.config.leave_timeout;
         loop {
             let asks = rest.iter().map(|m| async move {
                 match self
@@ -640,7 +649,7 @@ impl Inner {
                 return Some(started.elapsed());
             }
             if tokio::time::Instant::now() >= give_up {
-                tracing::warn!("peers still list this node after the leave timeout");
+                tracing::warn!("peers still list this node at the leave timeout");
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
