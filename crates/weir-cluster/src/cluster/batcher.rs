@@ -100,25 +100,34 @@ impl Batchers {
     }
 
     fn sender(&self, id: &str, addr: SocketAddr) -> mpsc::Sender<Pending> {
+        let usable = |h: &Handle| h.addr == addr && !h.tx.is_closed();
         if let Some(h) = self.map.get(id) {
-            if h.addr == addr && !h.tx.is_closed() {
+            if usable(&h) {
                 return h.tx.clone();
             }
         }
+        // Re-checked under the shard's write lock: two callers racing to
+        // create the batcher must not each start one, or the loser's ops
+        // would go to a task that is aborted.
+        let mut entry = self
+            .map
+            .entry(id.to_string())
+            .or_insert_with(|| self.spawn(id, addr));
+        if !usable(&entry) {
+            entry.task.abort();
+            *entry = self.spawn(id, addr);
+        }
+        entry.tx.clone()
+    }
+
+    fn spawn(&self, id: &str, addr: SocketAddr) -> Handle {
         let (tx, rx) = mpsc::channel(self.config.queue);
         let task = tokio::spawn(run(id.to_string(), addr, rx, self.net.clone(), self.config));
-        let old = self.map.insert(
-            id.to_string(),
-            Handle {
-                addr,
-                tx: tx.clone(),
-                task: task.abort_handle(),
-            },
-        );
-        if let Some(old) = old {
-            old.task.abort();
+        Handle {
+            addr,
+            tx,
+            task: task.abort_handle(),
         }
-        tx
     }
 
     /// Queues `op` for `id`; the receiver yields the owner's answer.

@@ -19,7 +19,7 @@ mod service;
 mod status;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,12 +135,17 @@ pub(crate) struct Net {
     pub limiter: Arc<Limiter>,
     pub deadline: Duration,
     hints: mpsc::UnboundedSender<(String, SocketAddr, u64)>,
+    /// Highest version hinted so far: every answer from a node that is
+    /// ahead says so, and one pull per new version is enough.
+    hinted: AtomicU64,
 }
 
 impl Net {
     /// A peer reported a newer rule set than ours: pull it soon.
     pub fn hint_rules(&self, id: &str, addr: SocketAddr, version: u64) {
-        let _ = self.hints.send((id.to_string(), addr, version));
+        if self.hinted.fetch_max(version, Ordering::Relaxed) < version {
+            let _ = self.hints.send((id.to_string(), addr, version));
+        }
     }
 }
 
@@ -223,6 +228,7 @@ impl Cluster {
             limiter: limiter.clone(),
             deadline: config.owner_deadline,
             hints,
+            hinted: AtomicU64::new(0),
         });
         let ring = Ring::with_default_vnodes(&membership.view().members);
         let rules = limiter.rules();
@@ -690,8 +696,15 @@ async fn maintain(inner: Arc<Inner>) {
         if inner.strays.swap(false, Ordering::Relaxed) {
             inner.rebalance().await;
         }
-        inner.deny.purge(inner.limiter.now());
+        let now = inner.limiter.now();
+        inner.deny.purge(now);
         inner.fallback.sweep();
+        // An owner can be marked lost just after it left the ring (a call
+        // already queued to it failed); its fallback ends here.
+        let ring = inner.ring.load_full();
+        inner
+            .fallback
+            .retain_members(|id| ring.members().iter().any(|m| m.id == id), now);
         if tokio::time::Instant::now() >= next_pull {
             next_pull = tokio::time::Instant::now() + inner.config.rules_sync_interval;
             if let Some((id, addr)) = inner.random_peer() {

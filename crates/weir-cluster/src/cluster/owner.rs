@@ -226,7 +226,11 @@ impl Inner {
             }
             Err(f) => {
                 let why = f.to_string();
-                self.fallback.failed(&id, now, &why);
+                // An owner that has meanwhile left the ring is not "lost":
+                // its keys already have a new owner.
+                if self.ring.load().members().iter().any(|m| m.id == id) {
+                    self.fallback.failed(&id, now, &why);
+                }
                 self.undecided(rule, hash_part, cost, &id, &why)
             }
         }
