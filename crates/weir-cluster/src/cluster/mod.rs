@@ -230,7 +230,10 @@ impl Cluster {
             hints,
             hinted: AtomicU64::new(0),
         });
-        let ring = Ring::with_default_vnodes(&membership.view().members);
+        // Subscribe before reading the first view, so a change in between
+        // is seen by the watcher rather than lost.
+        let mut views = membership.subscribe();
+        let ring = Ring::with_default_vnodes(&views.borrow_and_update().members);
         let rules = limiter.rules();
         let fallback = Fallback::new(
             &rules,
@@ -258,7 +261,6 @@ impl Cluster {
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
-        let views = inner.membership.subscribe();
         let tasks = vec![
             tokio::spawn(watch_view(inner.clone(), views)).abort_handle(),
             tokio::spawn(maintain(inner.clone())).abort_handle(),
