@@ -76,6 +76,10 @@ pub struct Cli {
     /// What a node does when a key's owner does not answer (passed through).
     #[arg(long, value_name = "local|open|closed")]
     pub on_owner_failure: Option<String>,
+    /// How long a node waits for a key's owner before its fallback decides
+    /// (passed through) [default: weir's, 5ms].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub owner_deadline: Option<Duration>,
     /// Checks in flight at once.
     #[arg(long, default_value_t = 128)]
     pub concurrency: usize,

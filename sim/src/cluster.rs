@@ -25,6 +25,8 @@ pub struct ClusterOptions {
     /// `weir serve --retry-jitter`.
     pub retry_jitter: bool,
     pub on_owner_failure: Option<String>,
+    /// `weir serve --owner-deadline`; None keeps weir's default.
+    pub owner_deadline: Option<Duration>,
     pub log_dir: PathBuf,
     /// One network namespace per node, so a partition can cut one off.
     pub netns: bool,
@@ -48,6 +50,7 @@ impl ClusterOptions {
             rules_file,
             retry_jitter: false,
             on_owner_failure: None,
+            owner_deadline: None,
             log_dir,
             netns: false,
             form_deadline: Duration::from_secs(30),
@@ -220,6 +223,9 @@ impl Cluster {
         }
         if let Some(f) = &o.on_owner_failure {
             cmd.args(["--on-owner-failure", f]);
+        }
+        if let Some(d) = o.owner_deadline {
+            cmd.args(["--owner-deadline", &format!("{}ms", d.as_millis())]);
         }
         let log = OpenOptions::new()
             .create(true)

@@ -36,7 +36,7 @@ impl FaultKind {
 }
 
 /// What happened, in seconds.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct FaultReport {
     pub kind: String,
     pub node: String,

@@ -88,6 +88,10 @@ pub fn table(results: &[RunResult]) -> String {
             continue;
         }
         let mut notes = r.figures.note.clone();
+        let fallback = r.peer.stat("fallback_decisions");
+        if fallback > 0.0 {
+            notes.push_str(&format!("; {fallback:.0} decided on the fallback"));
+        }
         if let Some(f) = fault_note(r) {
             notes = if notes.is_empty() {
                 f

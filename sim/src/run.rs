@@ -126,6 +126,7 @@ pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
         );
         opts.sync_interval = cli.sync_interval;
         opts.on_owner_failure = cli.on_owner_failure.clone();
+        opts.owner_deadline = cli.owner_deadline;
         opts.netns = netns;
         // The default comparison runs the retry storm once, under the first
         // strategy: it measures clients, not the cluster.

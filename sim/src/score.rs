@@ -11,7 +11,7 @@ use crate::target::Outcome;
 use crate::workloads::{admitted_per_key, reference_per_key, Figures, Plan};
 
 /// Client-side check latency, milliseconds.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Latency {
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -21,7 +21,7 @@ pub struct Latency {
 }
 
 /// One key's totals.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KeyScore {
     pub key: String,
     pub sent: u64,
@@ -29,9 +29,10 @@ pub struct KeyScore {
     pub reference: u64,
 }
 
-/// Admitted in the trailing window, summed over the watched keys and
-/// divided by their combined limit: 1.0 is the limit exactly.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+/// Admitted in the trailing window, summed over the watched keys that have
+/// sent anything yet and divided by their combined limit: 1.0 is the limit
+/// exactly, whether the keys start together or one after another.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Series {
     pub t_s: Vec<f64>,
     pub admitted: Vec<f64>,
@@ -43,7 +44,7 @@ pub struct Series {
 
 /// Arrivals per fixed-width bucket from the run's start (retries, for the
 /// retry storm).
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Buckets {
     pub start_s: f64,
     pub width_s: f64,
@@ -71,7 +72,7 @@ fn retry_buckets(records: &[Record], start_ns: u64) -> Option<Buckets> {
 
 /// After a fault: over-admission set against what the cluster had admitted
 /// before it, an upper bound on what the lost node held for each key.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct FaultBound {
     pub keys: usize,
     /// Keys admitted more than the reference.
@@ -82,7 +83,7 @@ pub struct FaultBound {
     pub held_before_fault: u64,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     pub strategy: String,
     pub workload: String,
@@ -188,11 +189,17 @@ fn series(plan: &Plan, records: &[Record], reference: &[bool], start_ns: u64) ->
     let end = records.last().map_or(start_ns, |r| r.sent_ns.max(start_ns));
     let step = Duration::from_millis(50).as_nanos() as u64;
     let w = rule.window.as_nanos() as u64;
-    let norm = (rule.limit * plan.watched.len().max(1) as u64) as f64;
+    let mut firsts: Vec<u64> = plan
+        .watched
+        .iter()
+        .filter_map(|&k| records.iter().find(|r| r.key == k).map(|r| r.sent_ns))
+        .collect();
+    firsts.sort_unstable();
     let count = |times: &[u64], t: u64| {
+        let started = firsts.partition_point(|&x| x <= t).max(1);
         let hi = times.partition_point(|&x| x <= t);
         let lo = times.partition_point(|&x| x + w <= t);
-        (hi - lo) as f64 / norm
+        (hi - lo) as f64 / (rule.limit * started as u64) as f64
     };
     let mut s = Series {
         window_s: rule.window.as_secs_f64(),

@@ -3,13 +3,16 @@
 use std::collections::BTreeMap;
 
 /// Totals of the inter-node counters, summed over nodes.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PeerTraffic {
     /// Messages (calls, packets, syncs) sent between nodes.
     pub messages: f64,
     pub bytes: f64,
     /// Every series read, name{labels} -> value, so a reader can check the sums.
     pub series: BTreeMap<String, f64>,
+    /// The numeric `stats` of each node's GET /v1/cluster, summed (peer
+    /// calls, fallback decisions, deny-cache hits...).
+    pub stats: BTreeMap<String, f64>,
 }
 
 impl PeerTraffic {
@@ -20,10 +23,43 @@ impl PeerTraffic {
             let d = v - before.series.get(k).copied().unwrap_or(0.0);
             series.insert(k.clone(), d.max(0.0));
         }
+        let mut stats = BTreeMap::new();
+        for (k, v) in &after.stats {
+            let d = v - before.stats.get(k).copied().unwrap_or(0.0);
+            stats.insert(k.clone(), d.max(0.0));
+        }
         PeerTraffic {
             messages: (after.messages - before.messages).max(0.0),
             bytes: (after.bytes - before.bytes).max(0.0),
             series,
+            stats,
+        }
+    }
+
+    pub fn stat(&self, name: &str) -> f64 {
+        self.stats.get(name).copied().unwrap_or(0.0)
+    }
+}
+
+/// Messages counted from /v1/cluster stats, for nodes whose /metrics has no
+/// peer series: every peer call and every sync sent is one message.
+fn messages_from_stats(stats: &BTreeMap<String, f64>) -> f64 {
+    stats
+        .iter()
+        .filter(|(k, _)| {
+            k.as_str() == "peer_calls"
+                || (k.contains("sync") && (k.ends_with("_sent") || k.ends_with("calls")))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn add_stats(into: &mut BTreeMap<String, f64>, doc: &serde_json::Value) {
+    if let Some(m) = doc["stats"].as_object() {
+        for (k, v) in m {
+            if let Some(n) = v.as_f64() {
+                *into.entry(k.clone()).or_default() += n;
+            }
         }
     }
 }
@@ -94,23 +130,31 @@ pub fn parse(text: &str) -> PeerTraffic {
     t
 }
 
-/// Sums /metrics over `bases` (`http://host:port`); a node that does not
-/// answer adds nothing.
+async fn get_text(client: &reqwest::Client, url: String) -> Option<String> {
+    client.get(url).send().await.ok()?.text().await.ok()
+}
+
+/// Sums /metrics and /v1/cluster stats over `bases` (`http://host:port`);
+/// a node that does not answer adds nothing.
 pub async fn scrape(client: &reqwest::Client, bases: &[String]) -> PeerTraffic {
     let mut total = PeerTraffic::default();
     for b in bases {
-        let Ok(res) = client.get(format!("{b}/metrics")).send().await else {
-            continue;
-        };
-        let Ok(text) = res.text().await else {
-            continue;
-        };
-        let one = parse(&text);
-        total.messages += one.messages;
-        total.bytes += one.bytes;
-        for (k, v) in one.series {
-            *total.series.entry(k).or_default() += v;
+        if let Some(text) = get_text(client, format!("{b}/metrics")).await {
+            let one = parse(&text);
+            total.messages += one.messages;
+            total.bytes += one.bytes;
+            for (k, v) in one.series {
+                *total.series.entry(k).or_default() += v;
+            }
         }
+        if let Some(text) = get_text(client, format!("{b}/v1/cluster")).await {
+            if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) {
+                add_stats(&mut total.stats, &doc);
+            }
+        }
+    }
+    if total.series.is_empty() {
+        total.messages = messages_from_stats(&total.stats);
     }
     total
 }
@@ -143,6 +187,12 @@ weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
     fn missing_series_count_as_zero() {
         let t = parse("weir_checks_total 3\n");
         assert_eq!((t.messages, t.bytes), (0.0, 0.0));
+        let mut stats = BTreeMap::new();
+        add_stats(
+            &mut stats,
+            &serde_json::json!({"stats": {"peer_calls": 12, "peer_failures": 1, "sync_sent": 3}}),
+        );
+        assert_eq!(messages_from_stats(&stats), 15.0);
         let d = PeerTraffic::delta(&parse("weir_peer_calls_total 4\n"), &t);
         assert_eq!(d.messages, 4.0);
     }

@@ -139,21 +139,68 @@ impl Session {
         self.driver.conns.len()
     }
 
-    /// Opens enough pooled connections to every node that a burst does not
-    /// wait on TCP handshakes. The route has no rule, so nothing is counted.
-    async fn warm_up(&self) {
-        let per_node = self.opts.concurrency.clamp(1, 32);
+    /// Brings the cluster to the state a running one is in before a plan
+    /// starts: connections open and no owner in fallback.
+    ///
+    /// First a few checks per node, one at a time, for throwaway keys under
+    /// the plan's rules, so the nodes open their connections to each other
+    /// (a cold one would charge its handshake to the workload, and with a
+    /// 5 ms owner deadline a handshake trips the fallback). Then enough
+    /// concurrent checks on a route with no rule to fill the client pool, so
+    /// a burst does not wait on TCP handshakes. Then wait out any fallback.
+    async fn warm_up(&self, plan: &Plan) {
         let mut tasks = tokio::task::JoinSet::new();
+        for (i, conn) in self.driver.conns.iter().enumerate() {
+            if !self.driver.live.is_up(i) {
+                continue;
+            }
+            let conn = conn.clone();
+            let routes: Vec<String> = plan.rules.iter().map(|r| r.route.clone()).collect();
+            tasks.spawn(async move {
+                for j in 0..8 {
+                    let route = &routes[j % routes.len().max(1)];
+                    conn.check(&format!("warm-up-{i}-{j}"), route).await;
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        let per_node = self.opts.concurrency.clamp(1, 32);
         for (i, conn) in self.driver.conns.iter().enumerate() {
             if !self.driver.live.is_up(i) {
                 continue;
             }
             for _ in 0..per_node {
                 let conn = conn.clone();
-                tasks.spawn(async move { conn.check("warm-up", "GET /sim/warm-up").await });
+                tasks.spawn(async move {
+                    conn.check("warm-up", "GET /sim/warm-up").await;
+                });
             }
         }
         while tasks.join_next().await.is_some() {}
+        self.settle().await;
+    }
+
+    /// Waits (up to 3 s) until no node reports an owner in fallback.
+    async fn settle(&self) {
+        let until = tokio::time::Instant::now() + Duration::from_secs(3);
+        while tokio::time::Instant::now() < until {
+            let mut any = false;
+            for (i, b) in self.bases.iter().enumerate() {
+                if i < self.driver.live.len() && !self.driver.live.is_up(i) {
+                    continue;
+                }
+                let doc: Option<serde_json::Value> =
+                    match self.control.get(format!("{b}/v1/cluster")).send().await {
+                        Ok(r) => r.json().await.ok(),
+                        Err(_) => None,
+                    };
+                any |= doc.is_some_and(|d| d["fallback"]["active"].as_bool() == Some(true));
+            }
+            if !any {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn traffic(&self) -> PeerTraffic {
@@ -186,7 +233,7 @@ impl Session {
 
     /// Runs one plan (with a fault a third of the way in, if asked) and scores it.
     pub async fn run(&mut self, plan: &Plan, fault: Option<FaultKind>) -> RunResult {
-        self.warm_up().await;
+        self.warm_up(plan).await;
         let before = self.traffic().await;
         let (start, start_unix) = start_time(plan, &self.driver.clock);
         let pb = self.progress(plan);

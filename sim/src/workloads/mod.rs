@@ -249,7 +249,7 @@ impl Plan {
 }
 
 /// Workload-specific results.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Figures {
     pub values: BTreeMap<String, f64>,
     /// One short phrase for the terminal table.
