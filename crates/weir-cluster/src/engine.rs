@@ -101,8 +101,10 @@ impl Engine {
         }
     }
 
-    /// Selects the strategy. Only `owner` forwards; `gossip` and `divide`
-    /// decide on this node's counters for now.
+    /// Selects the strategy: `owner` forwards to each key's owner, `gossip`
+    /// decides on local counters plus peers' reported counts, `divide`
+    /// decides at limit/N alone. The cluster must have been started with the
+    /// same strategy for gossip's sync task to run.
     pub fn with_strategy(mut self, strategy: Strategy) -> Engine {
         self.strategy = strategy;
         self
@@ -127,9 +129,11 @@ impl Engine {
     }
 
     pub async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
-        match self.forwarding() {
-            Some(cluster) => cluster.check(req).await,
-            None => self.limiter.check(req).map_err(CheckFailure::from),
+        match (&self.cluster, self.strategy) {
+            (Some(cluster), Strategy::Owner) => cluster.check(req).await,
+            (Some(cluster), Strategy::Gossip) => cluster.check_gossip(req),
+            (Some(cluster), Strategy::Divide) => cluster.check_divide(req),
+            (None, _) => self.limiter.check(req).map_err(CheckFailure::from),
         }
     }
 
@@ -138,10 +142,7 @@ impl Engine {
     pub async fn check_many(&self, reqs: &[Request<'_>]) -> Vec<Result<Verdict, CheckFailure>> {
         match self.forwarding() {
             Some(cluster) => futures::future::join_all(reqs.iter().map(|r| cluster.check(r))).await,
-            None => reqs
-                .iter()
-                .map(|r| self.limiter.check(r).map_err(CheckFailure::from))
-                .collect(),
+            None => futures::future::join_all(reqs.iter().map(|r| self.check(r))).await,
         }
     }
 

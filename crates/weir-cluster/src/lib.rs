@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod engine;
 pub mod membership;
 pub mod ring;
+pub mod strategy;
 
 pub use cluster::{
     resolve_seeds, BatchConfig, Cluster, ClusterConfig, ClusterError, ClusterStats, FallbackStatus,

@@ -179,6 +179,16 @@ impl Fallback {
         }
     }
 
+    /// A whole request decided at limit/N (the divide strategy).
+    pub fn check(&self, req: &weir_core::Request<'_>) -> Result<weir_core::Verdict, CheckError> {
+        self.limiter.check(req)
+    }
+
+    /// The divided rule of this name, for a denial built by hand.
+    pub fn rule(&self, name: &str) -> Option<Arc<weir_core::Rule>> {
+        self.limiter.rules().get(name).map(|(_, r)| r.clone())
+    }
+
     pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
         self.limiter.refund(rule, hash_part, at, cost);
     }

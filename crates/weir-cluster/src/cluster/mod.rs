@@ -17,6 +17,7 @@ mod peers;
 mod rules_sync;
 mod service;
 mod status;
+mod strategies;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,11 +39,12 @@ pub use batcher::BatchConfig;
 pub use service::PeerService;
 pub use status::{ClusterStats, FallbackStatus, MemberStatus};
 
-use crate::engine::OwnerFailure;
+use crate::engine::{OwnerFailure, Strategy};
 use crate::membership::{
     Blackhole, MemberView, Membership, MembershipConfig, MembershipError, NodeIdentity,
 };
 use crate::ring::Ring;
+use crate::strategy::gossip::GossipCounts;
 use deny_cache::DenyCache;
 use fallback::Fallback;
 use peers::PeerPool;
@@ -87,6 +89,11 @@ pub struct ClusterConfig {
     /// Denials cached at most (distinct hash parts).
     pub deny_cache_keys: usize,
     pub blackhole: Option<Blackhole>,
+    /// Which strategy this node's engine runs; the gossip strategy's sync
+    /// task runs only under `Gossip`.
+    pub strategy: Strategy,
+    /// Gossip strategy: how often counts go to every peer.
+    pub sync_interval: Duration,
 }
 
 /// Default owner deadline. One LAN hop is ~0.5 ms (seed 8B) and a batch of
@@ -112,6 +119,8 @@ impl ClusterConfig {
             leave_timeout: Duration::from_secs(3),
             deny_cache_keys: 100_000,
             blackhole: None,
+            strategy: Strategy::Owner,
+            sync_interval: Duration::from_millis(100),
         }
     }
 }
@@ -172,6 +181,8 @@ pub(crate) struct Inner {
     rules: RulesSync,
     /// A counter this node does not own was created here; sweep it to its owner.
     strays: AtomicBool,
+    /// The gossip strategy's local and heard counts.
+    gossip: GossipCounts,
     tasks: Mutex<Vec<AbortHandle>>,
     stopped: AtomicBool,
 }
@@ -258,14 +269,18 @@ impl Cluster {
             net,
             fallback,
             strays: AtomicBool::new(false),
+            gossip: GossipCounts::default(),
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(watch_view(inner.clone(), views)).abort_handle(),
             tokio::spawn(maintain(inner.clone())).abort_handle(),
             tokio::spawn(follow_hints(inner.clone(), hints_rx)).abort_handle(),
         ];
+        if inner.config.strategy == Strategy::Gossip {
+            tasks.push(tokio::spawn(strategies::sync_counts(inner.clone())).abort_handle());
+        }
         *inner.tasks.lock() = tasks;
         tracing::info!(node = %inner.membership.identity(), "cluster member started");
         Ok(Cluster { inner })
@@ -361,6 +376,36 @@ impl Cluster {
         req: &weir_core::Request<'_>,
     ) -> Result<weir_core::Verdict, crate::engine::CheckFailure> {
         self.inner.check(req).await
+    }
+
+    /// Decides a check on this node's counters plus what peers last reported
+    /// (the gossip strategy).
+    pub(crate) fn check_gossip(
+        &self,
+        req: &weir_core::Request<'_>,
+    ) -> Result<weir_core::Verdict, crate::engine::CheckFailure> {
+        self.inner.check_gossip(req)
+    }
+
+    /// Gossip strategy: the cost peers last reported admitting for this
+    /// rule and key in the current window.
+    pub fn heard(&self, rule: &str, key: &str) -> u64 {
+        let rules = self.inner.limiter.rules();
+        let Some((_, r)) = rules.get(rule) else {
+            return 0;
+        };
+        let window = u64::try_from(r.window.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .gossip
+            .heard(&r.name, key, self.inner.limiter.now(), window)
+    }
+
+    /// Decides a check at limit/N on this node alone (the divide strategy).
+    pub(crate) fn check_divide(
+        &self,
+        req: &weir_core::Request<'_>,
+    ) -> Result<weir_core::Verdict, crate::engine::CheckFailure> {
+        self.inner.check_divide(req)
     }
 
     /// Applies a local rule write and pushes the result to every member.
@@ -701,6 +746,7 @@ async fn maintain(inner: Arc<Inner>) {
         let now = inner.limiter.now();
         inner.deny.purge(now);
         inner.fallback.sweep();
+        inner.sweep_gossip();
         // An owner can be marked lost just after it left the ring (a call
         // already queued to it failed); its fallback ends here.
         let ring = inner.ring.load_full();

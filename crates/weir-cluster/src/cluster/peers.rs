@@ -9,7 +9,8 @@ use tonic::{Code, Request, Status};
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
-    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet,
+    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
 };
 
 use super::auth::PeerToken;
@@ -201,6 +202,20 @@ impl PeerPool {
         let req = self.request(PullRulesRequest { have_version }, deadline);
         self.call(id, addr, deadline, |mut c| async move {
             c.pull_rules(req).await
+        })
+        .await
+    }
+
+    pub async fn sync_counts(
+        &self,
+        id: &str,
+        addr: SocketAddr,
+        req: SyncRequest,
+        deadline: Duration,
+    ) -> Result<SyncResponse, PeerFailure> {
+        let req = self.request(req, deadline);
+        self.call(id, addr, deadline, |mut c| async move {
+            c.sync_counts(req).await
         })
         .await
     }

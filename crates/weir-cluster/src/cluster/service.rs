@@ -198,11 +198,13 @@ impl Peer for PeerService {
 
     async fn sync_counts(
         &self,
-        _request: Request<SyncRequest>,
+        request: Request<SyncRequest>,
     ) -> Result<Response<SyncResponse>, Status> {
-        Err(Status::unimplemented(
-            "this node does not run the gossip strategy",
-        ))
+        let req = request.into_inner();
+        let applied = self.inner.gossip.apply(&req.from_node, &req.deltas);
+        Ok(Response::new(SyncResponse {
+            applied: u32::try_from(applied).unwrap_or(u32::MAX),
+        }))
     }
 
     async fn members(

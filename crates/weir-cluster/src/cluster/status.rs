@@ -60,6 +60,11 @@ pub struct ClusterStats {
     /// Ops decided here for keys this node does not own (a peer's ring was
     /// behind); such counters are swept to their owner.
     pub strays: u64,
+    /// Gossip strategy: `Peer/SyncCounts` messages sent, their encoded
+    /// bytes, and the per-key counts they carried.
+    pub sync_messages: u64,
+    pub sync_bytes: u64,
+    pub sync_deltas: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -79,6 +84,9 @@ pub(crate) struct Stats {
     pub rules_adopted: AtomicU64,
     pub unauthenticated: AtomicU64,
     pub strays: AtomicU64,
+    pub sync_messages: AtomicU64,
+    pub sync_bytes: AtomicU64,
+    pub sync_deltas: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64, n: u64) {
@@ -106,6 +114,9 @@ impl Stats {
             rules_adopted: get(&self.rules_adopted),
             unauthenticated: get(&self.unauthenticated),
             strays: get(&self.strays),
+            sync_messages: get(&self.sync_messages),
+            sync_bytes: get(&self.sync_bytes),
+            sync_deltas: get(&self.sync_deltas),
         }
     }
 }

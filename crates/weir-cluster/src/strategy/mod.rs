@@ -1,0 +1,3 @@
+//! Building blocks of the strategies other than `owner`.
+
+pub mod gossip;

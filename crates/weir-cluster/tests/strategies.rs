@@ -1,0 +1,84 @@
+//! The weaker strategies against their seed numbers: divide admits L/N on one
+//! node (seed 8A), gossip admits up to N x L in a burst before a sync and
+//! converges after one (seed 8C).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{cluster, TestNode};
+use weir_cluster::{Engine, Strategy};
+use weir_core::Request;
+
+/// Fixed windows a day long: the gossip strategy counts in aligned windows,
+/// and a test must not straddle a boundary.
+const RULES: &str = r#"
+[[rule]]
+name = "per-client"
+algorithm = "fixed_window"
+limit = 20
+window = "24h"
+"#;
+const L: usize = 20;
+
+fn engine(node: &TestNode, strategy: Strategy) -> Arc<Engine> {
+    let limiter = node.cluster.limiter().clone();
+    Arc::new(Engine::clustered(limiter, node.cluster.clone()).with_strategy(strategy))
+}
+
+async fn admitted(engine: &Engine, key: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        if engine
+            .check(&Request::new(key, "GET /", 1))
+            .await
+            .unwrap()
+            .allowed
+        {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
+    let nodes = cluster(5, RULES, |c| c.strategy = Strategy::Divide).await;
+    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Divide)).collect();
+    // Single connection: every request lands on node 1. L/N = 4, a 5x
+    // under-admission on the best-behaved client shape.
+    assert_eq!(admitted(&engines[0], "one-conn", 3 * L).await, L / 5);
+    // Spread evenly over every node the same client gets its L back.
+    let mut spread = 0;
+    for e in &engines {
+        spread += admitted(e, "spread", L).await;
+    }
+    assert_eq!(spread, L);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync() {
+    let n = 3;
+    let nodes = cluster(n, RULES, |c| {
+        c.strategy = Strategy::Gossip;
+        c.sync_interval = Duration::from_millis(200);
+    })
+    .await;
+    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Gossip)).collect();
+    // A burst on every node before any of them hears the others: each
+    // admits its full L locally.
+    let bursts = engines.iter().map(|e| admitted(e, "burst", 2 * L));
+    let total: usize = futures::future::join_all(bursts).await.into_iter().sum();
+    assert!(total > L, "gossip admitted only {total}");
+    assert!(total <= n * L, "gossip admitted {total} > N x L");
+    // Steady traffic converges: what one node admits, the others learn at
+    // the next sync, so a node that admitted nothing for the key denies it.
+    assert_eq!(admitted(&engines[0], "steady", L).await, L);
+    common::wait_until("node 2 hears node 1's spend", || {
+        nodes[1].cluster.heard("per-client", "steady") == L as u64
+    })
+    .await;
+    assert_eq!(admitted(&engines[1], "steady", 5).await, 0);
+    assert!(nodes[0].cluster.stats().sync_messages > 0);
+}
