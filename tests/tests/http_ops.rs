@@ -23,7 +23,8 @@ async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
         Some("text/plain; version=0.0.4")
     );
     let text = res.text().await.unwrap();
-    assert_eq!(metric_value(&text, "weir_keys"), Some(0.0));
+    let keys = r#"weir_keys{rule="per-client"}"#;
+    assert_eq!(metric_value(&text, keys), Some(0.0));
     let version = node.get_json("/v1/limits/*").await["version"].as_f64();
     assert_eq!(metric_value(&text, "weir_rules_version"), version);
 
@@ -31,7 +32,7 @@ async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
     assert_eq!(node.check(json!({"key": "a"})).await.status(), 429);
     assert_eq!(node.check(json!({"key": "b"})).await.status(), 200);
     let text = node.metrics().await;
-    assert_eq!(metric_value(&text, "weir_keys"), Some(2.0));
+    assert_eq!(metric_value(&text, keys), Some(2.0));
     assert_eq!(
         metric_value(
             &text,

@@ -392,6 +392,22 @@ impl Limiter {
         self.tables.load().counters.iter().map(|c| c.len()).sum()
     }
 
+    /// Keys held by each rule of the set in force, in the set's order.
+    pub fn keys_per_rule(&self) -> Vec<(Arc<str>, usize)> {
+        let t = self.tables.load();
+        t.rules
+            .rules()
+            .iter()
+            .zip(&t.counters)
+            .map(|(r, c)| (r.name.clone(), c.len()))
+            .collect()
+    }
+
+    /// Keys held by the ad-hoc tables (rules carried by requests), together.
+    pub fn adhoc_keys(&self) -> usize {
+        self.adhoc.iter().map(|c| c.len()).sum()
+    }
+
     /// Removes and returns every counter whose hash part `keep` rejects.
     pub fn take_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
         let t = self.tables.load();

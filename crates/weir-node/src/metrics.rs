@@ -10,6 +10,14 @@ use dashmap::DashMap;
 use weir_cluster::CheckFailure;
 use weir_core::Verdict;
 
+pub mod scrape;
+
+/// The `rule` label of every check decided by a limit carried in the request
+/// (an Envoy descriptor override). Each override is a rule of its own, named
+/// after its limit, so labelling by name would let a caller mint a series
+/// per value; `*` cannot occur in a rule name, so this label never collides.
+pub const OVERRIDE_LABEL: &str = "override:*";
+
 /// Upper bounds of the decision latency histogram, in microseconds.
 const LATENCY_BUCKETS_US: [u64; 12] = [
     5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000,

@@ -1,6 +1,5 @@
 //! Operations endpoints: `/metrics`, `/healthz`, `/readyz`.
 
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -8,33 +7,19 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use crate::metrics::scrape;
 use crate::state::NodeState;
 
 /// The Prometheus text exposition format's content type.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
 pub async fn metrics(State(state): State<Arc<NodeState>>) -> Response {
-    let mut extra = String::new();
-    // Computed at scrape time: both change without passing through a counter.
-    let _ = writeln!(extra, "# HELP weir_keys Counter keys held in memory.");
-    let _ = writeln!(extra, "# TYPE weir_keys gauge");
-    let _ = writeln!(extra, "weir_keys {}", state.engine.limiter().keys());
-    let _ = writeln!(
-        extra,
-        "# HELP weir_rules_version Version of the rule set in force."
-    );
-    let _ = writeln!(extra, "# TYPE weir_rules_version gauge");
-    let _ = writeln!(
-        extra,
-        "weir_rules_version {}",
-        state.engine.rules().version()
-    );
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static(PROMETHEUS_TEXT),
         )],
-        state.metrics.render(&extra),
+        state.metrics.render(&scrape::render(&state)),
     )
         .into_response()
 }

@@ -1,0 +1,220 @@
+//! Metrics read at scrape time from the limiter and the cluster, which keep their own counters.
+
+use std::fmt::Write;
+
+use weir_cluster::membership::MemberState;
+use weir_cluster::Cluster;
+
+use super::OVERRIDE_LABEL;
+use crate::state::NodeState;
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn one(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// One metric with a single label taking each of `samples`' values.
+fn labeled(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    label: &str,
+    samples: &[(&str, u64)],
+) {
+    header(out, name, kind, help);
+    for (v, n) in samples {
+        let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
+    }
+}
+
+/// Everything `/metrics` shows beyond the node's own check counters.
+pub fn render(state: &NodeState) -> String {
+    let mut out = String::new();
+    let limiter = state.engine.limiter();
+    header(
+        &mut out,
+        "weir_keys",
+        "gauge",
+        "Counter keys held in memory, by rule.",
+    );
+    for (rule, n) in limiter.keys_per_rule() {
+        let _ = writeln!(out, "weir_keys{{rule=\"{rule}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "weir_keys{{rule=\"{OVERRIDE_LABEL}\"}} {}",
+        limiter.adhoc_keys()
+    );
+    one(
+        &mut out,
+        "weir_max_keys",
+        "gauge",
+        "Most keys one rule may hold (--max-keys).",
+        state.config.max_keys_per_rule as u64,
+    );
+    one(
+        &mut out,
+        "weir_rules_version",
+        "gauge",
+        "Version of the rule set in force.",
+        state.engine.rules().version(),
+    );
+    if let Some(cluster) = state.engine.cluster() {
+        render_cluster(&mut out, cluster);
+    }
+    out
+}
+
+fn render_cluster(out: &mut String, cluster: &Cluster) {
+    let s = cluster.stats();
+    let counters: [(&str, &str, u64); 14] = [
+        (
+            "weir_peer_calls_total",
+            "Peer/Decide calls sent.",
+            s.peer_calls,
+        ),
+        (
+            "weir_peer_ops_total",
+            "Counter operations carried by Decide calls.",
+            s.peer_ops,
+        ),
+        (
+            "weir_peer_failures_total",
+            "Decide calls that timed out or failed.",
+            s.peer_failures,
+        ),
+        (
+            "weir_deny_cache_hits_total",
+            "Checks answered from the deny cache with no peer call.",
+            s.deny_cache_hits,
+        ),
+        (
+            "weir_fallback_decisions_total",
+            "Limits decided on the local fallback (owner unreachable).",
+            s.fallback_decisions,
+        ),
+        (
+            "weir_fallback_entered_total",
+            "Times an owner entered fallback.",
+            s.fallback_entered,
+        ),
+        (
+            "weir_fallback_left_total",
+            "Times an owner left fallback.",
+            s.fallback_left,
+        ),
+        (
+            "weir_handoffs_sent_total",
+            "Peer/Handoff calls sent.",
+            s.handoffs_sent,
+        ),
+        (
+            "weir_handoffs_received_total",
+            "Peer/Handoff calls received.",
+            s.handoffs_received,
+        ),
+        (
+            "weir_keys_lost_total",
+            "Counters a leaving node could not hand over.",
+            s.keys_lost,
+        ),
+        (
+            "weir_peer_unauthenticated_total",
+            "Peer calls refused for a missing or wrong cluster secret.",
+            s.unauthenticated,
+        ),
+        (
+            "weir_strays_total",
+            "Ops decided here for keys another node owns.",
+            s.strays,
+        ),
+        (
+            "weir_rules_pushed_total",
+            "Rule sets pushed to peers.",
+            s.rules_pushed,
+        ),
+        (
+            "weir_rules_adopted_total",
+            "Rule sets taken from peers.",
+            s.rules_adopted,
+        ),
+    ];
+    for (name, help, v) in counters {
+        one(out, name, "counter", help, v);
+    }
+    one(
+        out,
+        "weir_fallback_active",
+        "gauge",
+        "Owners this node is deciding for on its local fallback now.",
+        s.fallback_active,
+    );
+    labeled(
+        out,
+        "weir_keys_moved_total",
+        "counter",
+        "Counters handed to other nodes (out) and taken over from them (in).",
+        "direction",
+        &[("in", s.keys_moved_in), ("out", s.keys_moved_out)],
+    );
+
+    let members = cluster.members_status();
+    let count = |st: MemberState| members.iter().filter(|m| m.state == st).count() as u64;
+    labeled(
+        out,
+        "weir_members",
+        "gauge",
+        "Cluster members as this node sees them, by state.",
+        "state",
+        &[
+            ("alive", count(MemberState::Alive)),
+            ("suspect", count(MemberState::Suspect)),
+            ("down", count(MemberState::Down)),
+        ],
+    );
+
+    let g = cluster.gossip_stats();
+    labeled(
+        out,
+        "weir_gossip_packets_total",
+        "counter",
+        "Gossip datagrams received and sent.",
+        "direction",
+        &[("in", g.packets_in), ("out", g.packets_out)],
+    );
+    labeled(
+        out,
+        "weir_gossip_bytes_total",
+        "counter",
+        "Gossip bytes received and sent.",
+        "direction",
+        &[("in", g.bytes_in), ("out", g.bytes_out)],
+    );
+    one(
+        out,
+        "weir_gossip_bad_mac_dropped_total",
+        "counter",
+        "Gossip datagrams dropped for a missing or wrong HMAC tag.",
+        g.bad_mac_dropped,
+    );
+    one(
+        out,
+        "weir_gossip_invalid_dropped_total",
+        "counter",
+        "Authentic gossip datagrams that did not parse.",
+        g.invalid_dropped,
+    );
+    one(
+        out,
+        "weir_gossip_send_errors_total",
+        "counter",
+        "Gossip datagrams that could not be sent.",
+        g.send_errors,
+    );
+}

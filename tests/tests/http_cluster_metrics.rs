@@ -1,0 +1,119 @@
+//! The cluster's counters in GET /metrics: deny cache, fallback, members, gossip, on two in-process nodes.
+
+use std::time::Duration;
+
+use serde_json::json;
+use weir_cluster::GossipProfile;
+use weir_node::ServeConfig;
+use weir_tests::{metric_value, wait_until, TestNode};
+
+const RULES: &str = r#"
+[[rule]]
+name      = "per-client"
+algorithm = "sliding_window_log"
+limit     = 1
+window    = "1h"
+"#;
+
+fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
+    c.node_id = Some(id.to_string());
+    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
+    c.gossip_profile = GossipProfile::Fast;
+    // Generous, so a slow debug build never falls back by accident.
+    c.owner_deadline = Duration::from_secs(1);
+}
+
+/// Two nodes that both list each other as alive, as their metrics say.
+async fn two_nodes() -> Vec<TestNode> {
+    let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
+    let seed = first.state().config.gossip;
+    let second = TestNode::start(RULES, |c| member(c, "node-2", Some(seed))).await;
+    let nodes = vec![first, second];
+    for n in &nodes {
+        wait_until("weir_members shows two alive", || async {
+            n.metric(r#"weir_members{state="alive"}"#).await == Some(2.0)
+        })
+        .await;
+    }
+    nodes
+}
+
+fn key_owned_by(n: &TestNode, owner: &str) -> String {
+    let cluster = n.state().engine.cluster().expect("a cluster member");
+    (0..)
+        .map(|i| format!("k-{i}"))
+        .find(|k| cluster.owner_of(k).unwrap().id == owner)
+        .unwrap()
+}
+
+async fn status(n: &TestNode, key: &str) -> u16 {
+    n.check(json!({"key": key})).await.status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_cache_hit_moves_its_counter_and_peer_calls_are_counted() {
+    let nodes = two_nodes().await;
+    let gateway = &nodes[0];
+    let key = key_owned_by(gateway, "node-2");
+    let text = gateway.metrics().await;
+    assert_eq!(metric_value(&text, "weir_deny_cache_hits_total"), Some(0.0));
+    let calls_before = metric_value(&text, "weir_peer_calls_total").unwrap();
+
+    assert_eq!(status(gateway, &key).await, 200);
+    assert_eq!(status(gateway, &key).await, 429, "denied by the owner");
+    assert_eq!(status(gateway, &key).await, 429, "denied from the cache");
+    let text = gateway.metrics().await;
+    assert_eq!(metric_value(&text, "weir_deny_cache_hits_total"), Some(1.0));
+    assert_eq!(
+        metric_value(&text, "weir_peer_calls_total"),
+        Some(calls_before + 2.0),
+        "the cached denial cost no call"
+    );
+    assert_eq!(
+        metric_value(&text, "weir_fallback_entered_total"),
+        Some(0.0)
+    );
+    assert!(metric_value(&text, "weir_gossip_packets_total{direction=\"in\"}") > Some(0.0));
+    assert_eq!(
+        metric_value(&text, "weir_gossip_bad_mac_dropped_total"),
+        Some(0.0)
+    );
+    // The owner holds the key; the gateway does not.
+    assert_eq!(
+        nodes[1].metric(r#"weir_keys{rule="per-client"}"#).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        gateway.metric(r#"weir_keys{rule="per-client"}"#).await,
+        Some(0.0)
+    );
+    assert_eq!(gateway.metric("weir_max_keys").await, Some(1_000_000.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_lost_moves_the_fallback_metrics() {
+    let mut nodes = two_nodes().await;
+    let gateway = &nodes[0];
+    let key = key_owned_by(gateway, "node-2");
+    assert_eq!(gateway.metric("weir_fallback_active").await, Some(0.0));
+    nodes[1].take().kill();
+
+    let s = status(&nodes[0], &key).await;
+    assert!(s == 200 || s == 429, "a verdict, not {s}");
+    let text = nodes[0].metrics().await;
+    assert_eq!(
+        metric_value(&text, "weir_fallback_entered_total"),
+        Some(1.0)
+    );
+    assert_eq!(metric_value(&text, "weir_fallback_active"), Some(1.0));
+    assert!(metric_value(&text, "weir_fallback_decisions_total") >= Some(1.0));
+    assert!(metric_value(&text, "weir_peer_failures_total") >= Some(1.0));
+
+    wait_until("the lost owner is down and out of fallback", || async {
+        let text = nodes[0].metrics().await;
+        metric_value(&text, r#"weir_members{state="alive"}"#) == Some(1.0)
+            && metric_value(&text, "weir_fallback_active") == Some(0.0)
+    })
+    .await;
+    assert_eq!(nodes[0].metric("weir_fallback_left_total").await, Some(1.0));
+}
