@@ -60,6 +60,14 @@ impl Metrics {
         }
     }
 
+    /// A check decided by a limit the request carried (an Envoy override),
+    /// counted under [`OVERRIDE_LABEL`] whatever the override's name.
+    pub fn record_override_verdict(&self, verdict: &Verdict, elapsed: Duration) {
+        self.observe(elapsed);
+        let v = if verdict.allowed { "allowed" } else { "denied" };
+        bump(&self.checks, (Arc::from(OVERRIDE_LABEL), v));
+    }
+
     pub fn record_failure(&self, failure: &CheckFailure, elapsed: Duration) {
         self.observe(elapsed);
         match failure {

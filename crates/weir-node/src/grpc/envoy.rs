@@ -83,10 +83,14 @@ impl RateLimitService for EnvoyRls {
 
         let mut verdicts = Vec::with_capacity(outcomes.len());
         let mut failed = None;
-        for (i, o) in outcomes.into_iter().enumerate() {
+        for (i, (o, c)) in outcomes.into_iter().zip(&checks).enumerate() {
             match o {
                 Ok(v) => {
-                    self.state.metrics.record_verdict(&v, per_item);
+                    if c.limit.is_some() {
+                        self.state.metrics.record_override_verdict(&v, per_item);
+                    } else {
+                        self.state.metrics.record_verdict(&v, per_item);
+                    }
                     verdicts.push(v);
                 }
                 Err(f) => {
