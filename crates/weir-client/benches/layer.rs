@@ -163,7 +163,7 @@ async fn load(
 /// Rounds of `secs` per configuration, interleaved (bare, control, in-process,
 /// remote, bare, ...) so a change in the machine's load hits every
 /// configuration alike; each round's ratios come from the same minute.
-fn loopback(rounds: usize, secs: f64) {
+fn loopback(rounds: usize, secs: f64, warm_up: u64) {
     let rt = Runtime::new().unwrap();
     let http = HttpClient::builder(TokioExecutor::new())
         .pool_max_idle_per_host(CONCURRENCY as usize)
@@ -172,7 +172,7 @@ fn loopback(rounds: usize, secs: f64) {
     let configs = &t.rows;
     // Warm-up: connections, the limiter's keys, the node's keys.
     for (_, addr) in configs {
-        rt.block_on(load(&http, *addr, 4 * KEYS));
+        rt.block_on(load(&http, *addr, warm_up));
     }
     let mut rps = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
@@ -263,7 +263,8 @@ fn main() {
     if wants("loopback") {
         let rounds = env_or("WEIR_BENCH_ROUNDS", if bench { 7.0 } else { 1.0 }) as usize;
         let secs = env_or("WEIR_BENCH_SECS", if bench { 3.0 } else { 0.05 });
-        loopback(rounds.max(1), secs);
+        let warm_up = if bench { 4 * KEYS } else { CONCURRENCY };
+        loopback(rounds.max(1), secs, warm_up);
     }
     let mut c = Criterion::default().configure_from_args();
     in_memory(&mut c);

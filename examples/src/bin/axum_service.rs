@@ -1,4 +1,5 @@
 //! The example service: `axum_service [--listen ADDR] [--weir URL] [--fail open|closed] [--rules FILE]`.
+#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
