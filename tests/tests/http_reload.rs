@@ -91,3 +91,30 @@ async fn a_broken_rules_file_keeps_the_old_rules_and_counts_the_failure() {
     node.replace_rules(&rules(9));
     wait_for_limit(&node, 9).await;
 }
+
+/// A Kubernetes ConfigMap volume: the file is a symlink through `..data`,
+/// and an update swaps `..data` to a new directory by renaming a new
+/// symlink over it. No event in the watched directory names `rules.toml`.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_is_reloaded() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("..data_v1")).unwrap();
+    std::fs::write(root.join("..data_v1/rules.toml"), rules(1)).unwrap();
+    symlink("..data_v1", root.join("..data")).unwrap();
+    symlink("..data/rules.toml", root.join("rules.toml")).unwrap();
+    let path = root.join("rules.toml");
+    let node = TestNode::start(&rules(1), |c| c.rules_file = Some(path)).await;
+    assert_eq!(limit(&node).await, 1);
+    let v0 = version(&node).await;
+
+    std::fs::create_dir(root.join("..data_v2")).unwrap();
+    std::fs::write(root.join("..data_v2/rules.toml"), rules(3)).unwrap();
+    symlink("..data_v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..data_v1")).unwrap();
+    wait_for_limit(&node, 3).await;
+    assert!(version(&node).await > v0);
+}

@@ -52,19 +52,22 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
 }
 
-pub(crate) fn load_rules(config: &ServeConfig) -> Result<RuleSet, NodeError> {
+/// The rules to start with, and the file's text when they came from one (the
+/// reloader compares against it, so an event that changes nothing installs nothing).
+pub(crate) fn load_rules(config: &ServeConfig) -> Result<(RuleSet, Option<String>), NodeError> {
     let Some(path) = &config.rules_file else {
-        return Ok(crate::default_rules::default_rules());
+        return Ok((crate::default_rules::default_rules(), None));
     };
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| NodeError::RulesFile {
         path: shown.clone(),
         source,
     })?;
-    RuleSet::from_toml(&text).map_err(|source| NodeError::Rules {
+    let rules = RuleSet::from_toml(&text).map_err(|source| NodeError::Rules {
         path: shown,
         source,
-    })
+    })?;
+    Ok((rules, Some(text)))
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, NodeError> {
@@ -77,7 +80,7 @@ impl Node {
     /// Binds every listener and starts serving. Port 0 picks a free port;
     /// the chosen addresses are logged and returned by the accessors.
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
-        let rules = load_rules(&config)?;
+        let (rules, rules_text) = load_rules(&config)?;
         let limiter = Arc::new(Limiter::new(
             rules,
             Arc::new(SystemClock::new()),
@@ -132,6 +135,7 @@ impl Node {
             tasks.extend(crate::reload::spawn(
                 state.clone(),
                 path,
+                rules_text,
                 signal(stopped.clone()),
             ));
         }

@@ -1,6 +1,5 @@
 //! Reloads the rules file when it changes; a broken file keeps the last good set.
 
-use std::ffi::OsString;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -19,11 +18,13 @@ use crate::state::NodeState;
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Starts watching `path`. The watch is in place when this returns, so a
-/// change made right after a node starts is seen. None if the directory
-/// cannot be watched (logged; the node runs on with the rules it has).
+/// change made right after a node starts is seen. `loaded` is the text the
+/// node started with. None if the directory cannot be watched (logged; the
+/// node runs on with the rules it has).
 pub fn spawn(
     state: Arc<NodeState>,
     path: PathBuf,
+    loaded: Option<String>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     // The parent directory is watched, not the file: an editor that saves by
@@ -33,23 +34,16 @@ pub fn spawn(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let Some(name) = path.file_name().map(OsString::from) else {
-        tracing::warn!(path = %path.display(), "rules path names no file; not watching it");
-        return None;
-    };
     let (tx, rx) = mpsc::unbounded_channel();
-    let watched_name = name.clone();
+    // Any event in the directory may have changed what the path resolves
+    // to, not only one naming the file: a Kubernetes ConfigMap volume swaps
+    // a `..data` symlink that the file reaches through, and no event names
+    // the file. The content comparison in `reload` keeps unrelated events
+    // from installing anything.
     let handler = move |res: notify::Result<notify::Event>| {
         let Ok(event) = res else { return };
         // Our own reads show up as access events; reacting to them would loop.
-        if matches!(event.kind, EventKind::Access(_)) {
-            return;
-        }
-        if event
-            .paths
-            .iter()
-            .any(|p| p.file_name() == Some(watched_name.as_os_str()))
-        {
+        if !matches!(event.kind, EventKind::Access(_)) {
             let _ = tx.send(());
         }
     };
@@ -67,18 +61,18 @@ pub fn spawn(
     Some(tokio::spawn(async move {
         // Moved in so the watch lives exactly as long as this task.
         let _watcher = watcher;
-        watch_loop(state, path, rx, stop).await;
+        watch_loop(state, path, loaded, rx, stop).await;
     }))
 }
 
 async fn watch_loop(
     state: Arc<NodeState>,
     path: PathBuf,
+    mut last_loaded: Option<String>,
     mut changes: mpsc::UnboundedReceiver<()>,
     stop: impl Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut last_loaded: Option<String> = None;
     loop {
         tokio::select! {
             _ = &mut stop => return,
@@ -113,8 +107,8 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
             return;
         }
     };
-    // A touch or a metadata change is not a new rule set; installing it
-    // again would bump the version for nothing.
+    // A touch, a metadata change or another file's event is not a new rule
+    // set; installing it again would bump the version for nothing.
     if last_loaded.as_deref() == Some(text.as_str()) {
         return;
     }
@@ -137,3 +131,6 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

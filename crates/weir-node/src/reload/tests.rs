@@ -1,0 +1,52 @@
+//! The reloader installs a file's rules once per distinct content.
+
+use std::sync::Arc;
+
+use weir_cluster::Engine;
+use weir_core::{Limiter, LimiterConfig, RuleSet, SystemClock};
+
+use super::reload;
+use crate::config::ServeConfig;
+use crate::state::NodeState;
+
+fn rules(limit: u64) -> String {
+    format!(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = {limit}\nwindow = \"1m\"\n"
+    )
+}
+
+fn state() -> NodeState {
+    let limiter = Limiter::new(
+        RuleSet::empty(),
+        Arc::new(SystemClock::new()),
+        LimiterConfig::default(),
+    );
+    NodeState {
+        node_id: "n".into(),
+        engine: Arc::new(Engine::local(Arc::new(limiter))),
+        config: ServeConfig::ephemeral(),
+        metrics: Default::default(),
+        ready: Default::default(),
+    }
+}
+
+#[test]
+fn unchanged_content_is_not_installed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    let state = state();
+    let mut last = None;
+    std::fs::write(&path, rules(1)).unwrap();
+    reload(&state, &path, &mut last);
+    let v1 = state.engine.rules().version();
+    reload(&state, &path, &mut last);
+    assert_eq!(state.engine.rules().version(), v1, "same text, same set");
+    std::fs::write(&path, rules(2)).unwrap();
+    reload(&state, &path, &mut last);
+    assert!(state.engine.rules().version() > v1, "new text, new set");
+    let reloads = state
+        .metrics
+        .rules_reloads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(reloads, 2);
+}
