@@ -151,6 +151,12 @@ fn json_rules(
 }
 
 pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
+    // The tier every rule will take, held to the bounds of a rule's own
+    // `tier` field, so a set written here is one a rules file could hold
+    // and a peer will accept.
+    if let Some(t) = tier {
+        text(Field::Str(t), MAX_NAME_LEN).map_err(|reason| body_level("tier", &reason))?;
+    }
     let doc = json_doc(body)?;
     if let Some(k) = doc.keys().find(|k| k.as_str() != "rules") {
         return Err(body_level(

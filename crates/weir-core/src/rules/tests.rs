@@ -308,3 +308,18 @@ fn divided_rules_keep_at_least_one() {
     assert_eq!(r.divided(5).limit, 200);
     assert_eq!(r.divided(5000).limit, 1);
 }
+
+#[test]
+fn a_path_tier_a_rule_could_not_hold_is_refused_naming_tier() {
+    let body = r#"{"rules":[{"name":"r","algorithm":"fixed_window","limit":1,"window":"1m"}]}"#;
+    let long = "t".repeat(65);
+    for tier in ["", long.as_str(), "free\n", "a\u{7f}b"] {
+        let e = RuleSet::parse_tier_json(Some(tier), body).unwrap_err();
+        let re = e.rule_error().unwrap_or_else(|| panic!("{tier:?}: {e}"));
+        assert_eq!(re.field, "tier", "{tier:?}");
+    }
+    let at_most = "t".repeat(64);
+    let rules = RuleSet::parse_tier_json(Some(&at_most), body).unwrap();
+    assert_eq!(rules[0].tier.as_deref(), Some(at_most.as_str()));
+    assert!(RuleSet::parse_tier_json(None, body).is_ok());
+}
