@@ -211,6 +211,9 @@ async fn start_cluster(
     cc.owner_deadline = config.owner_deadline;
     cc.on_owner_failure = config.on_owner_failure;
     cc.gossip_profile = config.gossip_profile;
+    cc.limiter = LimiterConfig {
+        max_keys_per_rule: config.max_keys_per_rule,
+    };
     cc.strategy = config.strategy;
     cc.sync_interval = config.sync_interval;
     Ok(Cluster::start(cc, limiter).await?)

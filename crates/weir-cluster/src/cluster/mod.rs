@@ -94,6 +94,8 @@ pub struct ClusterConfig {
     pub strategy: Strategy,
     /// Gossip strategy: how often counts go to every peer.
     pub sync_interval: Duration,
+    /// Sizes the fallback limiter's tables (the node's `--max-keys`).
+    pub limiter: LimiterConfig,
 }
 
 /// Default owner deadline. One LAN hop is ~0.5 ms (seed 8B) and a batch of
@@ -121,6 +123,7 @@ impl ClusterConfig {
             blackhole: None,
             strategy: Strategy::Owner,
             sync_interval: Duration::from_millis(100),
+            limiter: LimiterConfig::default(),
         }
     }
 }
@@ -250,7 +253,7 @@ impl Cluster {
             &rules,
             ring.len(),
             limiter.clock().clone(),
-            LimiterConfig::default(),
+            config.limiter,
             config.fallback_probe,
         );
         let inner = Arc::new(Inner {
