@@ -89,6 +89,32 @@ async fn cluster_view_lists_this_node_with_its_bound_addresses() {
     assert_eq!(members[0]["grpc"], node.node().grpc_addr().to_string());
 }
 
+#[tokio::test]
+async fn the_cluster_view_shows_the_advertised_addresses_with_bound_ports() {
+    let node = TestNode::start(RULES, |c| {
+        c.advertise_grpc = Some("127.0.0.2:0".parse().unwrap());
+        c.advertise_gossip = Some("127.0.0.3:0".parse().unwrap());
+    })
+    .await;
+    let view = node.get_json("/v1/cluster").await;
+    let me = &view["members"][0];
+    let grpc = format!("127.0.0.2:{}", node.node().grpc_addr().port());
+    assert_eq!(me["grpc"], grpc.as_str());
+    let gossip = format!("127.0.0.3:{}", node.state().config.gossip.port());
+    assert_eq!(me["gossip"], gossip.as_str());
+}
+
+#[tokio::test]
+async fn a_cluster_node_bound_to_every_interface_without_an_advertised_address_does_not_start() {
+    let config = weir_node::ServeConfig {
+        grpc: "0.0.0.0:0".parse().unwrap(),
+        seeds: vec!["127.0.0.1:9".into()],
+        ..weir_node::ServeConfig::ephemeral()
+    };
+    let e = weir_node::Node::start(config).await.err().expect("refused");
+    assert!(e.to_string().contains("--advertise-grpc"), "{e}");
+}
+
 /// Reads one HTTP/1.1 response head and its Content-Length body.
 async fn read_response(stream: &mut TcpStream) -> (String, String) {
     let mut buf = Vec::new();

@@ -49,6 +49,12 @@ pub struct ServeArgs {
     /// Gossip (UDP) address [default: 127.0.0.1:7946].
     #[arg(long, value_name = "ADDR")]
     pub gossip: Option<SocketAddr>,
+    /// gRPC address peers are told to reach [default: the bound --grpc address].
+    #[arg(long, value_name = "ADDR")]
+    pub advertise_grpc: Option<SocketAddr>,
+    /// Gossip address peers are told to reach [default: the bound --gossip address].
+    #[arg(long, value_name = "ADDR")]
+    pub advertise_gossip: Option<SocketAddr>,
     /// Nodes to join through, comma separated.
     #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
     pub seeds: Vec<String>,
@@ -166,11 +172,13 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
     if args.seeds.iter().any(|s| s.trim().is_empty()) {
         return Err("--seeds has an empty entry".into());
     }
-    Ok(ServeConfig {
+    let config = ServeConfig {
         node_id: args.node_id.clone(),
         http: args.http.unwrap_or(d.http),
         grpc: args.grpc.unwrap_or(d.grpc),
         gossip: args.gossip.unwrap_or(d.gossip),
+        advertise_grpc: args.advertise_grpc,
+        advertise_gossip: args.advertise_gossip,
         seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
         rules_file: args.rules.clone(),
         strategy: args.strategy.map_or(d.strategy, |s| match s {
@@ -206,7 +214,9 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         },
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
-    })
+    };
+    config.check_advertised()?;
+    Ok(config)
 }
 
 pub fn log_format(args: &ServeArgs) -> LogFormat {

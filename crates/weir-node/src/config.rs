@@ -43,6 +43,11 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub gossip: SocketAddr,
+    /// The gRPC address peers are told to forward to; None: the bound one.
+    /// A port of 0 takes the bound port.
+    pub advertise_grpc: Option<SocketAddr>,
+    /// The gossip address peers are told to probe; None: the bound one.
+    pub advertise_gossip: Option<SocketAddr>,
     pub seeds: Vec<String>,
     /// None: the built-in default rules.
     pub rules_file: Option<PathBuf>,
@@ -70,6 +75,8 @@ impl Default for ServeConfig {
             http: "127.0.0.1:8080".parse().expect("literal address"),
             grpc: "127.0.0.1:8081".parse().expect("literal address"),
             gossip: "127.0.0.1:7946".parse().expect("literal address"),
+            advertise_grpc: None,
+            advertise_gossip: None,
             seeds: Vec::new(),
             rules_file: None,
             strategy: Strategy::Owner,
@@ -97,5 +104,47 @@ impl ServeConfig {
             gossip: any,
             ..ServeConfig::default()
         }
+    }
+
+    /// Where peers forward checks to this node.
+    pub fn advertised_grpc(&self) -> SocketAddr {
+        self.advertise_grpc.unwrap_or(self.grpc)
+    }
+
+    /// Where peers send this node gossip.
+    pub fn advertised_gossip(&self) -> SocketAddr {
+        self.advertise_gossip.unwrap_or(self.gossip)
+    }
+
+    /// Refuses addresses peers could not be told to reach: 0.0.0.0 (or
+    /// `::`) means "every interface" to a listener but "this host" to
+    /// whoever is told it, so a node advertising it points its peers at
+    /// themselves. Without seeds a node may bind one, as a single node that
+    /// no peer needs to reach.
+    pub fn check_advertised(&self) -> Result<(), String> {
+        let ports = [
+            ("--grpc", "--advertise-grpc", self.grpc, self.advertise_grpc),
+            (
+                "--gossip",
+                "--advertise-gossip",
+                self.gossip,
+                self.advertise_gossip,
+            ),
+        ];
+        for (flag, advertise, bound, given) in ports {
+            match given {
+                Some(a) if a.ip().is_unspecified() => {
+                    return Err(format!("{advertise} {a} is not an address peers can reach"));
+                }
+                None if !self.seeds.is_empty() && bound.ip().is_unspecified() => {
+                    return Err(format!(
+                        "{flag} {bound} binds every interface, which peers cannot be told to reach; \
+                         with --seeds, give {advertise} ADDR"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }

@@ -79,6 +79,18 @@ impl NodeBuilder {
         self
     }
 
+    /// `--advertise-grpc`
+    pub fn advertise_grpc(mut self, addr: SocketAddr) -> Self {
+        self.config.advertise_grpc = Some(addr);
+        self
+    }
+
+    /// `--advertise-gossip`
+    pub fn advertise_gossip(mut self, addr: SocketAddr) -> Self {
+        self.config.advertise_gossip = Some(addr);
+        self
+    }
+
     /// `--seeds`: gossip addresses (`HOST:PORT`) of nodes already in the cluster.
     pub fn seeds<I, S>(mut self, seeds: I) -> Self
     where

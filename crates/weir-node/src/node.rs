@@ -33,6 +33,8 @@ pub enum NodeError {
     },
     #[error("invalid rules file {path}: {source}")]
     Rules { path: String, source: RulesError },
+    #[error("invalid configuration: {0}")]
+    Config(String),
     #[error("cannot join the cluster: {0}")]
     Cluster(#[from] ClusterError),
 }
@@ -80,6 +82,13 @@ impl Node {
     /// Binds every listener and starts serving. Port 0 picks a free port;
     /// the chosen addresses are logged and returned by the accessors.
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
+        config.check_advertised().map_err(NodeError::Config)?;
+        if !config.seeds.is_empty() && config.cluster_secret.is_none() {
+            tracing::warn!(
+                "joining a cluster without --cluster-secret: anyone who can reach the gossip \
+                 and gRPC ports can join the ring and change the rules (docs/security.md)"
+            );
+        }
         let (rules, rules_text) = load_rules(&config)?;
         let limiter = Arc::new(Limiter::new(
             rules,
@@ -201,7 +210,13 @@ async fn start_cluster(
     node_id: &str,
     limiter: Arc<Limiter>,
 ) -> Result<Cluster, NodeError> {
-    let identity = NodeIdentity::new(node_id, config.gossip, config.grpc);
+    // Port 0 in an advertised address means "the port that was bound"; the
+    // membership fills in the gossip one once its socket is bound.
+    let mut grpc = config.advertised_grpc();
+    if grpc.port() == 0 {
+        grpc.set_port(config.grpc.port());
+    }
+    let identity = NodeIdentity::new(node_id, config.advertised_gossip(), grpc);
     let mut cc = ClusterConfig::new(identity, config.gossip);
     cc.seeds = resolve_seeds(&config.seeds, SEED_PATIENCE).await;
     cc.secret = config

@@ -358,17 +358,19 @@ fn compose_commands_are_accepted_and_advertise_their_own_address() {
             .as_str()
             .unwrap_or_else(|| panic!("{}: a fixed address", n.name));
         assert_eq!(
-            c.grpc.ip().to_string(),
+            c.advertised_grpc().ip().to_string(),
             ip,
-            "{}: --grpc advertises its own IP",
+            "{}: gRPC advertises its own IP",
             n.name
         );
         assert_eq!(
-            c.gossip.ip().to_string(),
+            c.advertised_gossip().ip().to_string(),
             ip,
-            "{}: --gossip advertises its own IP",
+            "{}: gossip advertises its own IP",
             n.name
         );
+        assert_eq!(c.advertised_grpc().port(), c.grpc.port(), "{}", n.name);
+        assert_eq!(c.advertised_gossip().port(), c.gossip.port(), "{}", n.name);
         for seed in &c.seeds {
             let (host, port) = seed.rsplit_once(':').expect("host:port seed");
             assert!(
@@ -433,6 +435,9 @@ fn kubernetes_args_are_accepted_and_probes_secrets_and_grace_match() {
     }
     assert_eq!(port_named("grpc"), u64::from(c.grpc.port()));
     assert_eq!(port_named("gossip"), u64::from(c.gossip.port()));
+    // Peers are told the pod's IP at the ports the pod listens on.
+    assert_eq!(c.advertised_grpc().to_string(), "10.0.0.7:8081");
+    assert_eq!(c.advertised_gossip().to_string(), "10.0.0.7:7946");
 
     for e in container["env"].as_sequence().unwrap() {
         assert_weir_env("StatefulSet", e["name"].as_str().unwrap());
@@ -509,6 +514,8 @@ fn systemd_execstart_is_accepted_and_stop_timeout_covers_the_drain() {
     assert_eq!(get("KillSignal"), "SIGTERM");
     assert_eq!(get("Restart"), "on-failure");
     assert!(secs(get("TimeoutStopSec")) > c.drain_timeout + LEAVE_ALLOWANCE);
+    assert_eq!(c.advertised_grpc().to_string(), "10.0.0.7:8081");
+    assert_eq!(c.advertised_gossip().to_string(), "10.0.0.7:7946");
 
     // Every ${VAR} of ExecStart is in the example environment file, and
     // every WEIR_ variable there is one weir or ExecStart reads.

@@ -25,6 +25,8 @@ fn every_serve_flag_lands_in_the_config() {
         "--http=0.0.0.0:9080",
         "--grpc=0.0.0.0:9081",
         "--gossip=0.0.0.0:9946",
+        "--advertise-grpc=10.0.0.7:9081",
+        "--advertise-gossip=10.0.0.7:9946",
         "--seeds=a:7946,b:7946",
         "--rules=/etc/weir/rules.toml",
         "--strategy=divide",
@@ -46,6 +48,8 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.http.port(), 9080);
     assert_eq!(c.grpc.port(), 9081);
     assert_eq!(c.gossip.port(), 9946);
+    assert_eq!(c.advertised_grpc().to_string(), "10.0.0.7:9081");
+    assert_eq!(c.advertised_gossip().to_string(), "10.0.0.7:9946");
     assert_eq!(c.seeds, ["a:7946", "b:7946"]);
     assert_eq!(c.rules_file, Some(PathBuf::from("/etc/weir/rules.toml")));
     assert_eq!(c.strategy, Strategy::Divide);
@@ -76,6 +80,43 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--strategy=fastest"]).is_err());
     assert!(parse(&["weir", "serve", "--sync-interval=soon"]).is_err());
     assert!(parse(&["weir", "serve", "--http=nowhere"]).is_err());
+}
+
+#[test]
+fn a_cluster_node_must_advertise_addresses_peers_can_reach() {
+    let seeds = "--seeds=a:7946";
+    let e = parse(&["weir", "serve", "--grpc=0.0.0.0:8081", seeds]).unwrap_err();
+    assert!(e.contains("--advertise-grpc"), "{e}");
+    let e = parse(&["weir", "serve", "--gossip=[::]:7946", seeds]).unwrap_err();
+    assert!(e.contains("--advertise-gossip"), "{e}");
+    let e = parse(&["weir", "serve", "--advertise-grpc=0.0.0.0:8081"]).unwrap_err();
+    assert!(e.contains("--advertise-grpc"), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+    // A single node may bind every interface; a cluster node may too, when
+    // it says where peers reach it.
+    assert!(parse(&[
+        "weir",
+        "serve",
+        "--grpc=0.0.0.0:8081",
+        "--gossip=0.0.0.0:7946"
+    ])
+    .is_ok());
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--grpc=0.0.0.0:8081",
+        "--gossip=0.0.0.0:7946",
+        "--advertise-grpc=10.0.0.7:8081",
+        "--advertise-gossip=10.0.0.7:7946",
+        seeds,
+    ])
+    .unwrap();
+    assert_eq!(c.advertised_grpc().to_string(), "10.0.0.7:8081");
+    assert_eq!(
+        c.grpc.to_string(),
+        "0.0.0.0:8081",
+        "still binds every interface"
+    );
 }
 
 #[test]
