@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use weir_cluster::{OwnerFailure, Strategy};
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
+use crate::tls::TlsFiles;
 
 // Public, with `serve_config`, so tests can parse the same flags that deploy
 // files pass. (A plain comment: clap would show a doc comment in --help.)
@@ -25,6 +26,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process, so the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a node.
@@ -49,7 +52,16 @@ pub struct ServeArgs {
     /// Gossip (UDP) address [default: 127.0.0.1:7946].
     #[arg(long, value_name = "ADDR")]
     pub gossip: Option<SocketAddr>,
-    /// gRPC address peers are told to reach [default: the bound --grpc address].
+    /// Serve the peer service (weir.v1.Peer) here, plaintext, instead of on --grpc.
+    #[arg(long, value_name = "ADDR")]
+    pub peer_grpc: Option<SocketAddr>,
+    /// PEM certificate chain: serve HTTPS on --http and TLS gRPC on --grpc (needs --tls-key, --peer-grpc).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// gRPC address peers are told to reach [default: the bound --peer-grpc, else --grpc].
     #[arg(long, value_name = "ADDR")]
     pub advertise_grpc: Option<SocketAddr>,
     /// Gossip address peers are told to reach [default: the bound --gossip address].
@@ -177,6 +189,15 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         http: args.http.unwrap_or(d.http),
         grpc: args.grpc.unwrap_or(d.grpc),
         gossip: args.gossip.unwrap_or(d.gossip),
+        peer_grpc: args.peer_grpc,
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => return Err("--tls-cert and --tls-key go together: give both or neither".into()),
+        },
         advertise_grpc: args.advertise_grpc,
         advertise_gossip: args.advertise_gossip,
         seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
@@ -215,7 +236,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
     };
-    config.check_advertised()?;
+    config.validate()?;
     Ok(config)
 }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use weir_cluster::{GossipProfile, OwnerFailure, Strategy};
 
+use crate::tls::TlsFiles;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
     #[default]
@@ -43,6 +45,11 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub gossip: SocketAddr,
+    /// Serve weir.v1.Peer here, in plaintext, instead of on `grpc`; needed
+    /// with `tls`, since peers do not speak TLS.
+    pub peer_grpc: Option<SocketAddr>,
+    /// HTTPS on `http` and TLS gRPC on `grpc`.
+    pub tls: Option<TlsFiles>,
     /// The gRPC address peers are told to forward to; None: the bound one.
     /// A port of 0 takes the bound port.
     pub advertise_grpc: Option<SocketAddr>,
@@ -75,6 +82,8 @@ impl Default for ServeConfig {
             http: "127.0.0.1:8080".parse().expect("literal address"),
             grpc: "127.0.0.1:8081".parse().expect("literal address"),
             gossip: "127.0.0.1:7946".parse().expect("literal address"),
+            peer_grpc: None,
+            tls: None,
             advertise_grpc: None,
             advertise_gossip: None,
             seeds: Vec::new(),
@@ -106,9 +115,26 @@ impl ServeConfig {
         }
     }
 
+    /// The listener weir.v1.Peer is served on.
+    pub fn peer_listener(&self) -> SocketAddr {
+        self.peer_grpc.unwrap_or(self.grpc)
+    }
+
     /// Where peers forward checks to this node.
     pub fn advertised_grpc(&self) -> SocketAddr {
-        self.advertise_grpc.unwrap_or(self.grpc)
+        self.advertise_grpc.unwrap_or(self.peer_listener())
+    }
+
+    /// Why this config cannot run, in one line.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tls.is_some() && self.peer_grpc.is_none() {
+            return Err(
+                "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
+                        plaintext on a port of their own"
+                    .into(),
+            );
+        }
+        self.check_advertised()
     }
 
     /// Where peers send this node gossip.
@@ -123,7 +149,16 @@ impl ServeConfig {
     /// no peer needs to reach.
     pub fn check_advertised(&self) -> Result<(), String> {
         let ports = [
-            ("--grpc", "--advertise-grpc", self.grpc, self.advertise_grpc),
+            (
+                if self.peer_grpc.is_some() {
+                    "--peer-grpc"
+                } else {
+                    "--grpc"
+                },
+                "--advertise-grpc",
+                self.peer_listener(),
+                self.advertise_grpc,
+            ),
             (
                 "--gossip",
                 "--advertise-gossip",

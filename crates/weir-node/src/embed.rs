@@ -79,6 +79,21 @@ impl NodeBuilder {
         self
     }
 
+    /// `--peer-grpc`
+    pub fn peer_grpc(mut self, addr: SocketAddr) -> Self {
+        self.config.peer_grpc = Some(addr);
+        self
+    }
+
+    /// `--tls-cert` and `--tls-key`
+    pub fn tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.config.tls = Some(crate::tls::TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        });
+        self
+    }
+
     /// `--advertise-grpc`
     pub fn advertise_grpc(mut self, addr: SocketAddr) -> Self {
         self.config.advertise_grpc = Some(addr);

@@ -5,6 +5,7 @@
 //! future, which is all the `weir serve` binary does.
 #![forbid(unsafe_code)]
 
+pub mod accept;
 pub mod cli;
 pub mod config;
 pub mod default_rules;
@@ -15,6 +16,7 @@ pub mod metrics;
 mod node;
 mod reload;
 pub mod state;
+pub mod tls;
 
 pub use config::{InputLimits, LogFormat, ServeConfig};
 pub use embed::NodeBuilder;

@@ -35,6 +35,8 @@ pub enum NodeError {
     Rules { path: String, source: RulesError },
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot join the cluster: {0}")]
     Cluster(#[from] ClusterError),
 }
@@ -82,7 +84,8 @@ impl Node {
     /// Binds every listener and starts serving. Port 0 picks a free port;
     /// the chosen addresses are logged and returned by the accessors.
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
-        config.check_advertised().map_err(NodeError::Config)?;
+        config.validate().map_err(NodeError::Config)?;
+        let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
         if !config.seeds.is_empty() && config.cluster_secret.is_none() {
             tracing::warn!(
                 "joining a cluster without --cluster-secret: anyone who can reach the gossip \
@@ -99,6 +102,10 @@ impl Node {
         ));
         let http_listener = bind("HTTP", config.http).await?;
         let grpc_listener = bind("gRPC", config.grpc).await?;
+        let peer_listener = match config.peer_grpc {
+            Some(addr) => Some(bind("gRPC peer", addr).await?),
+            None => None,
+        };
         let http_addr = http_listener
             .local_addr()
             .expect("bound socket has an address");
@@ -110,6 +117,9 @@ impl Node {
         let mut config = config;
         config.http = http_addr;
         config.grpc = grpc_addr;
+        config.peer_grpc = peer_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound socket has an address"));
         let node_id = config
             .node_id
             .clone()
@@ -129,14 +139,21 @@ impl Node {
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
+        let (http_tls, grpc_tls) = match tls {
+            Some(a) => (Some(a.http), Some(a.grpc)),
+            None => (None, None),
+        };
         tasks.push(tokio::spawn(crate::http::serve(
             state.clone(),
             http_listener,
+            http_tls,
             signal(stopped.clone()),
         )));
         tasks.push(tokio::spawn(crate::grpc::serve(
             state.clone(),
             grpc_listener,
+            grpc_tls,
+            peer_listener,
             signal(stopped.clone()),
         )));
         tasks.push(tokio::spawn(sweep(limiter, signal(stopped.clone()))));
@@ -149,7 +166,14 @@ impl Node {
             ));
         }
         state.ready.store(true, Ordering::SeqCst);
-        tracing::info!(node = %state.node_id, http = %http_addr, grpc = %grpc_addr, "weir node serving");
+        tracing::info!(
+            node = %state.node_id,
+            http = %http_addr,
+            grpc = %grpc_addr,
+            peer = %state.config.peer_listener(),
+            tls = state.config.tls.is_some(),
+            "weir node serving"
+        );
         Ok(Node {
             state,
             http_addr,
@@ -165,6 +189,11 @@ impl Node {
 
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
+    }
+
+    /// Where weir.v1.Peer is served: `--peer-grpc` when set, else the gRPC port.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.state.config.peer_listener()
     }
 
     pub fn state(&self) -> &Arc<NodeState> {
@@ -214,7 +243,7 @@ async fn start_cluster(
     // membership fills in the gossip one once its socket is bound.
     let mut grpc = config.advertised_grpc();
     if grpc.port() == 0 {
-        grpc.set_port(config.grpc.port());
+        grpc.set_port(config.peer_listener().port());
     }
     let identity = NodeIdentity::new(node_id, config.advertised_gossip(), grpc);
     let mut cc = ClusterConfig::new(identity, config.gossip);

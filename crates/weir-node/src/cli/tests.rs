@@ -120,6 +120,34 @@ fn a_cluster_node_must_advertise_addresses_peers_can_reach() {
 }
 
 #[test]
+fn tls_needs_both_files_and_a_peer_port() {
+    let e = parse(&["weir", "serve", "--tls-cert=c.pem"]).unwrap_err();
+    assert!(e.contains("--tls-key"), "{e}");
+    let e = parse(&["weir", "serve", "--tls-key=k.pem"]).unwrap_err();
+    assert!(e.contains("--tls-cert"), "{e}");
+    let e = parse(&["weir", "serve", "--tls-cert=c.pem", "--tls-key=k.pem"]).unwrap_err();
+    assert!(e.contains("--peer-grpc"), "{e}");
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--tls-cert=c.pem",
+        "--tls-key=k.pem",
+        "--peer-grpc=127.0.0.1:8082",
+    ])
+    .unwrap();
+    let tls = c.tls.as_ref().unwrap();
+    assert_eq!(
+        (tls.cert.to_str(), tls.key.to_str()),
+        (Some("c.pem"), Some("k.pem"))
+    );
+    assert_eq!(
+        c.advertised_grpc().port(),
+        8082,
+        "peers are told the peer port"
+    );
+}
+
+#[test]
 fn one_line_joins_a_multi_line_message() {
     assert_eq!(
         one_line("TOML parse error\n  |\n1 | x\n"),

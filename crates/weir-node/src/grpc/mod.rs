@@ -7,8 +7,9 @@ mod ratelimiter;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tokio_rustls::TlsAcceptor;
 use tonic::transport::Server;
 use weir_core::{MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -17,6 +18,7 @@ use weir_proto::weir::v1::rate_limiter_server::RateLimiterServer;
 pub use envoy::EnvoyRls;
 pub use ratelimiter::RateLimiterService;
 
+use crate::accept;
 use crate::state::NodeState;
 
 /// Wire bytes one batch item may take beyond its strings: field tags,
@@ -38,26 +40,64 @@ pub fn max_message_bytes(max_batch_items: usize) -> usize {
         .saturating_add(REQUEST_OVERHEAD_BYTES)
 }
 
+/// Serves weir.v1.RateLimiter and Envoy's RLS (over TLS when `tls` is
+/// set), and weir.v1.Peer: on `peer_listener` when there is one, else on
+/// this port too.
 pub async fn serve(
     state: Arc<NodeState>,
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    peer_listener: Option<TcpListener>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
+    let stop = stop.shared();
     let max_bytes = max_message_bytes(state.config.limits.max_batch_items);
     let weir = RateLimiterServer::new(RateLimiterService::new(state.clone()))
         .max_decoding_message_size(max_bytes);
+    let envoy = RateLimitServiceServer::new(EnvoyRls::new(state.clone()))
+        .max_decoding_message_size(max_bytes);
     // weir.v1.Peer: node-to-node forwarding, behind the cluster secret.
     let peer = state.engine.cluster().map(|c| c.peer_service());
-    let envoy =
-        RateLimitServiceServer::new(EnvoyRls::new(state)).max_decoding_message_size(max_bytes);
-    // tonic sets TCP_NODELAY only on listeners it binds itself; without it
-    // a small answer (a forwarded check's) can wait on a delayed ACK.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let (shared_peer, own_port) = match peer_listener {
+        Some(l) => (None, peer.map(|p| (p, l))),
+        None => (peer, None),
+    };
+    let peer_task = own_port.map(|(peer, l)| {
+        let stop = stop.clone();
+        let conns = incoming(&state, l, None, stop.clone());
+        tokio::spawn(async move {
+            let server = Server::builder().add_service(peer);
+            if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
+                tracing::error!(error = %e, "gRPC peer server failed");
+            }
+        })
+    });
+    let conns = incoming(&state, listener, tls, stop.clone());
     let server = Server::builder()
         .add_service(weir)
         .add_service(envoy)
-        .add_optional_service(peer);
-    if let Err(e) = server.serve_with_incoming_shutdown(incoming, stop).await {
+        .add_optional_service(shared_peer);
+    if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
         tracing::error!(error = %e, "gRPC server failed");
     }
+    if let Some(t) = peer_task {
+        let _ = t.await;
+    }
+}
+
+/// Accepted connections as the stream tonic serves from.
+fn incoming(
+    state: &NodeState,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>> {
+    let mut rx = accept::incoming(
+        listener,
+        state.config.limits.max_connections,
+        tls,
+        crate::http::HANDSHAKE_TIMEOUT,
+        stop,
+    );
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
 }

@@ -61,6 +61,12 @@ pub struct CappedStream {
     _slot: OwnedSemaphorePermit,
 }
 
+impl CappedStream {
+    pub fn tcp(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
 impl AsyncRead for CappedStream {
     fn poll_read(
         self: Pin<&mut Self>,
