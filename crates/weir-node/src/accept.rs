@@ -44,11 +44,16 @@ impl Conn {
 /// A TLS handshake runs in a task of its own, bounded by `handshake_timeout`:
 /// on the accept loop, one client that opens a connection and says nothing
 /// would hold up every other client.
+///
+/// `preface` bytes (the HTTP/2 client preface, for gRPC) must arrive on a
+/// plaintext connection within the same timeout before it is handed on:
+/// the HTTP/2 server would otherwise wait for them with no deadline.
 pub fn incoming(
     listener: TcpListener,
     max_connections: usize,
     tls: Option<TlsAcceptor>,
     handshake_timeout: Duration,
+    preface: usize,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> mpsc::Receiver<Conn> {
     // Small: a connection waiting here already holds a slot.
@@ -72,9 +77,22 @@ pub fn incoming(
                     local,
                     remote,
                 };
-                if tx.send(conn).await.is_err() {
-                    return;
+                if preface == 0 {
+                    if tx.send(conn).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let Io::Plain(s) = &conn.io else { return };
+                    match tokio::time::timeout(handshake_timeout, arrived(s.tcp(), preface)).await {
+                        Ok(true) => {
+                            let _ = tx.send(conn).await;
+                        }
+                        _ => tracing::debug!(?remote, "no preface in time; closing"),
+                    }
+                });
                 continue;
             };
             let tx = tx.clone();
@@ -100,6 +118,23 @@ pub fn incoming(
     });
     rx
 }
+
+/// Waits until `n` bytes can be read without consuming them; false if the
+/// peer closed first.
+async fn arrived(tcp: &tokio::net::TcpStream, n: usize) -> bool {
+    let mut buf = vec![0u8; n];
+    loop {
+        match tcp.peek(&mut buf).await {
+            Ok(k) if k >= n => return true,
+            Ok(0) | Err(_) => return false,
+            // Part of it is here; peek would return at once again, so wait
+            // a little for the rest instead of spinning.
+            Ok(_) => tokio::time::sleep(PEEK_AGAIN).await,
+        }
+    }
+}
+
+const PEEK_AGAIN: Duration = Duration::from_millis(5);
 
 impl Connected for Conn {
     type ConnectInfo = TcpConnectInfo;

@@ -116,9 +116,15 @@ pub struct ServeArgs {
     /// Most checks in one batched call [default: 1000].
     #[arg(long, value_name = "N")]
     pub max_batch: Option<usize>,
-    /// Most concurrent client connections per listener [default: 10000].
+    /// Most concurrent client connections per listener, HTTP and gRPC each [default: 10000].
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// How long an HTTP client may take to send a request's head (and a TLS handshake) [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Option<Duration>,
+    /// How long an HTTP client may take to send a request's body [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Option<Duration>,
     /// How long shutdown waits for in-flight requests [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub drain_timeout: Option<Duration>,
@@ -231,6 +237,16 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
                 "--max-connections",
                 args.max_connections,
                 d.limits.max_connections,
+            )?,
+            header_read_timeout: nonzero(
+                "--header-read-timeout",
+                args.header_read_timeout,
+                d.limits.header_read_timeout,
+            )?,
+            body_read_timeout: nonzero(
+                "--body-read-timeout",
+                args.body_read_timeout,
+                d.limits.body_read_timeout,
             )?,
         },
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,

@@ -25,6 +25,12 @@ pub struct InputLimits {
     pub max_batch_items: usize,
     /// Most concurrent client connections per listener.
     pub max_connections: usize,
+    /// How long a client has to send a request's head, from the moment the
+    /// connection (or the previous request) is ready for one; it also bounds
+    /// a TLS handshake.
+    pub header_read_timeout: Duration,
+    /// How long a client has to send a whole request body.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for InputLimits {
@@ -33,6 +39,11 @@ impl Default for InputLimits {
             max_body_bytes: 64 * 1024,
             max_batch_items: 1000,
             max_connections: 10_000,
+            // Clients are services on the same network sending bodies of a
+            // few hundred bytes; ten seconds is ample for them and ends a
+            // stalled client's hold on its connection slot.
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -42,6 +42,8 @@ fn every_serve_flag_lands_in_the_config() {
         "--max-batch=7",
         "--max-connections=3",
         "--drain-timeout=2s",
+        "--header-read-timeout=3s",
+        "--body-read-timeout=4s",
     ])
     .unwrap();
     assert_eq!(c.node_id.as_deref(), Some("n1"));
@@ -64,6 +66,8 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.limits.max_batch_items, 7);
     assert_eq!(c.limits.max_connections, 3);
     assert_eq!(c.drain_timeout, Duration::from_secs(2));
+    assert_eq!(c.limits.header_read_timeout, Duration::from_secs(3));
+    assert_eq!(c.limits.body_read_timeout, Duration::from_secs(4));
 }
 
 #[test]
@@ -77,6 +81,9 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--admin-token="])
         .unwrap_err()
         .contains("--admin-token"));
+    assert!(parse(&["weir", "serve", "--header-read-timeout=0s"])
+        .unwrap_err()
+        .contains("--header-read-timeout"));
     assert!(parse(&["weir", "serve", "--strategy=fastest"]).is_err());
     assert!(parse(&["weir", "serve", "--sync-interval=soon"]).is_err());
     assert!(parse(&["weir", "serve", "--http=nowhere"]).is_err());

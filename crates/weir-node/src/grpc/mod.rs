@@ -6,6 +6,7 @@ mod ratelimiter;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::net::TcpListener;
@@ -40,6 +41,11 @@ pub fn max_message_bytes(max_batch_items: usize) -> usize {
         .saturating_add(REQUEST_OVERHEAD_BYTES)
 }
 
+/// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 section 3.4).
+const H2_PREFACE_LEN: usize = 24;
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves weir.v1.RateLimiter and Envoy's RLS (over TLS when `tls` is
 /// set), and weir.v1.Peer: on `peer_listener` when there is one, else on
 /// this port too.
@@ -73,7 +79,11 @@ pub async fn serve(
         })
     });
     let conns = incoming(&state, listener, tls, stop.clone());
+    // A client whose host vanished never closes its connection; pings find
+    // it, so its slot under --max-connections comes back.
     let server = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(weir)
         .add_service(envoy)
         .add_optional_service(shared_peer);
@@ -92,11 +102,13 @@ fn incoming(
     tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>> {
+    let limits = &state.config.limits;
     let mut rx = accept::incoming(
         listener,
-        state.config.limits.max_connections,
+        limits.max_connections,
         tls,
-        crate::http::HANDSHAKE_TIMEOUT,
+        limits.header_read_timeout,
+        H2_PREFACE_LEN,
         stop,
     );
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))

@@ -5,12 +5,21 @@ use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::problem::Problem;
+use crate::config::InputLimits;
 
-/// The whole body, or 413 naming `body` once it passes `max` bytes.
+/// The whole body, or 413 naming `body` once it passes `--max-body-bytes`,
+/// or 408 when it has not all arrived within `--body-read-timeout`.
 ///
 /// A declared Content-Length over the cap is refused before a byte is read;
-/// a chunked body is cut off as soon as it passes the cap.
-pub async fn read_capped(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes, Problem> {
+/// a chunked body is cut off as soon as it passes the cap. The timeout runs
+/// over the whole body, not between chunks: a client dripping a byte at a
+/// time would otherwise hold its connection for as long as it likes.
+pub async fn read_capped(
+    headers: &HeaderMap,
+    body: Body,
+    limits: &InputLimits,
+) -> Result<Bytes, Problem> {
+    let max = limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -18,7 +27,11 @@ pub async fn read_capped(headers: &HeaderMap, body: Body, max: usize) -> Result<
     if declared.is_some_and(|n| n > max as u64) {
         return Err(Problem::too_large(max));
     }
-    match Limited::new(body, max).collect().await {
+    let read = tokio::time::timeout(limits.body_read_timeout, Limited::new(body, max).collect());
+    let Ok(read) = read.await else {
+        return Err(Problem::request_timeout(limits.body_read_timeout));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(Problem::too_large(max)),
         Err(e) => Err(Problem::invalid(

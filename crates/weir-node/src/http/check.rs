@@ -23,7 +23,7 @@ pub async fn check(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bytes = match read_capped(&headers, body, state.config.limits.max_body_bytes).await {
+    let bytes = match read_capped(&headers, body, &state.config.limits).await {
         Ok(b) => b,
         Err(p) => {
             state.metrics.record_rejected_input("body");

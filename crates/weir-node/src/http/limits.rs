@@ -44,7 +44,7 @@ pub async fn put_limits(
         Ok(t) => t,
         Err(p) => return p.into_response(),
     };
-    let bytes = match read_capped(&headers, body, state.config.limits.max_body_bytes).await {
+    let bytes = match read_capped(&headers, body, &state.config.limits).await {
         Ok(b) => b,
         Err(p) => return p.into_response(),
     };

@@ -10,15 +10,18 @@ pub mod ops;
 pub mod problem;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
+use axum::extract::Request;
 use futures::FutureExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -48,37 +51,68 @@ pub fn router(state: Arc<NodeState>) -> Router {
         .with_state(state)
 }
 
-/// How long a TLS handshake may take before the connection is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves until `stop` resolves, then stops accepting and lets every
 /// in-flight request finish before returning.
+///
+/// A client holds a connection slot only while it keeps up: its TLS
+/// handshake and each request head must arrive within the header read
+/// timeout, and each body within the body read timeout (`body.rs`).
 pub async fn serve(
     state: Arc<NodeState>,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
+    let limits = state.config.limits;
     let stop = stop.shared();
     let mut conns = accept::incoming(
         listener,
-        state.config.limits.max_connections,
+        limits.max_connections,
         tls,
-        HANDSHAKE_TIMEOUT,
+        limits.header_read_timeout,
+        0,
         stop.clone(),
     );
-    let service = TowerToHyperService::new(router(state));
+    let app = router(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
+    // The HTTP/1 head timeout runs from when the connection is ready for a
+    // request, so it also ends a kept-alive connection left idle.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     while let Some(conn) = conns.recv().await {
+        let first = Arc::new(AtomicBool::new(false));
+        let service = {
+            let (app, first) = (app.clone(), first.clone());
+            service_fn(move |req: Request<Incoming>| {
+                first.store(true, Ordering::Relaxed);
+                app.clone().oneshot(req)
+            })
+        };
         let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(conn), service.clone())
+            .serve_connection_with_upgrades(TokioIo::new(conn), service)
             .into_owned();
         let connection = graceful.watch(connection);
+        let head_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            tokio::pin!(connection);
+            // Until a first request arrives the HTTP/1 head timeout may not
+            // be running yet: the version sniff (HTTP/1 or an HTTP/2
+            // preface) and the HTTP/2 handshake wait on the client with no
+            // deadline of their own.
+            let ended = tokio::select! {
+                r = connection.as_mut() => Some(r),
+                _ = tokio::time::sleep(head_timeout) => None,
+            };
+            let result = match ended {
+                Some(r) => r,
+                None if !first.load(Ordering::Relaxed) => return,
+                None => connection.await,
+            };
+            if let Err(e) = result {
                 tracing::debug!(error = %e, "HTTP connection ended with an error");
             }
         });

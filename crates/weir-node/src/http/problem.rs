@@ -55,6 +55,16 @@ impl Problem {
         .with_field("body")
     }
 
+    pub fn request_timeout(after: std::time::Duration) -> Self {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request-timeout",
+            "Request Timeout",
+            format!("the request body did not arrive within {after:?}"),
+        )
+        .with_field("body")
+    }
+
     pub fn unauthorized() -> Self {
         let mut p = Problem::new(
             StatusCode::UNAUTHORIZED,

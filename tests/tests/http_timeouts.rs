@@ -1,0 +1,124 @@
+//! A slow client loses its connection: request heads, bodies, TLS handshakes and gRPC prefaces each have a deadline.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_tests::{TestNode, DEADLINE};
+
+const RULES: &str = r#"
+[[rule]]
+name      = "per-client"
+algorithm = "sliding_window_log"
+limit     = 5
+window    = "1h"
+"#;
+
+/// Short, so the node gives up long before the test's own deadline.
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn node() -> TestNode {
+    TestNode::start(RULES, |c| {
+        c.limits.header_read_timeout = TIMEOUT;
+        c.limits.body_read_timeout = TIMEOUT;
+    })
+    .await
+}
+
+/// Writes `sent`, then waits for the node to close the connection; returns
+/// what it answered. Panics if it is still open at the test deadline.
+async fn held(node: &TestNode, sent: &[u8]) -> String {
+    let mut stream = TcpStream::connect(node.node().http_addr()).await.unwrap();
+    stream.write_all(sent).await.unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, stream.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "still connected after {DEADLINE:?}");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn half_a_request_line_is_disconnected() {
+    let node = node().await;
+    held(&node, b"POST /v1/che").await;
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_disconnected() {
+    let node = node().await;
+    held(&node, b"").await;
+}
+
+#[tokio::test]
+async fn half_an_http2_preface_is_disconnected() {
+    let node = node().await;
+    held(&node, b"PRI * HTTP/2.0\r\n").await;
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_answered_408() {
+    let node = node().await;
+    let answer = held(
+        &node,
+        b"POST /v1/check HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\nConnection: close\r\n\r\n{\"key\":",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"field\":\"body\""), "{answer}");
+}
+
+#[tokio::test]
+async fn a_prompt_client_is_answered_as_before() {
+    let node = node().await;
+    let res = node.check(serde_json::json!({"key": "k"})).await;
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test]
+async fn a_stalled_tls_handshake_is_disconnected() {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let node = TestNode::start(RULES, |c| {
+        c.limits.header_read_timeout = TIMEOUT;
+        c.tls = Some(weir_node::tls::TlsFiles { cert, key });
+        c.peer_grpc = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    // The first bytes of a TLS record header, and then nothing.
+    held(&node, &[0x16, 0x03]).await;
+}
+
+#[tokio::test]
+async fn a_silent_grpc_connection_gives_its_slot_back() {
+    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
+    use weir_proto::weir::v1::{CheckItem, CheckRequest};
+    let node = TestNode::start(RULES, |c| {
+        c.limits.header_read_timeout = TIMEOUT;
+        c.limits.max_connections = 1;
+    })
+    .await;
+    let addr = node.node().grpc_addr();
+    // Takes the only slot and sends half a preface.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    silent.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let check = async {
+        let mut client = RateLimiterClient::connect(format!("http://{addr}")).await?;
+        let items = vec![CheckItem {
+            key: "k".into(),
+            ..CheckItem::default()
+        }];
+        let r = client.check(CheckRequest { items }).await?;
+        Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
+    };
+    let allowed = tokio::time::timeout(DEADLINE, check)
+        .await
+        .expect("served once the silent connection is dropped")
+        .expect("a verdict");
+    assert!(allowed);
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(DEADLINE, silent.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the silent connection was closed");
+}
