@@ -101,7 +101,7 @@ pub fn table(results: &[RunResult]) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<8} {:<26} {:>6} {:>6} {:>6} {:>7.1} {:>7.1} {:>6.2} {:>6.2} {:>6.2} {:>6.0} {:>6.2} {:>6.0}  {}",
+            "{:<8} {:<26} {:>6} {:>6} {:>6} {:>7.1} {:>7.1} {:>6.2} {:>6.2} {:>6.2} {:>6.0} {:>6.2} {:>6}  {}",
             r.strategy,
             r.label(),
             r.checks,
@@ -114,7 +114,11 @@ pub fn table(results: &[RunResult]) -> String {
             r.latency.p999_ms,
             r.throughput,
             r.messages_per_check,
-            r.bytes_per_check,
+            if r.peer.bytes_counted {
+                format!("{:.0}", r.bytes_per_check)
+            } else {
+                "-".to_string()
+            },
             notes
         );
     }

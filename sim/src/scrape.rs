@@ -2,70 +2,72 @@
 
 use std::collections::BTreeMap;
 
-/// Totals of the inter-node counters, summed over nodes.
+/// Traffic between nodes over one run, summed over nodes. The data path
+/// (forwarded checks, gossip-strategy syncs, handoffs) is what a strategy
+/// costs per check; membership (SWIM) chatter is the same for every
+/// strategy and kept apart.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PeerTraffic {
-    /// Messages (calls, packets, syncs) sent between nodes.
+    /// Data-path messages sent between nodes.
     pub messages: f64,
+    /// Data-path bytes, where the nodes count them (0 where they do not).
     pub bytes: f64,
-    /// Every series read, name{labels} -> value, so a reader can check the sums.
+    /// False when no node counts data-path bytes at all (so `bytes` is
+    /// unknown, not zero).
+    pub bytes_counted: bool,
+    pub membership_packets: f64,
+    pub membership_bytes: f64,
+    /// Every `weir_peer_*` / `weir_gossip_*` series read, name{labels} -> value.
     pub series: BTreeMap<String, f64>,
-    /// The numeric `stats` of each node's GET /v1/cluster, summed (peer
-    /// calls, fallback decisions, deny-cache hits...).
+    /// The numeric `stats` of each node's GET /v1/cluster.
     pub stats: BTreeMap<String, f64>,
 }
 
 impl PeerTraffic {
     /// `after - before`, series by series (a series missing on one side is 0).
     pub fn delta(after: &PeerTraffic, before: &PeerTraffic) -> PeerTraffic {
-        let mut series = BTreeMap::new();
-        for (k, v) in &after.series {
-            let d = v - before.series.get(k).copied().unwrap_or(0.0);
-            series.insert(k.clone(), d.max(0.0));
-        }
-        let mut stats = BTreeMap::new();
-        for (k, v) in &after.stats {
-            let d = v - before.stats.get(k).copied().unwrap_or(0.0);
-            stats.insert(k.clone(), d.max(0.0));
-        }
-        PeerTraffic {
-            messages: (after.messages - before.messages).max(0.0),
-            bytes: (after.bytes - before.bytes).max(0.0),
-            series,
-            stats,
-        }
+        let diff = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
+            a.iter()
+                .map(|(k, v)| (k.clone(), (v - b.get(k).copied().unwrap_or(0.0)).max(0.0)))
+                .collect()
+        };
+        let mut d = PeerTraffic {
+            series: diff(&after.series, &before.series),
+            stats: diff(&after.stats, &before.stats),
+            ..PeerTraffic::default()
+        };
+        d.total();
+        d
     }
 
     pub fn stat(&self, name: &str) -> f64 {
         self.stats.get(name).copied().unwrap_or(0.0)
     }
-}
 
-/// Messages counted from /v1/cluster stats, for nodes whose /metrics has no
-/// peer series: every peer call and every sync sent is one message.
-fn messages_from_stats(stats: &BTreeMap<String, f64>) -> f64 {
-    stats
-        .iter()
-        .filter(|(k, _)| {
-            k.as_str() == "peer_calls"
-                || (k.contains("sync") && (k.ends_with("_sent") || k.ends_with("calls")))
-        })
-        .map(|(_, v)| v)
-        .sum()
-}
-
-fn add_stats(into: &mut BTreeMap<String, f64>, doc: &serde_json::Value) {
-    if let Some(m) = doc["stats"].as_object() {
-        for (k, v) in m {
-            if let Some(n) = v.as_f64() {
-                *into.entry(k.clone()).or_default() += n;
-            }
-        }
+    /// Derives the totals from the series and stats. Where both sources
+    /// count the same traffic the larger wins, so nothing is counted twice.
+    fn total(&mut self) {
+        let m = from_metrics(&self.series);
+        let s = from_stats(&self.stats);
+        self.messages = m.messages.max(s.messages);
+        self.bytes = m.bytes.max(s.bytes);
+        self.bytes_counted = self
+            .series
+            .keys()
+            .any(|k| k.contains("bytes") && !is_membership(k.split('{').next().unwrap_or(k)))
+            || self.stats.keys().any(|k| k.contains("bytes"));
+        self.membership_packets = m.membership_packets;
+        self.membership_bytes = m.membership_bytes;
     }
 }
 
 fn is_peer_series(name: &str) -> bool {
     name.starts_with("weir_peer_") || name.starts_with("weir_gossip_")
+}
+
+/// SWIM's own datagrams: membership, not a strategy's data path.
+fn is_membership(name: &str) -> bool {
+    name == "weir_gossip_packets_total" || name == "weir_gossip_bytes_total"
 }
 
 /// Inbound counters repeat what some other node already counted outbound;
@@ -87,113 +89,167 @@ fn is_inbound(name: &str, labels: &str) -> bool {
         .any(|w| l.contains(w))
 }
 
-/// Reads one /metrics page. Only monotonic `_total` counters count:
-/// histogram `_count`/`_sum` would double what a counter beside them says.
-pub fn parse(text: &str) -> PeerTraffic {
+/// Totals from /metrics series. Only monotonic `_total` counters count:
+/// a histogram's `_count` would double the counter beside it. Items
+/// carried inside a message (ops, deltas) and refusals are not messages.
+fn from_metrics(series: &BTreeMap<String, f64>) -> PeerTraffic {
     let mut t = PeerTraffic::default();
+    for (full, &v) in series {
+        let (name, labels) = full.split_once('{').unwrap_or((full, ""));
+        if !name.ends_with("_total") || is_inbound(name, labels) {
+            continue;
+        }
+        let bytes = name.contains("bytes");
+        match (is_membership(name), bytes) {
+            (true, true) => t.membership_bytes += v,
+            (true, false) => t.membership_packets += v,
+            (false, true) => t.bytes += v,
+            (false, false) => {
+                let skip = [
+                    "error",
+                    "fail",
+                    "timeout",
+                    "drop",
+                    "ops",
+                    "items",
+                    "deltas",
+                    "keys",
+                    "unauthenticated",
+                ];
+                if !skip.iter().any(|w| name.contains(w)) {
+                    t.messages += v;
+                }
+            }
+        }
+    }
+    t
+}
+
+/// Totals from /v1/cluster stats: Decide calls, syncs and handoffs sent.
+fn from_stats(stats: &BTreeMap<String, f64>) -> PeerTraffic {
+    let get = |k: &str| stats.get(k).copied().unwrap_or(0.0);
+    PeerTraffic {
+        messages: get("peer_calls") + get("sync_messages") + get("handoffs_sent"),
+        bytes: stats
+            .iter()
+            .filter(|(k, _)| k.contains("bytes") && !k.contains("received"))
+            .map(|(_, v)| v)
+            .sum(),
+        ..PeerTraffic::default()
+    }
+}
+
+/// Adds one /metrics page's peer series into `into`.
+pub fn parse_into(into: &mut BTreeMap<String, f64>, text: &str) {
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let (series, value) = match line.rsplit_once(' ') {
-            Some((s, v)) => (s.trim(), v.trim()),
-            None => continue,
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
         };
-        let (name, labels) = match series.split_once('{') {
-            Some((n, l)) => (n, l),
-            None => (series, ""),
-        };
+        let series = series.trim();
+        let name = series.split_once('{').map_or(series, |(n, _)| n);
         if !is_peer_series(name) {
             continue;
         }
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        *t.series.entry(series.to_string()).or_default() += v;
-        if !name.ends_with("_total") || is_inbound(name, labels) {
-            continue;
-        }
-        if name.contains("bytes") {
-            t.bytes += v;
-        } else if ![
-            "error", "fail", "timeout", "drop", "ops", "items", "deltas", "keys",
-        ]
-        .iter()
-        .any(|w| name.contains(w))
-        {
-            // Calls, packets, messages, syncs, batches: one unit per message.
-            // Items carried inside a message (ops, deltas) are not messages.
-            t.messages += v;
+        if let Ok(v) = value.trim().parse::<f64>() {
+            *into.entry(series.to_string()).or_default() += v;
         }
     }
-    t
+}
+
+fn add_stats(into: &mut BTreeMap<String, f64>, doc: &serde_json::Value) {
+    if let Some(m) = doc["stats"].as_object() {
+        for (k, v) in m {
+            if let Some(n) = v.as_f64() {
+                *into.entry(k.clone()).or_default() += n;
+            }
+        }
+    }
 }
 
 async fn get_text(client: &reqwest::Client, url: String) -> Option<String> {
     client.get(url).send().await.ok()?.text().await.ok()
 }
 
-/// Sums /metrics and /v1/cluster stats over `bases` (`http://host:port`);
-/// a node that does not answer adds nothing.
+/// Reads /metrics and /v1/cluster from every node in `bases`
+/// (`http://host:port`); a node that does not answer adds nothing, and a
+/// series no node exports counts as 0.
 pub async fn scrape(client: &reqwest::Client, bases: &[String]) -> PeerTraffic {
-    let mut total = PeerTraffic::default();
+    let mut t = PeerTraffic::default();
     for b in bases {
         if let Some(text) = get_text(client, format!("{b}/metrics")).await {
-            let one = parse(&text);
-            total.messages += one.messages;
-            total.bytes += one.bytes;
-            for (k, v) in one.series {
-                *total.series.entry(k).or_default() += v;
-            }
+            parse_into(&mut t.series, &text);
         }
         if let Some(text) = get_text(client, format!("{b}/v1/cluster")).await {
             if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) {
-                add_stats(&mut total.stats, &doc);
+                add_stats(&mut t.stats, &doc);
             }
         }
     }
-    if total.series.is_empty() {
-        total.messages = messages_from_stats(&total.stats);
-    }
-    total
+    t.total();
+    t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn traffic(text: &str, stats: serde_json::Value) -> PeerTraffic {
+        let mut t = PeerTraffic::default();
+        parse_into(&mut t.series, text);
+        add_stats(&mut t.stats, &serde_json::json!({ "stats": stats }));
+        t.total();
+        t
+    }
+
     #[test]
-    fn counts_outbound_messages_and_bytes_once() {
+    fn counts_outbound_data_path_messages_once_and_membership_apart() {
         let text = "\
 # TYPE weir_peer_calls_total counter
-weir_peer_calls_total{peer=\"n2\"} 10
+weir_peer_calls_total 10
+weir_peer_ops_total 40
+weir_peer_failures_total 3
+weir_peer_unauthenticated_total 2
 weir_peer_bytes_total{direction=\"out\"} 1000
 weir_peer_bytes_total{direction=\"in\"} 990
-weir_peer_ops_total 40
-weir_peer_errors_total 3
-weir_gossip_packets_sent_total 5
-weir_gossip_packets_received_total 5
+weir_gossip_packets_total{direction=\"out\"} 5
+weir_gossip_packets_total{direction=\"in\"} 5
+weir_gossip_bytes_total{direction=\"out\"} 400
+weir_gossip_bad_mac_dropped_total 1
 weir_peer_call_seconds_count 10
 weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
 ";
-        let t = parse(text);
-        assert_eq!(t.messages, 15.0);
+        let t = traffic(text, serde_json::json!({}));
+        assert_eq!(t.messages, 10.0);
         assert_eq!(t.bytes, 1000.0);
-        assert_eq!(t.series.len(), 8);
+        assert_eq!((t.membership_packets, t.membership_bytes), (5.0, 400.0));
+        assert_eq!(t.series.len(), 11);
+    }
+
+    #[test]
+    fn stats_fill_in_what_metrics_lack_without_double_counting() {
+        let t = traffic(
+            "weir_peer_calls_total 12\n",
+            serde_json::json!({"peer_calls": 12, "sync_messages": 3, "sync_bytes": 300, "peer_failures": 1}),
+        );
+        assert_eq!(t.messages, 15.0);
+        assert_eq!(t.bytes, 300.0);
+        assert!(t.bytes_counted);
+        let owner = traffic(
+            "weir_peer_calls_total 12\n",
+            serde_json::json!({"peer_calls": 12}),
+        );
+        assert!(!owner.bytes_counted, "no byte counter: unknown, not zero");
     }
 
     #[test]
     fn missing_series_count_as_zero() {
-        let t = parse("weir_checks_total 3\n");
-        assert_eq!((t.messages, t.bytes), (0.0, 0.0));
-        let mut stats = BTreeMap::new();
-        add_stats(
-            &mut stats,
-            &serde_json::json!({"stats": {"peer_calls": 12, "peer_failures": 1, "sync_sent": 3}}),
-        );
-        assert_eq!(messages_from_stats(&stats), 15.0);
-        let d = PeerTraffic::delta(&parse("weir_peer_calls_total 4\n"), &t);
-        assert_eq!(d.messages, 4.0);
+        let none = traffic("weir_checks_total 3\n", serde_json::json!({}));
+        assert_eq!((none.messages, none.bytes), (0.0, 0.0));
+        let after = traffic("weir_peer_calls_total 4\n", serde_json::json!({}));
+        assert_eq!(PeerTraffic::delta(&after, &none).messages, 4.0);
     }
 }
