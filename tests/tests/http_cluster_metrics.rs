@@ -64,6 +64,8 @@ async fn a_deny_cache_hit_moves_its_counter_and_peer_calls_are_counted() {
     assert_eq!(status(gateway, &key).await, 429, "denied from the cache");
     let text = gateway.metrics().await;
     assert_eq!(metric_value(&text, "weir_deny_cache_hits_total"), Some(1.0));
+    // The owner strategy sends no count syncs.
+    assert_eq!(metric_value(&text, "weir_sync_messages_total"), Some(0.0));
     assert_eq!(
         metric_value(&text, "weir_peer_calls_total"),
         Some(calls_before + 2.0),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use weir_tests::TestNode;
+use weir_tests::{metric_value, TestNode};
 
 /// Short windows so a key that stops sending is idle within seconds: the
 /// sliding counter after two windows, the fixed window after one.
@@ -57,8 +57,15 @@ fn rss_kib() -> u64 {
         .expect("VmRSS in /proc/self/status")
 }
 
+/// Keys of both rules, from the per-rule `weir_keys` gauge.
 async fn keys(node: &TestNode) -> u64 {
-    node.metric("weir_keys").await.expect("weir_keys gauge") as u64
+    let text = node.metrics().await;
+    ["per-client", "per-ip"]
+        .iter()
+        .map(|r| {
+            metric_value(&text, &format!("weir_keys{{rule=\"{r}\"}}")).expect("weir_keys gauge")
+        })
+        .sum::<f64>() as u64
 }
 
 #[derive(Default)]

@@ -145,7 +145,24 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             s.rules_adopted,
         ),
     ];
-    for (name, help, v) in counters {
+    let sync: [(&str, &str, u64); 3] = [
+        (
+            "weir_sync_messages_total",
+            "Gossip strategy: Peer/SyncCounts messages sent.",
+            s.sync_messages,
+        ),
+        (
+            "weir_sync_bytes_total",
+            "Gossip strategy: encoded bytes of those messages.",
+            s.sync_bytes,
+        ),
+        (
+            "weir_sync_deltas_total",
+            "Gossip strategy: per-key counts those messages carried.",
+            s.sync_deltas,
+        ),
+    ];
+    for (name, help, v) in counters.into_iter().chain(sync) {
         one(out, name, "counter", help, v);
     }
     one(
