@@ -159,6 +159,39 @@ struct Tables {
 /// as an Envoy descriptor's override) held at once; each costs a counter table.
 pub const MAX_ADHOC_POLICIES: usize = 256;
 
+/// Validates a request and selects its limits in `rules`, refusing a cost
+/// that one of them can never admit.
+fn select_in(rules: &RuleSet, req: &Request<'_>) -> Result<Selection, CheckError> {
+    let ip = req.validate()?;
+    let sel = rules.select(&Subject {
+        key: req.key,
+        route: req.route,
+        tier: req.tier,
+        ip: ip.as_deref(),
+    });
+    for s in sel.iter() {
+        let rule = &rules.rules()[s.rule];
+        let max = rule.policy.max_cost();
+        if req.cost > max {
+            return Err(CheckError::CostExceedsLimit {
+                rule: rule.name.to_string(),
+                cost: req.cost,
+                max,
+            });
+        }
+    }
+    Ok(sel)
+}
+
+/// Gives back what the admitted limits of a denied request consumed.
+fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
+    for a in applied.iter().filter(|a| a.decision.allowed) {
+        if let Some(&i) = t.by_name.get(&a.rule.name) {
+            t.counters[i].refund(&a.hash_part, a.decision.at, cost);
+        }
+    }
+}
+
 /// Decides checks in this process.
 pub struct Limiter {
     clock: Arc<dyn Clock>,
@@ -222,25 +255,8 @@ impl Limiter {
 
     /// Which limits a request meets, after validating it.
     pub fn select(&self, req: &Request<'_>) -> Result<(Arc<RuleSet>, Selection), CheckError> {
-        let ip = req.validate()?;
         let rules = self.rules();
-        let sel = rules.select(&Subject {
-            key: req.key,
-            route: req.route,
-            tier: req.tier,
-            ip: ip.as_deref(),
-        });
-        for s in sel.iter() {
-            let rule = &rules.rules()[s.rule];
-            let max = rule.policy.max_cost();
-            if req.cost > max {
-                return Err(CheckError::CostExceedsLimit {
-                    rule: rule.name.to_string(),
-                    cost: req.cost,
-                    max,
-                });
-            }
-        }
+        let sel = select_in(&rules, req)?;
         Ok((rules, sel))
     }
 
@@ -248,16 +264,24 @@ impl Limiter {
     /// request that one enforcing limit denies consumes nothing from the
     /// others (what they admitted is refunded before this returns).
     pub fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckError> {
-        let (rules, sel) = self.select(req)?;
+        // One snapshot for the whole check: the rules selected and the
+        // counters spent always come from the same reload, and no counter
+        // is looked up again by name.
+        let t = self.tables.load();
+        let sel = select_in(&t.rules, req)?;
         let now = self.clock.now();
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {
-            let rule = &rules.rules()[s.rule];
-            let decision = match self.consume(&rule.name, &s.hash_part, req.cost, now) {
+            let rule = &t.rules.rules()[s.rule];
+            let counters = &t.counters[s.rule];
+            let decision = match counters.consume(&s.hash_part, now, req.cost) {
                 Ok(d) => d,
-                Err(e) => {
-                    self.refund_all(&applied, req.cost);
-                    return Err(e);
+                Err(_) => {
+                    refund_all(&t, &applied, req.cost);
+                    return Err(CheckError::StoreFull {
+                        rule: rule.name.to_string(),
+                        max_keys: self.config.max_keys_per_rule,
+                    });
                 }
             };
             applied.push(Applied {
@@ -266,7 +290,7 @@ impl Limiter {
                 decision,
             });
             if !decision.allowed && !rule.shadow {
-                self.refund_all(&applied, req.cost);
+                refund_all(&t, &applied, req.cost);
                 return Ok(Verdict {
                     allowed: false,
                     applied,
@@ -277,12 +301,6 @@ impl Limiter {
             allowed: true,
             applied,
         })
-    }
-
-    fn refund_all(&self, applied: &[Applied], cost: u64) {
-        for a in applied.iter().filter(|a| a.decision.allowed) {
-            self.refund(&a.rule.name, &a.hash_part, a.decision.at, cost);
-        }
     }
 
     fn counters(&self, rule: &str) -> Result<Arc<Counters>, CheckError> {
