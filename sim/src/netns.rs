@@ -62,6 +62,36 @@ fn args(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
 }
 
+/// Removes what a sim killed outright (SIGKILL runs no cleanup) left
+/// behind: its namespaces, once no process runs in them, and its bridge.
+/// Their routes would otherwise shadow this run's.
+fn remove_stale(ours: &str) {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    let listing = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut stale_ids = std::collections::BTreeSet::new();
+    for ns in listing.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some((id, _)) = ns.strip_prefix("wsim").and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        if id == ours {
+            continue;
+        }
+        let idle = Command::new("ip")
+            .args(["netns", "pids", ns])
+            .output()
+            .is_ok_and(|o| o.stdout.iter().all(u8::is_ascii_whitespace));
+        if idle {
+            let _ = ip(&args(&format!("netns del {ns}")));
+            stale_ids.insert(id.to_string());
+        }
+    }
+    for id in stale_ids {
+        let _ = ip(&args(&format!("link del wsb{id}")));
+    }
+}
+
 impl Netns {
     /// Creates the bridge and one namespace per node.
     pub fn create(nodes: usize) -> Result<Netns, SimError> {
@@ -72,6 +102,7 @@ impl Netns {
         }
         // Interface names are capped at 15 bytes; the pid keeps two sims apart.
         let id = format!("{}", std::process::id() % 100_000);
+        remove_stale(&id);
         let mut net = Netns { id, nodes: 0 };
         let br = net.bridge();
         ip(&args(&format!("link add {br} type bridge")))?;

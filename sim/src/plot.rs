@@ -54,9 +54,41 @@ fn admitted(path: &Path, label: &str, runs: &[&RunResult]) -> PlotResult {
         .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
     chart
         .configure_mesh()
+        .light_line_style(RGBColor(245, 245, 245))
         .x_desc("seconds into the run")
         .y_desc("x limit")
         .draw()?;
+    // The fault, and when each strategy's survivors saw it.
+    let faulted = runs
+        .iter()
+        .find_map(|r| r.fault.as_ref().filter(|f| f.skipped.is_none()));
+    if let Some(f) = faulted {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(f.at_s, 0.0), (f.at_s, y_max)],
+                3,
+                3,
+                BLACK.stroke_width(1),
+            ))?
+            .label(format!("{} {}", f.kind, f.node))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK));
+        for r in runs {
+            let Some(d) = r
+                .fault
+                .as_ref()
+                .and_then(|f| f.detected_after_s.map(|d| f.at_s + d))
+            else {
+                continue;
+            };
+            let c = color(&r.strategy);
+            chart.draw_series(DashedLineSeries::new(
+                [(d, 0.0), (d, y_max)],
+                3,
+                3,
+                c.stroke_width(1),
+            ))?;
+        }
+    }
     chart
         .draw_series(LineSeries::new(
             [(0.0, 1.0), (t_max, 1.0)],
@@ -129,6 +161,7 @@ fn retry_storm(path: &Path, runs: &[&RunResult]) -> PlotResult {
         .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
     chart
         .configure_mesh()
+        .light_line_style(RGBColor(245, 245, 245))
         .x_desc("seconds into the run")
         .y_desc("retries / 10 ms")
         .draw()?;
@@ -181,6 +214,7 @@ fn latency(path: &Path, labels: &[String], results: &[RunResult]) -> PlotResult 
             .build_cartesian_2d(-0.2..2.2, 0.0..y_max)?;
         chart
             .configure_mesh()
+            .light_line_style(RGBColor(245, 245, 245))
             .x_labels(3)
             .x_label_formatter(&|x: &f64| match x.round() as i64 {
                 0 => "p50".into(),
