@@ -17,7 +17,7 @@ pub struct PeerTraffic {
     pub bytes_counted: bool,
     pub membership_packets: f64,
     pub membership_bytes: f64,
-    /// Every `weir_peer_*` / `weir_gossip_*` series read, name{labels} -> value.
+    /// Every inter-node series read (see `is_peer_series`), name{labels} -> value.
     pub series: BTreeMap<String, f64>,
     /// The numeric `stats` of each node's GET /v1/cluster.
     pub stats: BTreeMap<String, f64>,
@@ -51,18 +51,50 @@ impl PeerTraffic {
         let s = from_stats(&self.stats);
         self.messages = m.messages.max(s.messages);
         self.bytes = m.bytes.max(s.bytes);
-        self.bytes_counted = self
-            .series
-            .keys()
-            .any(|k| k.contains("bytes") && !is_membership(k.split('{').next().unwrap_or(k)))
-            || self.stats.keys().any(|k| k.contains("bytes"));
+        // Known only if every kind of message that flowed has a byte
+        // counter beside it, in /metrics or in the stats.
+        let classes = [
+            ("weir_peer_calls_total", "weir_peer_", "peer_calls", "peer_"),
+            (
+                "weir_sync_messages_total",
+                "weir_sync_",
+                "sync_messages",
+                "sync_",
+            ),
+            (
+                "weir_handoffs_sent_total",
+                "weir_handoffs_",
+                "handoffs_sent",
+                "handoff",
+            ),
+        ];
+        let flowed = |series: &str, stat: &str| {
+            self.series.get(series).copied().unwrap_or(0.0) > 0.0 || self.stat(stat) > 0.0
+        };
+        let has_bytes = |series: &str, stat: &str| {
+            self.series
+                .keys()
+                .any(|k| k.starts_with(series) && k.contains("bytes"))
+                || self
+                    .stats
+                    .keys()
+                    .any(|k| k.starts_with(stat) && k.contains("bytes"))
+        };
+        self.bytes_counted = classes
+            .iter()
+            .all(|(m, p, sm, sp)| !flowed(m, sm) || has_bytes(p, sp));
         self.membership_packets = m.membership_packets;
         self.membership_bytes = m.membership_bytes;
     }
 }
 
+/// Series about traffic between nodes: forwarding (`weir_peer_*`),
+/// membership (`weir_gossip_*`), the gossip strategy's syncs
+/// (`weir_sync_*`) and counter handoffs (`weir_handoffs_*`).
 fn is_peer_series(name: &str) -> bool {
-    name.starts_with("weir_peer_") || name.starts_with("weir_gossip_")
+    ["weir_peer_", "weir_gossip_", "weir_sync_", "weir_handoffs_"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 /// SWIM's own datagrams: membership, not a strategy's data path.
@@ -220,13 +252,27 @@ weir_gossip_packets_total{direction=\"in\"} 5
 weir_gossip_bytes_total{direction=\"out\"} 400
 weir_gossip_bad_mac_dropped_total 1
 weir_peer_call_seconds_count 10
+weir_sync_messages_total 4
+weir_sync_bytes_total 200
+weir_sync_deltas_total 30
+weir_handoffs_sent_total 1
+weir_handoffs_received_total 1
 weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
 ";
         let t = traffic(text, serde_json::json!({}));
-        assert_eq!(t.messages, 10.0);
-        assert_eq!(t.bytes, 1000.0);
+        assert_eq!(t.messages, 10.0 + 4.0 + 1.0);
+        assert_eq!(t.bytes, 1000.0 + 200.0);
         assert_eq!((t.membership_packets, t.membership_bytes), (5.0, 400.0));
-        assert_eq!(t.series.len(), 11);
+        assert_eq!(t.series.len(), 16);
+        assert!(!t.bytes_counted, "handoffs flowed and have no byte counter");
+        let owner = traffic(
+            "weir_peer_calls_total 12\nweir_sync_bytes_total 0\n",
+            serde_json::json!({}),
+        );
+        assert!(
+            !owner.bytes_counted,
+            "calls without a byte counter: unknown, not zero"
+        );
     }
 
     #[test]
@@ -237,7 +283,15 @@ weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
         );
         assert_eq!(t.messages, 15.0);
         assert_eq!(t.bytes, 300.0);
-        assert!(t.bytes_counted);
+        assert!(
+            !t.bytes_counted,
+            "peer calls flowed and have no byte counter"
+        );
+        let gossip = traffic(
+            "weir_sync_messages_total 3\nweir_sync_bytes_total 300\n",
+            serde_json::json!({}),
+        );
+        assert!(gossip.bytes_counted);
         let owner = traffic(
             "weir_peer_calls_total 12\n",
             serde_json::json!({"peer_calls": 12}),
