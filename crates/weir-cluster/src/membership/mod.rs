@@ -177,8 +177,13 @@ impl MembershipConfig {
                 frequency: Duration::from_secs(10),
                 num_members: NonZeroUsize::MIN,
             }),
+            // After a partition heals, each side holds the other as down and
+            // neither probes it; this announce is what finds it again (the
+            // reply tells the announcer it was declared down, so it renews
+            // and rejoins). Every 3 s heals a partition in seconds, for two
+            // datagrams per interval.
             periodic_announce_to_down_members: Some(foca::PeriodicParams {
-                frequency: Duration::from_secs(15),
+                frequency: Duration::from_secs(3),
                 num_members: NonZeroUsize::new(2).expect("non-zero"),
             }),
             ..foca::Config::new_lan(NonZeroU32::new(32).expect("non-zero"))
