@@ -58,7 +58,8 @@ pub fn table(results: &[RunResult]) -> String {
         .position(|x| *x == w)
         .unwrap_or(99)
     };
-    rows.sort_by_key(|r| (order(&r.workload), r.variant.clone()));
+    // Stable: strategies and variants keep the order they ran in.
+    rows.sort_by_key(|r| order(&r.workload));
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -24,18 +24,27 @@ pub struct PeerTraffic {
 }
 
 impl PeerTraffic {
-    /// `after - before`, series by series (a series missing on one side is 0).
-    pub fn delta(after: &PeerTraffic, before: &PeerTraffic) -> PeerTraffic {
-        let diff = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
-            a.iter()
-                .map(|(k, v)| (k.clone(), (v - b.get(k).copied().unwrap_or(0.0)).max(0.0)))
-                .collect()
-        };
-        let mut d = PeerTraffic {
-            series: diff(&after.series, &before.series),
-            stats: diff(&after.stats, &before.stats),
-            ..PeerTraffic::default()
-        };
+    /// What flowed between two scrapes, node by node: a node absent from
+    /// either (killed, or started since) adds nothing, and a counter that
+    /// went backwards (a restart) counts from zero.
+    pub fn between(before: &NodeTraffic, after: &NodeTraffic) -> PeerTraffic {
+        let mut d = PeerTraffic::default();
+        for (node, a) in &after.0 {
+            let Some(b) = before.0.get(node) else {
+                continue;
+            };
+            let add = |into: &mut BTreeMap<String, f64>,
+                       a: &BTreeMap<String, f64>,
+                       b: &BTreeMap<String, f64>| {
+                for (k, v) in a {
+                    let prev = b.get(k).copied().unwrap_or(0.0);
+                    let delta = if *v >= prev { v - prev } else { *v };
+                    *into.entry(k.clone()).or_default() += delta;
+                }
+            };
+            add(&mut d.series, &a.series, &b.series);
+            add(&mut d.stats, &a.stats, &b.stats);
+        }
         d.total();
         d
     }
@@ -206,23 +215,33 @@ async fn get_text(client: &reqwest::Client, url: String) -> Option<String> {
     client.get(url).send().await.ok()?.text().await.ok()
 }
 
+/// Each node's raw counters at one moment, by base URL.
+#[derive(Debug, Clone, Default)]
+pub struct NodeTraffic(pub BTreeMap<String, PeerTraffic>);
+
 /// Reads /metrics and /v1/cluster from every node in `bases`
-/// (`http://host:port`); a node that does not answer adds nothing, and a
+/// (`http://host:port`); a node that does not answer is left out, and a
 /// series no node exports counts as 0.
-pub async fn scrape(client: &reqwest::Client, bases: &[String]) -> PeerTraffic {
-    let mut t = PeerTraffic::default();
+pub async fn scrape(client: &reqwest::Client, bases: &[String]) -> NodeTraffic {
+    let mut all = NodeTraffic::default();
     for b in bases {
+        let mut t = PeerTraffic::default();
+        let mut answered = false;
         if let Some(text) = get_text(client, format!("{b}/metrics")).await {
             parse_into(&mut t.series, &text);
+            answered = true;
         }
         if let Some(text) = get_text(client, format!("{b}/v1/cluster")).await {
             if let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) {
                 add_stats(&mut t.stats, &doc);
+                answered = true;
             }
         }
+        if answered {
+            all.0.insert(b.clone(), t);
+        }
     }
-    t.total();
-    t
+    all
 }
 
 #[cfg(test)]
@@ -304,6 +323,23 @@ weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
         let none = traffic("weir_checks_total 3\n", serde_json::json!({}));
         assert_eq!((none.messages, none.bytes), (0.0, 0.0));
         let after = traffic("weir_peer_calls_total 4\n", serde_json::json!({}));
-        assert_eq!(PeerTraffic::delta(&after, &none).messages, 4.0);
+        let at = |t: &PeerTraffic| NodeTraffic([("n1".to_string(), t.clone())].into());
+        assert_eq!(PeerTraffic::between(&at(&none), &at(&after)).messages, 4.0);
+    }
+
+    #[test]
+    fn a_node_gone_between_scrapes_adds_nothing_and_others_still_count() {
+        let one = traffic("weir_peer_calls_total 10\n", serde_json::json!({}));
+        let two = traffic("weir_peer_calls_total 25\n", serde_json::json!({}));
+        let before = NodeTraffic(
+            [
+                ("n1".to_string(), one.clone()),
+                ("n2".to_string(), one.clone()),
+            ]
+            .into(),
+        );
+        // n2 was killed; n1 sent 15 more.
+        let after = NodeTraffic([("n1".to_string(), two)].into());
+        assert_eq!(PeerTraffic::between(&before, &after).messages, 15.0);
     }
 }

@@ -12,7 +12,7 @@ use crate::faults::{self, FaultKind};
 use crate::load::{start_time, Driver, Live};
 use crate::reference;
 use crate::score::{score, RunResult};
-use crate::scrape::{scrape, PeerTraffic};
+use crate::scrape::{scrape, NodeTraffic, PeerTraffic};
 use crate::target::{http_client, Conn, Endpoint};
 use crate::workloads::Plan;
 
@@ -203,7 +203,7 @@ impl Session {
         }
     }
 
-    async fn traffic(&self) -> PeerTraffic {
+    async fn traffic(&self) -> NodeTraffic {
         let live: Vec<String> = self
             .bases
             .iter()
@@ -272,7 +272,7 @@ impl Session {
             &records,
             &reference,
             start_unix,
-            PeerTraffic::delta(&after, &before),
+            PeerTraffic::between(&before, &after),
             fault_report,
         );
         result.warnings.extend(self.warnings.iter().cloned());
