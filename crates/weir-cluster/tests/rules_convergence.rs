@@ -60,9 +60,15 @@ async fn concurrent_writes_of_one_version_settle_on_one_set_everywhere() {
     .await;
     let a = RuleSet::parse_tier_json(None, RAISED).unwrap();
     let b = RuleSet::parse_tier_json(None, &RAISED.replace("\"limit\":3", "\"limit\":4")).unwrap();
+    // Cut node-1 and node-3 off from each other while both write, so neither
+    // hears the other's push first: both build on the same version.
+    nodes[0].partition_from(&[&nodes[2]]);
     let va = nodes[0].engine.replace_tier(None, a).unwrap().version();
     let vb = nodes[2].engine.replace_tier(None, b).unwrap().version();
     assert_eq!(va, vb, "both wrote the same next version");
+    for n in &nodes {
+        n.blackhole.clear();
+    }
     wait_until("one set everywhere", || {
         nodes.iter().all(|n| n.engine.rules().rules()[0].limit == 4)
     })
