@@ -92,6 +92,10 @@ pub struct Cli {
     /// Envoy RLS domain for grpc+rls:// targets.
     #[arg(long, default_value = "weir")]
     pub rls_domain: String,
+    /// Print the table and draw the plots of an earlier run's results.json
+    /// (into --out) instead of running anything.
+    #[arg(long, value_name = "FILE")]
+    pub replot: Option<PathBuf>,
     /// No progress bars or per-run lines; the table is still printed.
     #[arg(long, short)]
     pub quiet: bool,

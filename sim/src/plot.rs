@@ -58,6 +58,17 @@ fn admitted(path: &Path, label: &str, runs: &[&RunResult]) -> PlotResult {
         .x_desc("seconds into the run")
         .y_desc("x limit")
         .draw()?;
+    if let Some(b) = runs.iter().find_map(|r| r.series.boundary_s) {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(b, 0.0), (b, y_max)],
+                3,
+                3,
+                RGBColor(120, 120, 120).stroke_width(1),
+            ))?
+            .label("window boundary")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
+    }
     // The fault, and when each strategy's survivors saw it.
     let faulted = runs
         .iter()
@@ -173,12 +184,16 @@ fn retry_storm(path: &Path, runs: &[&RunResult]) -> PlotResult {
     for (i, r) in with.iter().enumerate() {
         let Some(b) = &r.buckets else { continue };
         let c = palette[i % palette.len()];
-        let pts: Vec<(f64, f64)> = b
+        let mut pts: Vec<(f64, f64)> = b
             .counts
             .iter()
             .enumerate()
             .map(|(j, &n)| (b.start_s + j as f64 * b.width_s, n as f64))
             .collect();
+        // Back to zero after the last retry, so a herd that ends the run
+        // does not end the line at its peak.
+        pts.push((b.start_s + b.counts.len() as f64 * b.width_s, 0.0));
+        pts.push((t_max, 0.0));
         chart
             .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
             .label(format!("{} ({})", r.variant, r.strategy))

@@ -40,6 +40,9 @@ pub struct Series {
     pub window_s: f64,
     pub limit: u64,
     pub keys: usize,
+    /// The window edge the plan was aligned to, if any.
+    #[serde(default)]
+    pub boundary_s: Option<f64>,
 }
 
 /// Arrivals per fixed-width bucket from the run's start (retries, for the
@@ -205,6 +208,7 @@ fn series(plan: &Plan, records: &[Record], reference: &[bool], start_ns: u64) ->
         window_s: rule.window.as_secs_f64(),
         limit: rule.limit,
         keys: plan.watched.len(),
+        boundary_s: plan.align.map(|a| a.boundary_at.as_secs_f64()),
         ..Series::default()
     };
     let mut t = start_ns;
