@@ -1,14 +1,13 @@
 //! Everything the sim started, cleaned up however it stops: drop, panic or Ctrl-C.
-//!
-//! A [`crate::cluster::Cluster`] kills its own children on drop (which also
-//! runs on panic). Ctrl-C ends the process without unwinding, so every child
-//! and network namespace is also listed here for the signal handler.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use crate::signal::{self, Signal};
 
+// A Cluster kills its own children on drop (which also runs on panic).
+// Ctrl-C ends the process without unwinding, so every child and network
+// namespace is also listed here for the signal handler.
 static PIDS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 /// `ip` argument lists that undo what the sim set up, run in reverse order.
 static UNDO: Mutex<Vec<Vec<String>>> = Mutex::new(Vec::new());

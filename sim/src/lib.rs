@@ -1,7 +1,6 @@
 //! weir-sim: runs an N-node weir cluster on this machine and scores every verdict against an exact reference limiter.
-//!
-//! [`run::run`] is the whole program; tests build a [`session::Session`] and
-//! drive single plans from [`workloads`] through it.
+// deny, not forbid: signal.rs needs kill(2) and prctl(2) from libc, and
+// allows unsafe for those two calls alone.
 #![deny(unsafe_code)]
 
 pub mod cli;

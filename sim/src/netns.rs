@@ -1,12 +1,4 @@
 //! Network namespaces for the partition fault: one per node, so one node's cluster link can be cut while clients still reach it.
-//!
-//! Each node gets two links. A client link (10.214.{k+1}.0/24) joins its
-//! namespace to the sim's, and carries only the sim's HTTP checks. A cluster
-//! link joins it to a bridge shared by all nodes (10.215.0.0/24) and carries
-//! gossip and forwarding. Partitioning node k takes its bridge port down: it
-//! can no longer reach its peers, but its clients can still reach it, which
-//! is what a real partition between gateways looks like. Needs root and
-//! `ip`; every address is private to this machine.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -14,6 +6,13 @@ use std::process::Command;
 use crate::error::SimError;
 use crate::guard;
 
+/// One namespace per node. A client link (10.214.{k+1}.0/24) joins node
+/// k's namespace to the sim's and carries only the sim's HTTP checks. A
+/// cluster link joins it to a bridge shared by all nodes (10.215.0.0/24)
+/// and carries gossip and forwarding. Partitioning node k takes its bridge
+/// port down: it can no longer reach its peers, but its clients can still
+/// reach it, which is what a partition between gateways looks like. Needs
+/// root and `ip`; every address is private to this machine.
 pub struct Netns {
     id: String,
     nodes: usize,

@@ -1,7 +1,4 @@
 //! The exact reference: one weir-core limiter on a fake clock, fed every check in the order and at the time it was sent.
-//!
-//! One process, one counter per key: the single-counter ideal every
-//! distributed strategy is scored against.
 
 use std::sync::Arc;
 
@@ -11,6 +8,9 @@ use crate::load::Record;
 use crate::rules::rules_toml;
 use crate::workloads::Plan;
 
+/// One process, one counter per key: the single-counter ideal every
+/// distributed strategy is scored against.
+///
 /// The reference verdict for each record, in the records' order (which is
 /// send order: the driver sorts by send time).
 pub fn replay(plan: &Plan, records: &[Record]) -> Vec<bool> {
