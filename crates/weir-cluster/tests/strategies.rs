@@ -82,3 +82,31 @@ async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync(
     assert_eq!(admitted(&engines[1], "steady", 5).await, 0);
     assert!(nodes[0].cluster.stats().sync_messages > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_keeps_its_own_counters_when_the_ring_changes() {
+    let mut nodes = cluster(3, RULES, |c| {
+        c.strategy = Strategy::Gossip;
+        c.sync_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Gossip)).collect();
+    // A key node-2 owns on the ring: under the owner strategy its counter
+    // would be handed to node-2 on any ring change.
+    let key = common::key_owned_by(&nodes[0], "node-2", "mine");
+    assert_eq!(admitted(&engines[0], &key, 2 * L).await, L);
+    let gone = nodes.pop().unwrap();
+    gone.kill().await;
+    common::wait_until("node-1's ring drops node-3", || {
+        nodes[0].ring_ids().len() == 2
+    })
+    .await;
+    // The view change that shrank the ring is also what would have moved
+    // the counter away (the owner strategy's rebalance); it has run by now.
+    assert_eq!(
+        admitted(&engines[0], &key, 5).await,
+        0,
+        "node-1 forgot its own spend"
+    );
+    assert_eq!(nodes[0].cluster.stats().keys_moved_out, 0);
+}

@@ -590,6 +590,12 @@ impl Inner {
 
     /// Hands every counter this node holds but no longer owns to its owner.
     async fn rebalance(&self) {
+        // Only the owner strategy places counters on the ring; under gossip
+        // and divide each node's counters are its own, and moving them would
+        // hand a peer budget it has already heard about (or never enforces).
+        if self.config.strategy != Strategy::Owner {
+            return;
+        }
         let ring = self.ring.load_full();
         let me = self.me.clone();
         let limiter = self.limiter.clone();
@@ -638,9 +644,9 @@ impl Inner {
             .filter(|m| m.id != self.me)
             .cloned()
             .collect();
-        if rest.is_empty() {
+        if rest.is_empty() || self.config.strategy != Strategy::Owner {
             let _ = self.membership.leave_gracefully().await;
-            tracing::info!("left; no other member to hand counters to");
+            tracing::info!("left; no counters to hand over");
             return;
         }
         // The whole leave is bounded by `leave_timeout`, so a shutdown
