@@ -72,7 +72,7 @@ pub fn whole_secs_up(d: Duration) -> u64 {
 
 /// An RFC 8941 sf-string: quoted, with `"` and `\` escaped. Rule names are
 /// restricted to safe characters, so this only guards the format.
-fn sf_string(s: &str) -> String {
+pub fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

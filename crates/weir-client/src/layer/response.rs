@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
 use serde_json::{Map, Value};
 use weir_core::headers::{
-    reset_after_secs, whole_secs_up, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
+    reset_after_secs, sf_string, whole_secs_up, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
     RATELIMIT_REMAINING, RATELIMIT_RESET, RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
@@ -45,20 +45,6 @@ pub fn remote_headers(r: &CheckResponse, now: Nanos) -> Vec<(&'static str, Strin
     if !r.allowed {
         out.push((RETRY_AFTER, r.retry_after_secs().to_string()));
     }
-    out
-}
-
-/// An RFC 8941 sf-string, as weir-core writes rule names.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
     out
 }
 
