@@ -155,7 +155,10 @@ async fn concurrent_checks_for_one_owner_share_decide_calls() {
     );
     println!("200 forwarded checks took {calls} Decide calls");
     assert_eq!(ops, 200);
-    assert!(calls <= 8, "{calls} calls for 200 ops: not batched");
+    // Unbatched, 200 ops are 200 calls (the next test). How many batches
+    // form depends on scheduling (4 calls may be in flight per owner), so
+    // the bound is a mean batch of at least 10, not an exact count.
+    assert!(calls <= 20, "{calls} calls for 200 ops: not batched");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
