@@ -116,9 +116,14 @@ impl Inner {
             .collect();
         let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
         if denied || failure.is_some() {
-            for s in steps.iter().filter(|s| s.decision.allowed) {
-                self.refund(s, req.cost);
-            }
+            // Answer only once the refunds have landed (or their deadline
+            // passed): a client that retries straight after its denial then
+            // finds the budget it was not charged.
+            let refunds = steps
+                .iter()
+                .filter(|s| s.decision.allowed)
+                .map(|s| self.refund(s, req.cost));
+            futures::future::join_all(refunds).await;
         }
         if let Some(e) = failure {
             return Err(e);
@@ -300,21 +305,25 @@ impl Inner {
         }
     }
 
-    fn refund(&self, s: &Step, cost: u64) {
+    /// Gives back what one admitted limit consumed. A remote refund is
+    /// awaited up to the owner deadline; one that does not arrive in time
+    /// leaves the budget spent, which can only under-admit.
+    async fn refund(&self, s: &Step, cost: u64) {
         let (rule, hash_part, at) = (&*s.rule.name, s.hash_part.as_str(), s.decision.at);
         match &s.via {
             Via::Local => self.limiter.refund(rule, hash_part, at, cost),
-            Via::Remote { id, addr } => self.batchers.send_and_forget(
-                id,
-                *addr,
-                CounterOp {
+            Via::Remote { id, addr } => {
+                let op = CounterOp {
                     rule: rule.to_string(),
                     key: hash_part.to_string(),
                     cost,
                     kind: OpKind::Refund as i32,
                     at,
-                },
-            ),
+                };
+                if let Ok(rx) = self.batchers.submit(id, *addr, op) {
+                    let _ = tokio::time::timeout(self.config.owner_deadline, rx).await;
+                }
+            }
             Via::Fallback => self.fallback.refund(rule, hash_part, at, cost),
             Via::Open => {}
         }
