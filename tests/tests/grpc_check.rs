@@ -1,12 +1,10 @@
 //! weir.v1.RateLimiter/Check over a real loopback socket: batches, per-item errors, batch limits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use tonic::transport::Channel;
 use tonic::Code;
-use weir_node::{Node, ServeConfig};
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResult, ErrorCode};
+use weir_tests::TestNode;
 
 const RULES: &str = r#"
 [[rule]]
@@ -20,21 +18,10 @@ window    = "60s"
 
 const LIMITED: &str = "POST /limited";
 
-/// A node on ephemeral ports with [`RULES`], written to a file of its own.
-async fn start() -> (Node, RateLimiterClient<Channel>) {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "weir-grpc-check-{}-{}.toml",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&path, RULES).expect("write rules file");
-    let config = ServeConfig {
-        rules_file: Some(path),
-        ..ServeConfig::ephemeral()
-    };
-    let node = Node::start(config).await.expect("node starts");
-    let client = RateLimiterClient::connect(format!("http://{}", node.grpc_addr()))
+/// A node on ephemeral ports enforcing [`RULES`].
+async fn start() -> (TestNode, RateLimiterClient<Channel>) {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let client = RateLimiterClient::connect(format!("http://{}", node.node().grpc_addr()))
         .await
         .expect("connect");
     (node, client)

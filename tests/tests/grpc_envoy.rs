@@ -1,10 +1,7 @@
 //! Envoy RLS ShouldRateLimit over a real loopback socket, as Envoy would call it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use tonic::transport::Channel;
 use tonic::Code as GrpcCode;
-use weir_node::{Node, ServeConfig};
 use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
@@ -14,6 +11,7 @@ use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use weir_tests::TestNode;
 
 /// The route of a descriptor with no route entry is its domain, so this
 /// rule limits every descriptor of domain "edge" and nothing else.
@@ -29,20 +27,9 @@ window    = "1m"
 
 type Client = RateLimitServiceClient<Channel>;
 
-async fn start() -> (Node, Client) {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "weir-grpc-envoy-{}-{}.toml",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&path, RULES).expect("write rules file");
-    let config = ServeConfig {
-        rules_file: Some(path),
-        ..ServeConfig::ephemeral()
-    };
-    let node = Node::start(config).await.expect("node starts");
-    let client = RateLimitServiceClient::connect(format!("http://{}", node.grpc_addr()))
+async fn start() -> (TestNode, Client) {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let client = RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
         .await
         .expect("connect");
     (node, client)
