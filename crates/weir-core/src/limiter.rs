@@ -78,6 +78,11 @@ impl<'a> Request<'a> {
             None => Ok(None),
             Some(ip) if ip.len() > MAX_IP_LEN => bad(InputField::Ip, "is too long"),
             Some(ip) => match ip.parse::<IpAddr>() {
+                // An IPv4 string the parser accepts is already canonical
+                // (it refuses leading zeros and short forms), so it is kept
+                // as sent instead of formatted again on every check; only
+                // IPv6 has several spellings of one address.
+                Ok(IpAddr::V4(_)) => Ok(Some(CompactString::new(ip))),
                 Ok(addr) => Ok(Some(addr.to_compact_string())),
                 Err(_) => bad(InputField::Ip, "is not an IPv4 or IPv6 address"),
             },

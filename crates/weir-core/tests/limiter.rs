@@ -97,6 +97,29 @@ fn ipv6_spellings_share_one_counter() {
 }
 
 #[test]
+fn ipv4_is_kept_as_sent_because_only_canonical_spellings_parse() {
+    // The limiter keys IPv4 counters on the text as sent; that is sound only
+    // while every other spelling of an address is refused.
+    let (l, _) = limiter();
+    for alias in ["010.0.0.1", "10.1", "10.0.0.1 ", "0x0a.0.0.1"] {
+        assert!(
+            matches!(
+                l.check(&req("k", Some(alias))),
+                Err(CheckError::Invalid {
+                    field: InputField::Ip,
+                    ..
+                })
+            ),
+            "{alias} was accepted"
+        );
+    }
+    for c in ["a", "b", "c"] {
+        assert!(l.check(&req(c, Some("10.0.0.1"))).unwrap().allowed);
+    }
+    assert!(!l.check(&req("d", Some("10.0.0.1"))).unwrap().allowed);
+}
+
+#[test]
 fn bad_input_is_refused_and_moves_nothing() {
     let (l, _) = limiter();
     let long = "k".repeat(257);
