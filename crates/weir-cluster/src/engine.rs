@@ -141,8 +141,15 @@ impl Engine {
     /// are issued together, so checks for one owner share Decide calls.
     pub async fn check_many(&self, reqs: &[Request<'_>]) -> Vec<Result<Verdict, CheckFailure>> {
         match self.forwarding() {
-            Some(cluster) => futures::future::join_all(reqs.iter().map(|r| cluster.check(r))).await,
-            None => futures::future::join_all(reqs.iter().map(|r| self.check(r))).await,
+            Some(cluster) => cluster.check_many(reqs).await,
+            // Nothing else awaits: gossip, divide and a lone node decide in place.
+            None => {
+                let mut out = Vec::with_capacity(reqs.len());
+                for r in reqs {
+                    out.push(self.check(r).await);
+                }
+                out
+            }
         }
     }
 

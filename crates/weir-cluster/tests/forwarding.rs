@@ -177,3 +177,38 @@ async fn with_batching_off_each_op_is_its_own_call() {
     let s = gateway.cluster.stats();
     assert_eq!(s.peer_calls, s.peer_ops);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_local_and_remote_keys_answers_each_in_order_forwarding_only_the_remote() {
+    let nodes = cluster(2, RULES, |_| {}).await;
+    let gateway = &nodes[0];
+    // Alternate owners, and send each key LIMIT + 1 times so the last of
+    // each key's checks is denied wherever it is decided.
+    let keys: Vec<String> = (0..10)
+        .map(|i| key_owned_by(gateway, &nodes[i % 2].id, &format!("mixed{i}")))
+        .collect();
+    let mut reqs = Vec::new();
+    for _ in 0..=LIMIT {
+        reqs.extend(keys.iter().map(|k| Request::new(k, "GET /", 1)));
+    }
+    let before = gateway.cluster.stats();
+    let verdicts = gateway.engine.check_many(&reqs).await;
+    assert_eq!(verdicts.len(), reqs.len());
+    for (i, (req, v)) in reqs.iter().zip(&verdicts).enumerate() {
+        let v = v.as_ref().unwrap();
+        let applied = v.binding().unwrap();
+        assert_eq!(applied.hash_part, req.key, "answer {i} is for another key");
+        let round = i / keys.len();
+        assert_eq!(v.allowed, round < LIMIT, "answer {i} (round {round})");
+    }
+    let after = gateway.cluster.stats();
+    let remote = reqs.len() / 2;
+    // The local half was decided in place; the deny cache may answer some
+    // remote denials, so at most the remote half was forwarded.
+    let forwarded = after.peer_ops - before.peer_ops;
+    assert!(forwarded >= (remote - keys.len() / 2) as u64, "{forwarded}");
+    assert!(
+        forwarded <= remote as u64,
+        "{forwarded} ops for {remote} remote checks"
+    );
+}

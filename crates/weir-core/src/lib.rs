@@ -22,7 +22,7 @@ pub use decision::Decision;
 pub use error::{CheckError, InputField};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{
-    Applied, CounterSnapshot, Limiter, LimiterConfig, Request, Verdict, MAX_ADHOC_POLICIES,
+    Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Request, Verdict, MAX_ADHOC_POLICIES,
     MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN,
 };
 pub use rules::{By, Rule, RuleError, RuleSet, RulesError};

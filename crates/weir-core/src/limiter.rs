@@ -152,6 +152,16 @@ impl Default for LimiterConfig {
     }
 }
 
+/// What [`Limiter::check_placed`] did with a request.
+#[derive(Debug)]
+pub enum Placed {
+    /// Every limit lives here and was decided.
+    Decided(Verdict),
+    /// Some limit lives elsewhere: nothing was consumed. The rules the
+    /// selection indexes into come with it.
+    Elsewhere(Arc<RuleSet>, Selection),
+}
+
 /// Rules and the counters that go with them, swapped whole on a reload so a
 /// check never sees one set's rules with another's counters.
 struct Tables {
@@ -274,15 +284,35 @@ impl Limiter {
         // is looked up again by name.
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
+        self.decide(&t, &sel, req.cost)
+    }
+
+    /// Like [`Limiter::check`], but only when every selected limit's hash
+    /// part is placed on this process (`here` says which are). Otherwise
+    /// nothing is consumed and the selection is handed back, so a cluster
+    /// can take it to the owners without selecting again.
+    pub fn check_placed(
+        &self,
+        req: &Request<'_>,
+        here: impl Fn(&str) -> bool,
+    ) -> Result<Placed, CheckError> {
+        let t = self.tables.load();
+        let sel = select_in(&t.rules, req)?;
+        if !sel.iter().all(|s| here(&s.hash_part)) {
+            return Ok(Placed::Elsewhere(t.rules.clone(), sel));
+        }
+        self.decide(&t, &sel, req.cost).map(Placed::Decided)
+    }
+
+    fn decide(&self, t: &Tables, sel: &Selection, cost: u64) -> Result<Verdict, CheckError> {
         let now = self.clock.now();
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {
             let rule = &t.rules.rules()[s.rule];
-            let counters = &t.counters[s.rule];
-            let decision = match counters.consume(&s.hash_part, now, req.cost) {
+            let decision = match t.counters[s.rule].consume(&s.hash_part, now, cost) {
                 Ok(d) => d,
                 Err(_) => {
-                    refund_all(&t, &applied, req.cost);
+                    refund_all(t, &applied, cost);
                     return Err(CheckError::StoreFull {
                         rule: rule.name.to_string(),
                         max_keys: self.config.max_keys_per_rule,
@@ -295,7 +325,7 @@ impl Limiter {
                 decision,
             });
             if !decision.allowed && !rule.shadow {
-                refund_all(&t, &applied, req.cost);
+                refund_all(t, &applied, cost);
                 return Ok(Verdict {
                     allowed: false,
                     applied,

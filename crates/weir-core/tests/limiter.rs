@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{CheckError, FakeClock, InputField, Limiter, LimiterConfig, Request, RuleSet};
+use weir_core::{
+    CheckError, FakeClock, InputField, Limiter, LimiterConfig, Placed, Request, RuleSet,
+};
 
 const RULES: &str = r#"
 [[rule]]
@@ -210,4 +212,27 @@ fn adhoc_rules_free_their_slot_once_idle() {
     clock.advance(Duration::from_secs(2));
     l.sweep();
     assert!(l.check_adhoc(&extra, "k", 1).unwrap().allowed);
+}
+
+#[test]
+fn a_check_placed_partly_elsewhere_consumes_nothing_and_hands_back_its_selection() {
+    let (l, _) = limiter();
+    let ip = "198.51.100.9";
+    let placed = l
+        .check_placed(&req("here", Some(ip)), |hash_part| hash_part == "here")
+        .unwrap();
+    let Placed::Elsewhere(rules, sel) = placed else {
+        panic!("the IP's limit is placed elsewhere: {placed:?}");
+    };
+    let names: Vec<&str> = sel.iter().map(|s| &*rules.rules()[s.rule].name).collect();
+    assert_eq!(names, ["per-client", "per-ip"]);
+    // Nothing was spent on either limit.
+    assert_eq!(remaining(&l, "here"), 4);
+    let all_here = l.check_placed(&req("there", Some(ip)), |_| true).unwrap();
+    let Placed::Decided(v) = all_here else {
+        panic!("every limit is here: {all_here:?}");
+    };
+    assert!(v.allowed);
+    assert_eq!(v.applied.len(), 2);
+    assert_eq!(v.applied[1].decision.remaining, 2, "the IP's 3, one spent");
 }

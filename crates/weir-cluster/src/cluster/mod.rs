@@ -381,6 +381,35 @@ impl Cluster {
         self.inner.check(req).await
     }
 
+    /// Decides many checks at their owners. Those owned here are decided
+    /// first, in place; the rest travel together, so checks for one owner
+    /// share Decide calls.
+    pub(crate) async fn check_many(
+        &self,
+        reqs: &[weir_core::Request<'_>],
+    ) -> Vec<Result<weir_core::Verdict, crate::engine::CheckFailure>> {
+        let mut slots = Vec::with_capacity(reqs.len());
+        let mut remote = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            slots.push(match self.inner.check_here(req) {
+                Ok(weir_core::Placed::Decided(v)) => Some(Ok(v)),
+                Ok(weir_core::Placed::Elsewhere(rules, sel)) => {
+                    remote.push(
+                        async move { (i, self.inner.check_at_owners(req, rules, sel).await) },
+                    );
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            });
+        }
+        for (i, outcome) in futures::future::join_all(remote).await {
+            slots[i] = Some(outcome);
+        }
+        // Every slot is filled; a caller that gets fewer answers than it
+        // asked for treats that as an engine error.
+        slots.into_iter().flatten().collect()
+    }
+
     /// Decides a check on this node's counters plus what peers last reported
     /// (the gossip strategy).
     pub(crate) fn check_gossip(

@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compact_str::CompactString;
-use weir_core::rules::Selected;
+use std::sync::atomic::Ordering;
+
+use weir_core::rules::{Selected, Selection};
 use weir_core::{
-    Applied, CheckError, Decision, InputField, Request, Rule, RuleSet, Verdict, NANOS_PER_MS,
+    Applied, CheckError, Decision, InputField, Placed, Request, Rule, RuleSet, Verdict,
+    NANOS_PER_MS,
 };
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::{
@@ -76,13 +79,38 @@ fn pick<'a>(rules: &'a RuleSet, s: &'a Selected) -> (&'a Arc<Rule>, &'a CompactS
 
 impl Inner {
     pub(crate) async fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckFailure> {
-        let (rules, sel) = self.limiter.select(req)?;
-        if sel.is_empty() {
-            return Ok(Verdict {
-                allowed: true,
-                applied: Vec::new(),
-            });
+        match self.check_here(req)? {
+            Placed::Decided(v) => Ok(v),
+            Placed::Elsewhere(rules, sel) => self.check_at_owners(req, rules, sel).await,
         }
+    }
+
+    /// The fast path: a check whose every limit this node owns is decided
+    /// at once, with no task, future or second ring lookup per limit (on a
+    /// ring of one, that is every check). Anything else comes back with its
+    /// selection for [`Inner::check_at_owners`].
+    pub(crate) fn check_here(&self, req: &Request<'_>) -> Result<Placed, CheckFailure> {
+        let ring = self.routing_ring();
+        let here = |hash_part: &str| ring.owner_id(hash_part).is_none_or(|o| o == self.me);
+        // The same guard as `consume_local`: a leave either waits for this
+        // check or is seen by it, and then the owners decide.
+        self.local_inflight.fetch_add(1, Ordering::SeqCst);
+        let placed = if self.is_leaving() {
+            self.limiter.check_placed(req, |_| false)
+        } else {
+            self.limiter.check_placed(req, here)
+        };
+        self.local_inflight.fetch_sub(1, Ordering::SeqCst);
+        Ok(placed?)
+    }
+
+    /// Decides a selection whose limits are not all owned here.
+    pub(crate) async fn check_at_owners(
+        &self,
+        req: &Request<'_>,
+        rules: Arc<RuleSet>,
+        sel: Selection,
+    ) -> Result<Verdict, CheckFailure> {
         let ring = self.routing_ring();
         let now = self.limiter.now();
         let pick = |s| pick(&rules, s);
