@@ -135,6 +135,47 @@ fn the_body_parser_never_panics_and_every_refusal_names_a_field() {
         .unwrap();
 }
 
+/// Bodies a client would send: a key, and any of the other fields with a
+/// value of the right type (or null), so that most of them are accepted.
+fn plausible_body() -> impl Strategy<Value = Vec<u8>> {
+    let text = || prop_oneof![3 => string().prop_map(Value::from), 1 => Just(Value::Null)];
+    let cost = prop_oneof![4 => number(), 1 => Just(Value::Null)];
+    (
+        string().prop_filter("a key", |k| !k.is_empty()),
+        prop::option::of(text()),
+        prop::option::of(cost),
+        prop::option::of(text()),
+        prop::option::of(text()),
+    )
+        .prop_map(|(key, route, cost, tier, ip)| {
+            let mut m = serde_json::Map::new();
+            m.insert("key".into(), key.into());
+            for (name, v) in [("route", route), ("cost", cost), ("tier", tier), ("ip", ip)] {
+                if let Some(v) = v {
+                    m.insert(name.into(), v);
+                }
+            }
+            Value::Object(m).to_string().into_bytes()
+        })
+}
+
+#[test]
+fn the_fast_path_reads_every_body_exactly_as_the_checked_path_does() {
+    let mut runner = TestRunner::new(Config::with_cases(cases(4000)));
+    let accepted = std::cell::Cell::new(0u32);
+    runner
+        .run(&prop_oneof![plausible_body(), body()], |bytes| {
+            let checked = CheckInput::parse_checked(&bytes);
+            accepted.set(accepted.get() + u32::from(checked.is_ok()));
+            prop_assert_eq!(CheckInput::parse(&bytes), checked);
+            Ok(())
+        })
+        .unwrap();
+    // The comparison means nothing unless many bodies were accepted.
+    let accepted = accepted.get();
+    assert!(accepted > 100, "only {accepted} bodies were accepted");
+}
+
 /// The node's answer to `bytes`, judged against the pure parser's verdict.
 async fn judge(node: &TestNode, bytes: Vec<u8>) -> Result<(), TestCaseError> {
     let parsed = CheckInput::parse(&bytes);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use weir_cluster::{CheckFailure, Engine};
-use weir_core::headers::rate_limit_headers;
+use weir_core::headers::RateLimitHeaders;
 use weir_core::{Limiter, Nanos, Verdict};
 
 use super::response::remote_headers;
@@ -16,9 +16,9 @@ use crate::error::ClientError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
     pub response: CheckResponse,
-    /// DESIGN section 5's headers (Retry-After only on a denial); empty
+    /// DESIGN section 5's headers (Retry-After only on a denial); none
     /// when no rule matched, since there is no limit to describe.
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Option<RateLimitHeaders>,
 }
 
 /// Why a backend gave no verdict.
@@ -99,7 +99,7 @@ fn local(outcome: Result<Verdict, CheckFailure>, now: Nanos) -> Result<Checked, 
                 allowed: verdict.allowed,
                 ..CheckResponse::default()
             },
-            headers: Vec::new(),
+            headers: None,
         });
     };
     let d = &applied.decision;
@@ -117,6 +117,6 @@ fn local(outcome: Result<Verdict, CheckFailure>, now: Nanos) -> Result<Checked, 
             rule: Some(applied.rule.name.to_string()),
             limited: true,
         },
-        headers: rate_limit_headers(applied, now, None),
+        headers: Some(RateLimitHeaders::of(applied, now, None)),
     })
 }

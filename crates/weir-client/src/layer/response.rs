@@ -1,17 +1,11 @@
 //! What the layer answers itself: rate-limit headers, 429, 400, 500 and 503, as HTTP problems or gRPC statuses.
 
-use std::sync::LazyLock;
-
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
 use serde_json::{Map, Value};
-use weir_core::headers::{
-    reset_after_secs, sf_string, whole_secs_up, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
-    RATELIMIT_REMAINING, RATELIMIT_RESET, RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
-};
+use weir_core::headers::{reset_after_secs, whole_secs_up, RateLimitHeaders, RATELIMIT_REMAINING};
 use weir_core::Nanos;
 
 use super::backend::Checked;
@@ -22,76 +16,21 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// The inner service's body, or one the layer wrote.
 pub type LayerBody<B> = Either<B, Full<Bytes>>;
 
-/// DESIGN section 5's headers for a remote verdict, built from weir-core's
-/// names and rounding so they read exactly as a node's. The window is not
-/// on the wire, so `RateLimit-Policy` carries the quota alone (`w` is
-/// optional in the IETF draft).
-pub fn remote_headers(r: &CheckResponse, now: Nanos) -> Vec<(&'static str, String)> {
-    let Some(rule) = r.rule.as_deref().filter(|_| r.limited) else {
-        return Vec::new();
-    };
-    let rule = sf_string(rule);
-    let reset_in = reset_after_secs(r.reset_at_ms, now);
-    let mut out = vec![
-        (RATELIMIT_LIMIT, r.limit.to_string()),
-        (RATELIMIT_REMAINING, r.remaining.to_string()),
-        (RATELIMIT_RESET, reset_in.to_string()),
-        (X_RATELIMIT_LIMIT, r.limit.to_string()),
-        (X_RATELIMIT_REMAINING, r.remaining.to_string()),
-        (X_RATELIMIT_RESET, r.reset_at_ms.div_ceil(1000).to_string()),
-        (RATELIMIT_POLICY, format!("{rule};q={}", r.limit)),
-        (RATELIMIT, format!("{rule};r={};t={reset_in}", r.remaining)),
-    ];
-    if !r.allowed {
-        out.push((RETRY_AFTER, r.retry_after_secs().to_string()));
-    }
-    out
-}
-
-/// weir-core's header names, parsed once: a response is built per request.
-static NAMES: LazyLock<[(&str, HeaderName); 9]> = LazyLock::new(|| {
-    [
-        RATELIMIT_LIMIT,
-        RATELIMIT_REMAINING,
-        RATELIMIT_RESET,
-        X_RATELIMIT_LIMIT,
-        X_RATELIMIT_REMAINING,
-        X_RATELIMIT_RESET,
-        RATELIMIT_POLICY,
-        RATELIMIT,
-        RETRY_AFTER,
-    ]
-    .map(|n| {
-        (
-            n,
-            HeaderName::try_from(n).expect("weir-core's header names are valid"),
-        )
+/// DESIGN section 5's headers for a remote verdict, with weir-core's
+/// rounding so they read exactly as a node's; `None` when no rule matched.
+/// The window is not on the wire, so `RateLimit-Policy` carries the quota
+/// alone (`w` is optional in the IETF draft).
+pub fn remote_headers(r: &CheckResponse, now: Nanos) -> Option<RateLimitHeaders> {
+    let rule = r.rule.as_deref().filter(|_| r.limited)?;
+    Some(RateLimitHeaders {
+        rule: rule.into(),
+        limit: r.limit,
+        remaining: r.remaining,
+        reset_in: reset_after_secs(r.reset_at_ms, now),
+        reset_unix: r.reset_at_ms.div_ceil(1000),
+        window_secs: None,
+        retry_after: (!r.allowed).then(|| r.retry_after_secs()),
     })
-});
-
-/// `hint` is the header's position: weir-core emits them in `NAMES`'
-/// order, so the first comparison nearly always hits.
-fn header_name(name: &'static str, hint: usize) -> HeaderName {
-    if let Some((n, h)) = NAMES.get(hint) {
-        if *n == name {
-            return h.clone();
-        }
-    }
-    NAMES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, h)| h.clone())
-        .unwrap_or_else(|| HeaderName::try_from(name).expect("weir-core's header names are valid"))
-}
-
-/// Moves each value into the map (no copy), growing the map once.
-fn insert_all(h: &mut HeaderMap, headers: Vec<(&'static str, String)>) {
-    h.reserve(headers.len());
-    for (i, (name, value)) in headers.into_iter().enumerate() {
-        if let Ok(v) = HeaderValue::try_from(value) {
-            h.insert(header_name(name, i), v);
-        }
-    }
 }
 
 /// Adds an admitted request's headers to the service's response. When a
@@ -107,7 +46,9 @@ pub fn add_allowed_headers(h: &mut HeaderMap, checked: Checked) {
     if theirs.is_some_and(|t| t <= ours) {
         return;
     }
-    insert_all(h, checked.headers);
+    if let Some(headers) = checked.headers {
+        headers.write_to(h);
+    }
 }
 
 /// Whether a request is gRPC: its refusals must be gRPC statuses, since a
@@ -130,12 +71,8 @@ pub fn too_many<B>(
         response: r,
         mut headers,
     } = checked;
-    if let Some(secs) = retry_after {
-        for (name, value) in headers.iter_mut() {
-            if *name == RETRY_AFTER {
-                *value = secs.max(1).to_string();
-            }
-        }
+    if let (Some(secs), Some(h)) = (retry_after, headers.as_mut()) {
+        h.retry_after = Some(secs.max(1));
     }
     let rule = r.rule.as_deref().unwrap_or_default();
     let detail = format!("over the limit of rule \"{rule}\"");
@@ -156,7 +93,9 @@ pub fn too_many<B>(
         m.insert("rule".into(), rule.into());
         problem_response(StatusCode::TOO_MANY_REQUESTS, m)
     };
-    insert_all(res.headers_mut(), headers);
+    if let Some(h) = headers {
+        h.write_to(res.headers_mut());
+    }
     res
 }
 
@@ -242,6 +181,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use weir_core::headers::{
+        RATELIMIT, RATELIMIT_POLICY, RATELIMIT_RESET, RETRY_AFTER, X_RATELIMIT_RESET,
+    };
     use weir_core::{NANOS_PER_MS, NANOS_PER_SEC};
 
     const NOW: Nanos = 1_738_368_054 * NANOS_PER_SEC + 300 * NANOS_PER_MS;
@@ -260,7 +202,7 @@ mod tests {
 
     #[test]
     fn remote_headers_read_as_the_seed_example() {
-        let h = remote_headers(&denied(), NOW);
+        let h = remote_headers(&denied(), NOW).unwrap().pairs();
         let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
         assert_eq!(get(RETRY_AFTER), Some("6"));
         assert_eq!(get(RATELIMIT_RESET), Some("6"));
@@ -275,7 +217,15 @@ mod tests {
             allowed: true,
             ..CheckResponse::default()
         };
-        assert!(remote_headers(&r, NOW).is_empty());
+        assert_eq!(remote_headers(&r, NOW), None);
+    }
+
+    fn loose_response(remaining: u64) -> CheckResponse {
+        CheckResponse {
+            allowed: true,
+            remaining,
+            ..denied()
+        }
     }
 
     #[test]
@@ -283,22 +233,14 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("ratelimit-remaining", HeaderValue::from_static("3"));
         let loose = Checked {
-            response: CheckResponse {
-                allowed: true,
-                remaining: 900,
-                ..denied()
-            },
-            headers: vec![(RATELIMIT_REMAINING, "900".into())],
+            response: loose_response(900),
+            headers: remote_headers(&loose_response(900), NOW),
         };
         add_allowed_headers(&mut h, loose);
         assert_eq!(h["ratelimit-remaining"], "3");
         let tight = Checked {
-            response: CheckResponse {
-                allowed: true,
-                remaining: 1,
-                ..denied()
-            },
-            headers: vec![(RATELIMIT_REMAINING, "1".into())],
+            response: loose_response(1),
+            headers: remote_headers(&loose_response(1), NOW),
         };
         add_allowed_headers(&mut h, tight);
         assert_eq!(h["ratelimit-remaining"], "1");

@@ -1,5 +1,7 @@
-//! The rate-limit response headers (seed 9) for one applied limit, as plain strings.
+//! The rate-limit response headers (seed 9) for one applied limit.
 
+use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Nanos, NANOS_PER_MS};
@@ -16,45 +18,98 @@ pub const RATELIMIT_POLICY: &str = "RateLimit-Policy";
 pub const RATELIMIT: &str = "RateLimit";
 pub const RETRY_AFTER: &str = "Retry-After";
 
-/// Every header for `applied`, decided at `now` (unix nanoseconds).
+/// The figures every rate-limit header is rendered from, for one limit.
 ///
-/// Pure so that the server and an embedding client layer produce the same
+/// Computed once, then rendered as strings ([`RateLimitHeaders::pairs`],
+/// for Envoy and tests) or straight into an `http::HeaderMap` (feature
+/// `http`), so the server and an embedding client layer send the same
 /// bytes. Both families go out on purpose: `RateLimit-Reset` is seconds
 /// from now (the IETF family), `X-RateLimit-Reset` a unix time (the older
 /// convention), and neither ever changes meaning.
-///
-/// `retry_after_secs` replaces the decision's own Retry-After on a denial
-/// (server-side jitter); it is still raised to at least 1, because a
-/// `Retry-After: 0` invites an immediate retry that is certain to fail.
-/// Retry-After appears only on a denial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitHeaders {
+    pub rule: Arc<str>,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Seconds from now until the budget is back, rounded up.
+    pub reset_in: u64,
+    /// The same instant as a unix time in seconds, rounded up.
+    pub reset_unix: u64,
+    /// The window in whole seconds, for `RateLimit-Policy`'s `w`; absent
+    /// when the caller does not know it (a remote verdict).
+    pub window_secs: Option<u64>,
+    /// Whole seconds, at least 1; only on a denial.
+    pub retry_after: Option<u64>,
+}
+
+impl RateLimitHeaders {
+    /// The headers for `applied`, decided at `now` (unix nanoseconds).
+    ///
+    /// `retry_after_secs` replaces the decision's own Retry-After on a denial
+    /// (server-side jitter); it is still raised to at least 1, because a
+    /// `Retry-After: 0` invites an immediate retry that is certain to fail.
+    pub fn of(applied: &Applied, now: Nanos, retry_after_secs: Option<u64>) -> Self {
+        let d = &applied.decision;
+        RateLimitHeaders {
+            rule: applied.rule.name.clone(),
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_in: reset_after_secs(d.reset_at, now),
+            // Rounded up so a client that waits this long finds the budget full.
+            reset_unix: d.reset_at.div_ceil(1000),
+            window_secs: Some(ceil_secs(applied.rule.window).max(1)),
+            retry_after: (!d.allowed).then(|| {
+                retry_after_secs
+                    .unwrap_or_else(|| d.retry_after_secs())
+                    .max(1)
+            }),
+        }
+    }
+
+    /// `RateLimit-Policy`: the quota and, when known, its window.
+    pub fn policy(&self) -> String {
+        let mut out = sf_string(&self.rule);
+        let _ = write!(out, ";q={}", self.limit);
+        if let Some(w) = self.window_secs {
+            let _ = write!(out, ";w={w}");
+        }
+        out
+    }
+
+    /// `RateLimit`: what is left and when it resets.
+    pub fn state(&self) -> String {
+        let mut out = sf_string(&self.rule);
+        let _ = write!(out, ";r={};t={}", self.remaining, self.reset_in);
+        out
+    }
+
+    /// Every header as a (name, value) pair; Retry-After only on a denial.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (RATELIMIT_LIMIT, self.limit.to_string()),
+            (RATELIMIT_REMAINING, self.remaining.to_string()),
+            (RATELIMIT_RESET, self.reset_in.to_string()),
+            (X_RATELIMIT_LIMIT, self.limit.to_string()),
+            (X_RATELIMIT_REMAINING, self.remaining.to_string()),
+            (X_RATELIMIT_RESET, self.reset_unix.to_string()),
+            (RATELIMIT_POLICY, self.policy()),
+            (RATELIMIT, self.state()),
+        ];
+        if let Some(secs) = self.retry_after {
+            out.push((RETRY_AFTER, secs.to_string()));
+        }
+        out
+    }
+}
+
+/// Every header for `applied` as strings: [`RateLimitHeaders::of`], then
+/// [`RateLimitHeaders::pairs`].
 pub fn rate_limit_headers(
     applied: &Applied,
     now: Nanos,
     retry_after_secs: Option<u64>,
 ) -> Vec<(&'static str, String)> {
-    let d = &applied.decision;
-    let rule = sf_string(&applied.rule.name);
-    let reset_in = reset_after_secs(d.reset_at, now);
-    // Rounded up so a client that waits this long finds the budget full.
-    let reset_unix = d.reset_at.div_ceil(1000);
-    let window = ceil_secs(applied.rule.window).max(1);
-    let mut out = vec![
-        (RATELIMIT_LIMIT, d.limit.to_string()),
-        (RATELIMIT_REMAINING, d.remaining.to_string()),
-        (RATELIMIT_RESET, reset_in.to_string()),
-        (X_RATELIMIT_LIMIT, d.limit.to_string()),
-        (X_RATELIMIT_REMAINING, d.remaining.to_string()),
-        (X_RATELIMIT_RESET, reset_unix.to_string()),
-        (RATELIMIT_POLICY, format!("{rule};q={};w={window}", d.limit)),
-        (RATELIMIT, format!("{rule};r={};t={reset_in}", d.remaining)),
-    ];
-    if !d.allowed {
-        let secs = retry_after_secs
-            .unwrap_or_else(|| d.retry_after_secs())
-            .max(1);
-        out.push((RETRY_AFTER, secs.to_string()));
-    }
-    out
+    RateLimitHeaders::of(applied, now, retry_after_secs).pairs()
 }
 
 /// Seconds from `now` until `reset_at` (unix ms), rounded up: a reset shown
@@ -73,7 +128,8 @@ pub fn whole_secs_up(d: Duration) -> u64 {
 /// An RFC 8941 sf-string: quoted, with `"` and `\` escaped. Rule names are
 /// restricted to safe characters, so this only guards the format.
 pub fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+    // Room for the parameters the callers append.
+    let mut out = String::with_capacity(s.len() + 32);
     out.push('"');
     for c in s.chars() {
         if c == '"' || c == '\\' {
@@ -84,6 +140,9 @@ pub fn sf_string(s: &str) -> String {
     out.push('"');
     out
 }
+
+#[cfg(feature = "http")]
+mod http_map;
 
 #[cfg(test)]
 mod tests {

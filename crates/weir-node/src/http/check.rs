@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rand::Rng;
-use serde_json::{json, Value};
+use serde::Serialize;
 use weir_cluster::CheckFailure;
-use weir_core::headers::rate_limit_headers;
+use weir_core::headers::RateLimitHeaders;
 use weir_core::{Applied, CheckError, Verdict};
 
 use super::body::read_capped;
 use super::check_input::CheckInput;
-use super::problem::{problem_members, Problem, PROBLEM_JSON};
+use super::problem::{Problem, PROBLEM_JSON};
 use crate::state::NodeState;
 
 pub async fn check(
@@ -74,56 +74,91 @@ fn verdict_response(verdict: &Verdict, now: u64, jitter: bool) -> Response {
     let Some(applied) = verdict.binding() else {
         // No enforcing rule matched: unlimited, and no RateLimit headers
         // because there is no limit to describe.
-        let body = json!({"allowed": true, "rule": Value::Null});
-        return (StatusCode::OK, axum::Json(body)).into_response();
+        let body = Unlimited {
+            allowed: true,
+            rule: None,
+        };
+        return json_response(StatusCode::OK, "application/json", &body);
     };
     let d = &applied.decision;
     let retry_after = (!d.allowed && jitter).then(|| jittered(d.retry_after_secs()));
-    let mut body = decision_json(applied);
-    let (status, content_type) = if verdict.allowed {
-        (StatusCode::OK, "application/json")
+    let decision = DecisionBody::of(applied);
+    let mut res = if verdict.allowed {
+        json_response(StatusCode::OK, "application/json", &decision)
     } else {
-        let mut m = problem_members(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate-limited",
-            "Too Many Requests",
-        );
-        m.insert(
-            "detail".into(),
-            format!("over the limit of rule \"{}\"", applied.rule.name).into(),
-        );
-        if let Value::Object(fields) = body {
-            m.extend(fields);
-        }
-        body = Value::Object(m);
-        (StatusCode::TOO_MANY_REQUESTS, PROBLEM_JSON)
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let denied = DeniedBody {
+            kind: "urn:weir:problem:rate-limited",
+            title: "Too Many Requests",
+            status: status.as_u16(),
+            detail: format!("over the limit of rule \"{}\"", applied.rule.name),
+            decision,
+        };
+        json_response(status, PROBLEM_JSON, &denied)
     };
-    let mut res = (status, body.to_string()).into_response();
-    let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    for (name, value) in rate_limit_headers(applied, now, retry_after) {
-        if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-            h.insert(n, v);
-        }
-    }
+    RateLimitHeaders::of(applied, now, retry_after).write_to(res.headers_mut());
     res
 }
 
-fn decision_json(applied: &Applied) -> Value {
-    let d = &applied.decision;
-    let mut body = json!({
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "retry_after_ms": d.retry_after_ms(),
-        "reset_at": d.reset_at,
-        "rule": applied.rule.name.as_ref(),
-    });
-    if !d.delay.is_zero() {
-        // Ceiling, as with every wait shown: sending early would be refused.
-        body["delay_ms"] = ceil_ms(d.delay).into();
+/// Serialized straight from typed fields: this is every check's answer,
+/// and a `serde_json::Value` tree would cost a map and a string per field.
+fn json_response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: &impl Serialize,
+) -> Response {
+    let bytes = serde_json::to_vec(body).expect("a body of numbers and strings serializes");
+    let mut res = (status, bytes).into_response();
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    res
+}
+
+/// The answer when no enforcing rule matched.
+#[derive(Serialize)]
+struct Unlimited {
+    allowed: bool,
+    rule: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct DecisionBody<'a> {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_ms: u64,
+    reset_at: u64,
+    rule: &'a str,
+    // Ceiling, as with every wait shown: sending early would be refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
+}
+
+impl<'a> DecisionBody<'a> {
+    fn of(applied: &'a Applied) -> Self {
+        let d = &applied.decision;
+        DecisionBody {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after_ms(),
+            reset_at: d.reset_at,
+            rule: &applied.rule.name,
+            delay_ms: (!d.delay.is_zero()).then(|| ceil_ms(d.delay)),
+        }
     }
-    body
+}
+
+/// A 429: an RFC 9457 problem whose extension members are the decision.
+#[derive(Serialize)]
+struct DeniedBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(flatten)]
+    decision: DecisionBody<'a>,
 }
 
 fn ceil_ms(d: Duration) -> u64 {
