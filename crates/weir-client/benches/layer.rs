@@ -5,7 +5,8 @@
 //! absolute numbers (docs/performance.md, "Client and tower layer").
 //!
 //! `cargo bench -p weir-client --bench layer` prints the loopback table
-//! (WEIR_BENCH_ROUNDS, WEIR_BENCH_SECS) and then criterion's in-memory
+//! (WEIR_BENCH_ROUNDS, WEIR_BENCH_SECS, WEIR_BENCH_CLIENT=raw|hyper|both
+//! for the load generator) and then criterion's in-memory
 //! tower-call numbers; a filter argument picks `loopback` or `tower_call`.
 
 use std::convert::Infallible;
@@ -26,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::runtime::Runtime;
 use tower::util::MapResponseLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use weir_client::{Client, KeyExtractor, RateLimitLayer};
+use weir_client::{Client, HeaderSet, KeyExtractor, RateLimitLayer};
 use weir_core::{Limiter, LimiterConfig, RuleSet, SystemClock};
 use weir_node::{Node, ServeConfig};
 
@@ -122,6 +123,16 @@ async fn targets(http: &HttpClient<HttpConnector, Empty<Bytes>>) -> Targets {
             ),
             ("layer, in-process limiter", in_process),
             (
+                "layer, in-process limiter, IETF headers only on 200",
+                serve(
+                    hello().layer(
+                        RateLimitLayer::new(limiter(), KeyExtractor::header("x-client-id"))
+                            .allowed_headers(HeaderSet::Ietf),
+                    ),
+                )
+                .await,
+            ),
+            (
                 "layer, remote node (gRPC)",
                 serve(hello().layer(remote_layer.clone())).await,
             ),
@@ -160,10 +171,75 @@ async fn load(
     started.elapsed()
 }
 
+/// The load generator the rows are measured with.
+#[derive(Clone, Copy, PartialEq)]
+enum Generator {
+    /// HTTP/1.1 written and read by hand on one keep-alive socket per
+    /// worker: finds the end of the head and `content-length`, nothing else,
+    /// so the generator's share of the two cores barely grows with the
+    /// number of response headers and the rows price the server.
+    Raw,
+    /// hyper's pooled client, which parses every response header into a
+    /// `HeaderMap` on the same cores as the server.
+    Hyper,
+}
+
+/// Sends `total` GETs from `CONCURRENCY` raw keep-alive connections.
+async fn load_raw(addr: SocketAddr, total: u64) -> Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = Instant::now();
+    let workers = (0..CONCURRENCY).map(|w| {
+        tokio::spawn(async move {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            conn.set_nodelay(true).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut req = Vec::with_capacity(128);
+            let mut i = w;
+            while i < total {
+                req.clear();
+                req.extend_from_slice(b"GET / HTTP/1.1\r\nhost: b\r\nx-client-id: c");
+                req.extend_from_slice((i % KEYS).to_string().as_bytes());
+                req.extend_from_slice(b"\r\n\r\n");
+                conn.write_all(&req).await.unwrap();
+                let mut filled = 0;
+                let (head_end, body_len) = loop {
+                    let n = conn.read(&mut buf[filled..]).await.unwrap();
+                    assert!(n > 0, "the server closed the connection");
+                    filled += n;
+                    if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = &buf[..end];
+                        assert!(head.starts_with(b"HTTP/1.1 200"), "not a 200");
+                        break (end + 4, content_length(head));
+                    }
+                };
+                while filled < head_end + body_len {
+                    filled += conn.read(&mut buf[filled..]).await.unwrap();
+                }
+                i += CONCURRENCY;
+            }
+        })
+    });
+    for w in futures::future::join_all(workers).await {
+        w.unwrap();
+    }
+    started.elapsed()
+}
+
+fn content_length(head: &[u8]) -> usize {
+    head.split(|&b| b == b'\n')
+        .find_map(|line| {
+            let line = std::str::from_utf8(line).ok()?.trim_end();
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .expect("every response here has a content-length")
+}
+
 /// Rounds of `secs` per configuration, interleaved (bare, control, in-process,
 /// remote, bare, ...) so a change in the machine's load hits every
 /// configuration alike; each round's ratios come from the same minute.
-fn loopback(rounds: usize, secs: f64, warm_up: u64) {
+fn loopback(rounds: usize, secs: f64, warm_up: u64, generator: Generator) {
     let rt = Runtime::new().unwrap();
     let http = HttpClient::builder(TokioExecutor::new())
         .pool_max_idle_per_host(CONCURRENCY as usize)
@@ -171,8 +247,12 @@ fn loopback(rounds: usize, secs: f64, warm_up: u64) {
     let t = rt.block_on(targets(&http));
     let configs = &t.rows;
     // Warm-up: connections, the limiter's keys, the node's keys.
+    let run = |addr: SocketAddr, n: u64| match generator {
+        Generator::Raw => rt.block_on(load_raw(addr, n)),
+        Generator::Hyper => rt.block_on(load(&http, addr, n)),
+    };
     for (_, addr) in configs {
-        rt.block_on(load(&http, *addr, warm_up));
+        run(*addr, warm_up);
     }
     let mut rps = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
@@ -180,7 +260,7 @@ fn loopback(rounds: usize, secs: f64, warm_up: u64) {
             // Size the run from the last measured rate so each lasts ~secs.
             let last = rps[i].last().copied().unwrap_or(5_000.0);
             let n = ((last * secs) as u64).max(CONCURRENCY);
-            let took = rt.block_on(load(&http, *addr, n));
+            let took = run(*addr, n);
             rps[i].push(n as f64 / took.as_secs_f64());
         }
     }
@@ -190,8 +270,12 @@ fn loopback(rounds: usize, secs: f64, warm_up: u64) {
         (0, 0),
         "remote checks timed out or were denied: the remote row would be wrong"
     );
+    let client = match generator {
+        Generator::Raw => "raw HTTP/1.1 generator",
+        Generator::Hyper => "hyper client generator",
+    };
     println!(
-        "\n{rounds} interleaved rounds of ~{secs} s each, {CONCURRENCY} connections, loopback"
+        "\n{rounds} interleaved rounds of ~{secs} s each, {CONCURRENCY} connections, loopback, {client}"
     );
     println!(
         "| configuration | req/s (median) | min..max | vs bare (median of per-round ratios) |"
@@ -264,7 +348,17 @@ fn main() {
         let rounds = env_or("WEIR_BENCH_ROUNDS", if bench { 7.0 } else { 1.0 }) as usize;
         let secs = env_or("WEIR_BENCH_SECS", if bench { 3.0 } else { 0.05 });
         let warm_up = if bench { 4 * KEYS } else { CONCURRENCY };
-        loopback(rounds.max(1), secs, warm_up);
+        // WEIR_BENCH_CLIENT: raw (the default), hyper, or both.
+        let client = std::env::var("WEIR_BENCH_CLIENT").unwrap_or_default();
+        for (name, generator) in [("raw", Generator::Raw), ("hyper", Generator::Hyper)] {
+            let chosen = match client.as_str() {
+                "" => name == "raw",
+                c => c == name || c == "both",
+            };
+            if chosen {
+                loopback(rounds.max(1), secs, warm_up, generator);
+            }
+        }
     }
     let mut c = Criterion::default().configure_from_args();
     in_memory(&mut c);

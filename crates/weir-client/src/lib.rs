@@ -17,5 +17,5 @@ pub mod retry;
 pub use check::{CheckRequest, CheckResponse};
 pub use client::{Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_MAX_BATCH};
 pub use error::ClientError;
-pub use layer::{Backend, FailureMode, KeyExtractor, RateLimitLayer};
+pub use layer::{Backend, FailureMode, HeaderSet, KeyExtractor, RateLimitLayer};
 pub use retry::{retry, BudgetError, RetryBudget, RetryPolicy};

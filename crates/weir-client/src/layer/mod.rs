@@ -25,6 +25,7 @@ pub use backend::{Backend, BackendError, Checked};
 pub use key::{peer_ip, KeyError, KeyExtractor, KeyFn};
 pub use response::{remote_headers, LayerBody, PROBLEM_JSON};
 pub use stats::{LayerStats, StatsSnapshot};
+pub use weir_core::headers::HeaderSet;
 
 use crate::check::CheckRequest;
 use stats::Outcome;
@@ -53,6 +54,7 @@ struct Config {
     cost: u64,
     failure: FailureMode,
     jitter: bool,
+    allowed_headers: HeaderSet,
     stats: Arc<LayerStats>,
 }
 
@@ -74,6 +76,7 @@ impl RateLimitLayer {
                 cost: 1,
                 failure: FailureMode::Open,
                 jitter: false,
+                allowed_headers: HeaderSet::All,
                 stats: Arc::default(),
             }),
         }
@@ -109,6 +112,13 @@ impl RateLimitLayer {
     /// that obey it literally and would otherwise return together.
     pub fn jitter_retry_after(self, on: bool) -> Self {
         self.edit(|c| c.jitter = on)
+    }
+
+    /// The rate-limit headers an admitted response carries: all eight of
+    /// DESIGN section 5 (the default), or only the IETF `RateLimit-Policy`
+    /// and `RateLimit`. A denial always carries every header.
+    pub fn allowed_headers(self, set: HeaderSet) -> Self {
+        self.edit(|c| c.allowed_headers = set)
     }
 
     /// Counters shared by every service this layer has built.
@@ -238,7 +248,8 @@ where
                 Ok(checked) if checked.response.allowed => {
                     stats.record(Outcome::Allowed);
                     let mut res = inner.call(req).await?;
-                    response::add_allowed_headers(res.headers_mut(), checked);
+                    let set = config.allowed_headers;
+                    response::add_allowed_headers(res.headers_mut(), checked, set);
                     Ok(res.map(Either::Left))
                 }
                 Ok(checked) => {

@@ -2,16 +2,20 @@
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
 use serde_json::{Map, Value};
-use weir_core::headers::{reset_after_secs, whole_secs_up, RateLimitHeaders, RATELIMIT_REMAINING};
+use weir_core::headers::{reset_after_secs, whole_secs_up, HeaderSet, RateLimitHeaders};
 use weir_core::Nanos;
 
 use super::backend::Checked;
 use crate::check::CheckResponse;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
+
+// Looked up on every admitted response; lower case, as `from_static` wants.
+const REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const STATE: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The inner service's body, or one the layer wrote.
 pub type LayerBody<B> = Either<B, Full<Bytes>>;
@@ -37,18 +41,28 @@ pub fn remote_headers(r: &CheckResponse, now: Nanos) -> Option<RateLimitHeaders>
 /// layer further in (the post-authentication limit) has already described
 /// a limit with less budget left, that one stays: the caller is shown the
 /// tighter limit, as a single check shows its binding rule.
-pub fn add_allowed_headers(h: &mut HeaderMap, checked: Checked) {
+pub fn add_allowed_headers(h: &mut HeaderMap, checked: Checked, set: HeaderSet) {
     let ours = checked.response.remaining;
-    let theirs = h
-        .get(RATELIMIT_REMAINING)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if theirs.is_some_and(|t| t <= ours) {
+    if remaining_shown(h).is_some_and(|theirs| theirs <= ours) {
         return;
     }
     if let Some(headers) = checked.headers {
-        headers.write_to(h);
+        headers.write_set_to(h, set);
     }
+}
+
+/// The budget left that a layer further in has already shown, from
+/// `RateLimit-Remaining` or else the `r` of the IETF `RateLimit` field.
+fn remaining_shown(h: &HeaderMap) -> Option<u64> {
+    if let Some(v) = h.get(&REMAINING) {
+        return v.to_str().ok()?.parse().ok();
+    }
+    let state = h.get(&STATE)?.to_str().ok()?;
+    state
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("r="))?
+        .parse()
+        .ok()
 }
 
 /// Whether a request is gRPC: its refusals must be gRPC statuses, since a
@@ -228,22 +242,32 @@ mod tests {
         }
     }
 
+    fn checked(remaining: u64) -> Checked {
+        Checked {
+            response: loose_response(remaining),
+            headers: remote_headers(&loose_response(remaining), NOW),
+        }
+    }
+
     #[test]
     fn tighter_inner_limit_is_kept() {
         let mut h = HeaderMap::new();
         h.insert("ratelimit-remaining", HeaderValue::from_static("3"));
-        let loose = Checked {
-            response: loose_response(900),
-            headers: remote_headers(&loose_response(900), NOW),
-        };
-        add_allowed_headers(&mut h, loose);
+        add_allowed_headers(&mut h, checked(900), HeaderSet::All);
         assert_eq!(h["ratelimit-remaining"], "3");
-        let tight = Checked {
-            response: loose_response(1),
-            headers: remote_headers(&loose_response(1), NOW),
-        };
-        add_allowed_headers(&mut h, tight);
+        add_allowed_headers(&mut h, checked(1), HeaderSet::All);
         assert_eq!(h["ratelimit-remaining"], "1");
+    }
+
+    #[test]
+    fn tighter_inner_limit_is_kept_when_only_the_ietf_fields_are_sent() {
+        let mut h = HeaderMap::new();
+        add_allowed_headers(&mut h, checked(3), HeaderSet::Ietf);
+        assert_eq!(h.get("ratelimit-remaining"), None);
+        add_allowed_headers(&mut h, checked(900), HeaderSet::Ietf);
+        assert_eq!(h["ratelimit"], "\"charges-per-client\";r=3;t=6");
+        add_allowed_headers(&mut h, checked(1), HeaderSet::Ietf);
+        assert_eq!(h["ratelimit"], "\"charges-per-client\";r=1;t=6");
     }
 
     #[test]

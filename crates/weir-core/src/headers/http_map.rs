@@ -2,6 +2,9 @@
 //! compile time and numbers formatted without an intermediate `String`, since
 //! a server and a tower layer build them on every response.
 
+use std::fmt::Write;
+
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::RateLimitHeaders;
@@ -17,28 +20,76 @@ const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const STATE: HeaderName = HeaderName::from_static("ratelimit");
 
+/// Which rate-limit headers a response carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderSet {
+    /// Both families and the IETF structured fields (DESIGN section 5).
+    #[default]
+    All,
+    /// Only the IETF draft's `RateLimit-Policy` and `RateLimit`, which say
+    /// everything the other six do: for admitted responses of a service
+    /// that would rather not carry eight headers on every answer. Retry-After
+    /// still goes out on a denial.
+    Ietf,
+}
+
 impl RateLimitHeaders {
     /// Inserts every header into `h`, replacing any of the same name;
     /// Retry-After only on a denial.
     pub fn write_to(&self, h: &mut HeaderMap) {
-        h.reserve(9);
-        h.insert(LIMIT, HeaderValue::from(self.limit));
-        h.insert(REMAINING, HeaderValue::from(self.remaining));
-        h.insert(RESET, HeaderValue::from(self.reset_in));
-        h.insert(X_LIMIT, HeaderValue::from(self.limit));
-        h.insert(X_REMAINING, HeaderValue::from(self.remaining));
-        h.insert(X_RESET, HeaderValue::from(self.reset_unix));
-        // Rule names are restricted to visible ASCII, so these always
-        // convert; were one not to, the header is left out rather than the
-        // response lost.
-        if let Ok(v) = HeaderValue::try_from(self.policy()) {
-            h.insert(POLICY, v);
+        self.write_set_to(h, HeaderSet::All);
+    }
+
+    /// Inserts the headers of `set` into `h`, replacing any of the same name.
+    pub fn write_set_to(&self, h: &mut HeaderMap, set: HeaderSet) {
+        // Every value is rendered into one buffer and each header holds a
+        // slice of it: two allocations in all, where a `HeaderValue` per
+        // number would take one each.
+        let mut buf = String::with_capacity(160);
+        let mut ends = [0usize; 7];
+        let numbers = [self.limit, self.remaining, self.reset_in, self.reset_unix];
+        for (i, n) in numbers.into_iter().enumerate() {
+            let _ = write!(buf, "{n}");
+            ends[i] = buf.len();
         }
-        if let Ok(v) = HeaderValue::try_from(self.state()) {
-            h.insert(STATE, v);
-        }
+        self.push_policy(&mut buf);
+        ends[4] = buf.len();
+        self.push_state(&mut buf);
+        ends[5] = buf.len();
         if let Some(secs) = self.retry_after {
-            h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+            let _ = write!(buf, "{secs}");
+            ends[6] = buf.len();
+        }
+        let all = Bytes::from(buf);
+        let value = |i: usize| {
+            let start = if i == 0 { 0 } else { ends[i - 1] };
+            // Digits and a quoted rule name of visible ASCII: always valid.
+            HeaderValue::from_maybe_shared(all.slice(start..ends[i]))
+        };
+        let all = [
+            (POLICY, 4),
+            (STATE, 5),
+            (LIMIT, 0),
+            (REMAINING, 1),
+            (RESET, 2),
+            (X_LIMIT, 0),
+            (X_REMAINING, 1),
+            (X_RESET, 3),
+        ];
+        let names = match set {
+            HeaderSet::All => &all[..],
+            HeaderSet::Ietf => &all[..2],
+        };
+        h.reserve(names.len() + 1);
+        for (name, i) in names.iter().cloned() {
+            if let Ok(v) = value(i) {
+                h.insert(name, v);
+            }
+        }
+        if self.retry_after.is_some() {
+            if let Ok(v) = value(6) {
+                h.insert(http::header::RETRY_AFTER, v);
+            }
         }
     }
 }
@@ -75,6 +126,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_ietf_set_carries_policy_state_and_retry_after_only() {
+        let mut h = HeaderMap::new();
+        figures(Some(6)).write_set_to(&mut h, HeaderSet::Ietf);
+        let mut names: Vec<&str> = h.keys().map(|n| n.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["ratelimit", "ratelimit-policy", "retry-after"]);
+        assert_eq!(h["ratelimit"], "\"charges-per-client\";r=7;t=6");
     }
 
     #[test]

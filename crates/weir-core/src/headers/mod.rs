@@ -68,19 +68,29 @@ impl RateLimitHeaders {
 
     /// `RateLimit-Policy`: the quota and, when known, its window.
     pub fn policy(&self) -> String {
-        let mut out = sf_string(&self.rule);
-        let _ = write!(out, ";q={}", self.limit);
-        if let Some(w) = self.window_secs {
-            let _ = write!(out, ";w={w}");
-        }
+        let mut out = String::with_capacity(self.rule.len() + 32);
+        self.push_policy(&mut out);
         out
     }
 
     /// `RateLimit`: what is left and when it resets.
     pub fn state(&self) -> String {
-        let mut out = sf_string(&self.rule);
-        let _ = write!(out, ";r={};t={}", self.remaining, self.reset_in);
+        let mut out = String::with_capacity(self.rule.len() + 32);
+        self.push_state(&mut out);
         out
+    }
+
+    pub(crate) fn push_policy(&self, out: &mut String) {
+        push_sf_string(out, &self.rule);
+        let _ = write!(out, ";q={}", self.limit);
+        if let Some(w) = self.window_secs {
+            let _ = write!(out, ";w={w}");
+        }
+    }
+
+    pub(crate) fn push_state(&self, out: &mut String) {
+        push_sf_string(out, &self.rule);
+        let _ = write!(out, ";r={};t={}", self.remaining, self.reset_in);
     }
 
     /// Every header as a (name, value) pair; Retry-After only on a denial.
@@ -125,11 +135,15 @@ pub fn whole_secs_up(d: Duration) -> u64 {
     ceil_secs(d)
 }
 
-/// An RFC 8941 sf-string: quoted, with `"` and `\` escaped. Rule names are
+/// An RFC 8941 sf-string: quoted, with `"` and `\\` escaped. Rule names are
 /// restricted to safe characters, so this only guards the format.
 pub fn sf_string(s: &str) -> String {
-    // Room for the parameters the callers append.
-    let mut out = String::with_capacity(s.len() + 32);
+    let mut out = String::with_capacity(s.len() + 2);
+    push_sf_string(&mut out, s);
+    out
+}
+
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         if c == '"' || c == '\\' {
@@ -138,11 +152,12 @@ pub fn sf_string(s: &str) -> String {
         out.push(c);
     }
     out.push('"');
-    out
 }
 
 #[cfg(feature = "http")]
 mod http_map;
+#[cfg(feature = "http")]
+pub use http_map::HeaderSet;
 
 #[cfg(test)]
 mod tests {
