@@ -388,10 +388,13 @@ impl Cluster {
         &self,
         reqs: &[weir_core::Request<'_>],
     ) -> Vec<Result<weir_core::Verdict, crate::engine::CheckFailure>> {
+        let placed: Vec<_> = self
+            .inner
+            .placing(|here| reqs.iter().map(|r| here.check(r)).collect());
         let mut slots = Vec::with_capacity(reqs.len());
         let mut remote = Vec::new();
-        for (i, req) in reqs.iter().enumerate() {
-            slots.push(match self.inner.check_here(req) {
+        for (i, (req, placed)) in reqs.iter().zip(placed).enumerate() {
+            slots.push(match placed {
                 Ok(weir_core::Placed::Decided(v)) => Some(Ok(v)),
                 Ok(weir_core::Placed::Elsewhere(rules, sel)) => {
                     remote.push(

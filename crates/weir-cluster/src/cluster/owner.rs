@@ -32,6 +32,28 @@ use super::{Inner, LocalOutcome};
 use crate::engine::{CheckFailure, OwnerFailure};
 use crate::ring::Ring;
 
+/// Decides checks on this node when it owns all their limits; see [`Inner::placing`].
+pub(crate) struct Here<'a> {
+    inner: &'a Inner,
+    ring: &'a Ring,
+    leaving: bool,
+}
+
+impl Here<'_> {
+    pub(crate) fn check(&self, req: &Request<'_>) -> Result<Placed, CheckFailure> {
+        let limiter = &self.inner.limiter;
+        let placed = if self.leaving {
+            limiter.check_placed(req, |_| false)
+        } else {
+            let me = self.inner.me.as_str();
+            limiter.check_placed(req, |hash_part| {
+                self.ring.owner_id(hash_part).is_none_or(|o| o == me)
+            })
+        };
+        Ok(placed?)
+    }
+}
+
 /// Where one limit was decided, so a refund goes back to the same place.
 enum Via {
     Local,
@@ -90,18 +112,25 @@ impl Inner {
     /// ring of one, that is every check). Anything else comes back with its
     /// selection for [`Inner::check_at_owners`].
     pub(crate) fn check_here(&self, req: &Request<'_>) -> Result<Placed, CheckFailure> {
+        self.placing(|here| here.check(req))
+    }
+
+    /// Runs `f` with one ring snapshot and one in-flight mark, however many
+    /// checks it places: on two cores, a shared counter touched per check
+    /// is a cache line crossing between them per check.
+    pub(crate) fn placing<T>(&self, f: impl FnOnce(&Here<'_>) -> T) -> T {
         let ring = self.routing_ring();
-        let here = |hash_part: &str| ring.owner_id(hash_part).is_none_or(|o| o == self.me);
-        // The same guard as `consume_local`: a leave either waits for this
-        // check or is seen by it, and then the owners decide.
+        // The same guard as `consume_local`: a leave either waits for these
+        // checks or is seen here, and then the owners decide.
         self.local_inflight.fetch_add(1, Ordering::SeqCst);
-        let placed = if self.is_leaving() {
-            self.limiter.check_placed(req, |_| false)
-        } else {
-            self.limiter.check_placed(req, here)
+        let here = Here {
+            inner: self,
+            ring: &ring,
+            leaving: self.is_leaving(),
         };
+        let out = f(&here);
         self.local_inflight.fetch_sub(1, Ordering::SeqCst);
-        Ok(placed?)
+        out
     }
 
     /// Decides a selection whose limits are not all owned here.

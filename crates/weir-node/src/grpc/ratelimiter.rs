@@ -119,13 +119,11 @@ impl RateLimiter for RateLimiterService {
             ));
         }
 
+        metrics.record_verdicts(verdicts.iter().filter_map(|o| o.as_ref().ok()), per_item);
         let results = verdicts
             .iter()
             .map(|outcome| match outcome {
-                Ok(v) => {
-                    metrics.record_verdict(v, per_item);
-                    check_result(v)
-                }
+                Ok(v) => check_result(v),
                 Err(f) => {
                     metrics.record_failure(f, per_item);
                     CheckResult {
