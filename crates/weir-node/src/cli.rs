@@ -128,6 +128,10 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight requests [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub drain_timeout: Option<Duration>,
+    /// Worker threads serving requests [default: one per CPU]. A sidecar
+    /// sharing its host with the service it protects may take fewer.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -269,10 +273,14 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return flag_error(e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(ServeArgs {
+        threads: Some(n), ..
+    }) = &cli.command
     {
+        builder.worker_threads(usize::from(*n));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(2, &format!("cannot start the async runtime: {e}")),
     };

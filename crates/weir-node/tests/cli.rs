@@ -61,6 +61,7 @@ fn bad_flag_values_exit_non_zero_with_one_line() {
         ("--owner-deadline", "soon"),
         ("--http", "not-an-address"),
         ("--max-body-bytes", "0"),
+        ("--threads", "0"),
     ] {
         let mut args = vec!["serve"];
         args.extend(EPHEMERAL);
