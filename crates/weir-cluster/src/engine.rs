@@ -154,16 +154,21 @@ impl Engine {
     }
 
     /// One request against a rule the request carries itself (an Envoy
-    /// descriptor's limit override), decided on this node.
+    /// descriptor's limit override). In a cluster under the owner strategy
+    /// the key's owner decides it, so an override is as exact as a rule.
     pub async fn check_adhoc(
         &self,
-        rule: &Rule,
+        rule: &Arc<Rule>,
         hash_part: &str,
         cost: u64,
     ) -> Result<Decision, CheckFailure> {
-        self.limiter
-            .check_adhoc(rule, hash_part, cost)
-            .map_err(CheckFailure::from)
+        match self.forwarding() {
+            Some(cluster) => cluster.check_carried(rule, hash_part, cost).await,
+            None => self
+                .limiter
+                .check_adhoc(rule, hash_part, cost)
+                .map_err(CheckFailure::from),
+        }
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {

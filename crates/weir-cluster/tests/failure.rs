@@ -150,3 +150,27 @@ async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit(
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_limit_whose_owner_is_lost_is_divided_on_the_local_fallback() {
+    let mut nodes = cluster(3, RULES, |c| c.on_owner_failure = OwnerFailure::Local).await;
+    let key = key_owned_by(&nodes[0], "node-3", "carried-crash");
+    let rule = std::sync::Arc::new(
+        weir_core::Rule::carried("override:6-per-minute", 6, Duration::from_secs(60)).unwrap(),
+    );
+    nodes.pop().unwrap().kill().await;
+    let mut admitted = 0;
+    for _ in 0..5 {
+        let d = nodes[0].engine.check_adhoc(&rule, &key, 1).await.unwrap();
+        admitted += usize::from(d.allowed);
+    }
+    // Checked while node-3 still counted: had the ring dropped it, the key
+    // would have a live owner and a whole budget.
+    assert_eq!(
+        nodes[0].ring_ids().len(),
+        3,
+        "crash detection outran the checks"
+    );
+    assert_eq!(admitted, 2, "6 divided over 3 members, rounded up");
+    assert!(nodes[0].cluster.stats().fallback_decisions >= 5);
+}

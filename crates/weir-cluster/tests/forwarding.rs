@@ -2,9 +2,12 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use common::*;
 use rand::Rng;
-use weir_core::Request;
+use weir_core::{Request, Rule};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_names_the_same_owner_for_ten_thousand_random_keys() {
@@ -211,4 +214,30 @@ async fn a_batch_of_local_and_remote_keys_answers_each_in_order_forwarding_only_
         forwarded <= remote as u64,
         "{forwarded} ops for {remote} remote checks"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_the_request_carries_is_decided_by_its_owner_exactly_across_gateways() {
+    let nodes = cluster(3, RULES, |_| {}).await;
+    let owner = &nodes[2];
+    let key = key_owned_by(&nodes[0], &owner.id, "carried");
+    let rule =
+        Arc::new(Rule::carried("override:5-per-minute", 5, Duration::from_secs(60)).unwrap());
+    let mut admitted = 0;
+    for i in 0..12 {
+        let gateway = &nodes[i % 2];
+        let d = gateway.engine.check_adhoc(&rule, &key, 1).await.unwrap();
+        admitted += usize::from(d.allowed);
+    }
+    // Decided at each gateway, two gateways would admit 5 each.
+    assert_eq!(admitted, 5);
+    assert_eq!(owner.engine.limiter().adhoc_keys(), 1);
+    for gateway in &nodes[..2] {
+        assert_eq!(
+            gateway.engine.limiter().adhoc_keys(),
+            0,
+            "{} kept a counter",
+            gateway.id
+        );
+    }
 }

@@ -381,6 +381,16 @@ impl Cluster {
         self.inner.check(req).await
     }
 
+    /// Decides a request's own limit (an Envoy override) at its key's owner.
+    pub(crate) async fn check_carried(
+        &self,
+        rule: &Arc<weir_core::Rule>,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<weir_core::Decision, crate::engine::CheckFailure> {
+        self.inner.check_carried(rule, hash_part, cost).await
+    }
+
     /// Decides many checks at their owners. Those owned here are decided
     /// first, in place; the rest travel together, so checks for one owner
     /// share Decide calls.

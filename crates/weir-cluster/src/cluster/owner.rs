@@ -23,7 +23,7 @@ use weir_core::{
 };
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::{
-    CounterOp, Decision as WireDecision, OpKind, OpResult, PeerError, PeerErrorCode,
+    CarriedLimit, CounterOp, Decision as WireDecision, OpKind, OpResult, PeerError, PeerErrorCode,
 };
 
 use super::peers::PeerFailure;
@@ -204,6 +204,31 @@ impl Inner {
         })
     }
 
+    /// One request against a limit it carries itself (an Envoy descriptor's
+    /// override), decided by the key's owner like any rule's limit. There
+    /// is nothing to refund: such a limit is never one of several.
+    pub(crate) async fn check_carried(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckFailure> {
+        let owner = self
+            .routing_ring()
+            .owner(hash_part)
+            .filter(|o| o.id != self.me)
+            .map(|o| (o.id.clone(), o.grpc));
+        match owner {
+            Some((id, addr)) => {
+                let (d, _) = self
+                    .ask_owner(rule, hash_part, cost, id, addr, true)
+                    .await?;
+                Ok(d)
+            }
+            None => Ok(self.limiter.check_adhoc(rule, hash_part, cost)?),
+        }
+    }
+
     async fn decide_one(
         &self,
         ring: &Ring,
@@ -236,12 +261,15 @@ impl Inner {
                 }
             },
         };
-        let (decision, via) = self.ask_owner(rule, hash_part, cost, id, addr).await?;
+        let (decision, via) = self
+            .ask_owner(rule, hash_part, cost, id, addr, false)
+            .await?;
         Ok(step(decision, via))
     }
 
     /// Sends one consume to a remote owner and applies the owner-failure
     /// policy when it does not answer in time.
+    /// `carried`: the rule is a request's own limit, sent along whole.
     async fn ask_owner(
         &self,
         rule: &Arc<Rule>,
@@ -249,10 +277,11 @@ impl Inner {
         cost: u64,
         id: String,
         addr: SocketAddr,
+        carried: bool,
     ) -> Result<(Decision, Via), CheckFailure> {
         let now = self.limiter.now();
         if self.fallback.bypass(&id, now) {
-            return self.undecided(rule, hash_part, cost, &id, "owner in fallback");
+            return self.undecided(rule, hash_part, cost, &id, "owner in fallback", carried);
         }
         let op = CounterOp {
             rule: rule.name.to_string(),
@@ -260,6 +289,10 @@ impl Inner {
             cost,
             kind: OpKind::Consume as i32,
             at: 0,
+            carried: carried.then(|| CarriedLimit {
+                limit: rule.limit,
+                window_ns: u64::try_from(rule.window.as_nanos()).unwrap_or(u64::MAX),
+            }),
         };
         let deadline = self.config.owner_deadline;
         let reply = match self.batchers.submit(&id, addr, op) {
@@ -281,10 +314,10 @@ impl Inner {
                 outcome: Some(Outcome::Error(e)),
             }) => {
                 self.fallback.answered(&id, now);
-                self.peer_error(rule, hash_part, cost, &id, e)
+                self.peer_error(rule, hash_part, cost, &id, e, carried)
             }
             Ok(OpResult { outcome: None }) => {
-                self.undecided(rule, hash_part, cost, &id, "empty answer")
+                self.undecided(rule, hash_part, cost, &id, "empty answer", carried)
             }
             Err(f) => {
                 let why = f.to_string();
@@ -293,7 +326,7 @@ impl Inner {
                 if self.ring.load().members().iter().any(|m| m.id == id) {
                     self.fallback.failed(&id, now, &why);
                 }
-                self.undecided(rule, hash_part, cost, &id, &why)
+                self.undecided(rule, hash_part, cost, &id, &why, carried)
             }
         }
     }
@@ -305,6 +338,7 @@ impl Inner {
         cost: u64,
         owner: &str,
         e: PeerError,
+        carried: bool,
     ) -> Result<(Decision, Via), CheckFailure> {
         let input = |field, reason| Err(CheckFailure::Input(CheckError::Invalid { field, reason }));
         match PeerErrorCode::try_from(e.code).unwrap_or(PeerErrorCode::Unspecified) {
@@ -322,7 +356,7 @@ impl Inner {
             // or it is leaving): decide as if it had not answered. It pulls
             // our newer rules from the version the call carried.
             PeerErrorCode::UnknownRule | PeerErrorCode::NotOwner | PeerErrorCode::Unspecified => {
-                self.undecided(rule, hash_part, cost, owner, &e.message)
+                self.undecided(rule, hash_part, cost, owner, &e.message, carried)
             }
         }
     }
@@ -335,8 +369,23 @@ impl Inner {
         cost: u64,
         owner: &str,
         why: &str,
+        carried: bool,
     ) -> Result<(Decision, Via), CheckFailure> {
         match self.config.on_owner_failure {
+            OwnerFailure::Local if carried => {
+                // A carried limit has no fallback table: divide it here, in
+                // counters of its own so the full limit's stay untouched.
+                bump(&self.net.stats.fallback_decisions, 1);
+                let n = u64::try_from(self.ring.load().len()).unwrap_or(1).max(1);
+                let local = Rule::carried(
+                    &format!("{}@local", rule.name),
+                    rule.limit.div_ceil(n).max(1),
+                    rule.window,
+                )
+                .map_err(|e| CheckFailure::Unavailable(e.reason))?;
+                let d = self.limiter.check_adhoc(&local, hash_part, cost)?;
+                Ok((d, Via::Fallback))
+            }
             OwnerFailure::Local => {
                 bump(&self.net.stats.fallback_decisions, 1);
                 let d = self.fallback.consume(&rule.name, hash_part, cost)?;
@@ -376,6 +425,7 @@ impl Inner {
                     cost,
                     kind: OpKind::Refund as i32,
                     at,
+                    carried: None,
                 };
                 if let Ok(rx) = self.batchers.submit(id, *addr, op) {
                     let _ = tokio::time::timeout(self.config.owner_deadline, rx).await;

@@ -2,9 +2,10 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
-use weir_core::CheckError;
+use weir_core::{CheckError, Rule};
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::peer_server::Peer;
 use weir_proto::weir::v1::{
@@ -115,6 +116,7 @@ impl Peer for PeerService {
                 OpKind::Consume if op.key.is_empty() => {
                     Some(error(PeerErrorCode::InvalidKey, "key", "must not be empty"))
                 }
+                OpKind::Consume if op.carried.is_some() => Some(decide_carried(inner, op)),
                 OpKind::Consume => match inner.consume_local(&op.rule, &op.key, op.cost) {
                     LocalOutcome::Decided(Ok(d)) => {
                         // The sender's ring is behind ours: decide anyway
@@ -227,5 +229,23 @@ impl Peer for PeerService {
             node: inner.me.clone(),
             live,
         }))
+    }
+}
+
+/// A limit the request carried (an Envoy override), rebuilt from the op and
+/// decided on this node's counters for such limits.
+fn decide_carried(inner: &Inner, op: &CounterOp) -> OpResult {
+    let Some(c) = &op.carried else {
+        return error(PeerErrorCode::Unspecified, "carried", "no carried limit");
+    };
+    let window = Duration::from_nanos(c.window_ns);
+    match Rule::carried(&op.rule, c.limit, window) {
+        Ok(rule) => match inner.limiter.check_adhoc(&rule, &op.key, op.cost) {
+            Ok(d) => OpResult {
+                outcome: Some(Outcome::Decision(decision_to_wire(&d))),
+            },
+            Err(e) => check_error(&e),
+        },
+        Err(e) => error(PeerErrorCode::Unspecified, "carried", e.reason),
     }
 }

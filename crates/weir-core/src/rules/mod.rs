@@ -13,7 +13,7 @@ use thiserror::Error;
 pub use pattern::RoutePattern;
 pub use select::{Selected, Selection};
 
-use crate::algorithm::{AlgorithmKind, Policy};
+use crate::algorithm::{AlgorithmKind, ParamError, Policy};
 
 /// Which request attribute a rule's counter is keyed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -76,6 +76,29 @@ impl Rule {
         }
         m.insert("shadow".into(), self.shadow.into());
         serde_json::Value::Object(m)
+    }
+
+    /// A limit carried by a request instead of the rule set (an Envoy
+    /// descriptor's override): a sliding window counter on the caller key.
+    /// Rebuilt from these three values, it is the same rule on every node,
+    /// which is how an owner decides it for a node that forwarded it.
+    pub fn carried(name: &str, limit: u64, window: Duration) -> Result<Rule, ParamError> {
+        let algorithm = AlgorithmKind::SlidingWindowCounter;
+        let policy = Policy::new(algorithm, limit, window, None, None)?;
+        Ok(Rule {
+            name: name.into(),
+            tier: None,
+            client: None,
+            route: None,
+            by: By::Client,
+            algorithm,
+            limit,
+            window,
+            burst: None,
+            queue: None,
+            shadow: false,
+            policy,
+        })
     }
 
     /// The same rule enforcing 1/n of its budget: what one node of n applies

@@ -7,10 +7,7 @@ use thiserror::Error;
 use weir_core::headers::{
     rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-use weir_core::{
-    AlgorithmKind, Applied, By, CheckError, Decision, Policy, Request, Rule, Verdict, MAX_KEY_LEN,
-    NANOS_PER_MS,
-};
+use weir_core::{Applied, CheckError, Decision, Request, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS};
 use weir_proto::envoy::config::core::v3::HeaderValue;
 use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -223,23 +220,8 @@ pub fn override_rule(o: &RateLimitOverride) -> Result<Rule, String> {
         ));
     };
     let limit = u64::from(o.requests_per_unit);
-    let window = Duration::from_secs(secs);
-    let algorithm = AlgorithmKind::SlidingWindowCounter;
-    let policy = Policy::new(algorithm, limit, window, None, None).map_err(|e| e.reason)?;
-    Ok(Rule {
-        name: format!("override:{limit}-per-{unit_name}").into(),
-        tier: None,
-        client: None,
-        route: None,
-        by: By::Client,
-        algorithm,
-        limit,
-        window,
-        burst: None,
-        queue: None,
-        shadow: false,
-        policy,
-    })
+    let name = format!("override:{limit}-per-{unit_name}");
+    Rule::carried(&name, limit, Duration::from_secs(secs)).map_err(|e| e.reason)
 }
 
 /// An override's decision in the shape rule-set checks produce, so one

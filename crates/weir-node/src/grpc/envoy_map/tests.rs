@@ -14,6 +14,7 @@ use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::*;
+use weir_core::AlgorithmKind;
 
 fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
