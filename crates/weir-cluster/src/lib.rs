@@ -8,6 +8,6 @@ pub mod strategy;
 
 pub use cluster::{
     resolve_seeds, BatchConfig, Cluster, ClusterConfig, ClusterError, ClusterStats, FallbackStatus,
-    GossipProfile, MemberStatus,
+    GossipProfile, MemberStatus, SeedResolver,
 };
 pub use engine::{CheckFailure, Engine, OwnerFailure, Strategy};

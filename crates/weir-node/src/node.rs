@@ -248,6 +248,7 @@ async fn start_cluster(
     let identity = NodeIdentity::new(node_id, config.advertised_gossip(), grpc);
     let mut cc = ClusterConfig::new(identity, config.gossip);
     cc.seeds = resolve_seeds(&config.seeds, SEED_PATIENCE).await;
+    cc.seed_names = config.seeds.clone();
     cc.secret = config
         .cluster_secret
         .as_ref()

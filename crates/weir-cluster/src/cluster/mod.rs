@@ -71,6 +71,14 @@ pub struct ClusterConfig {
     pub gossip: SocketAddr,
     /// Gossip addresses of nodes to join through (already resolved).
     pub seeds: Vec<SocketAddr>,
+    /// The seeds as given (`host:port`), resolved again every
+    /// `reseed_interval` while this node knows no peer: a name that did not
+    /// resolve at start (a DNS record not there yet) or that now names other
+    /// addresses (peers rescheduled) would otherwise leave it a cluster of
+    /// one, admitting every limit in full on its own.
+    pub seed_names: Vec<String>,
+    pub reseed_interval: Duration,
+    pub resolver: SeedResolver,
     /// Shared secret: gossip is HMAC-tagged with it and every peer call
     /// must carry a token derived from it.
     pub secret: Option<Vec<u8>>,
@@ -98,6 +106,46 @@ pub struct ClusterConfig {
     pub limiter: LimiterConfig,
 }
 
+type ResolveFn = dyn Fn(&str) -> std::io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// Turns a `host:port` seed into addresses. Blocking; run off the runtime.
+#[derive(Clone)]
+pub struct SeedResolver(Arc<ResolveFn>);
+
+impl SeedResolver {
+    /// The system resolver (`getaddrinfo`).
+    pub fn system() -> Self {
+        SeedResolver::new(|name| {
+            use std::net::ToSocketAddrs;
+            Ok(name.to_socket_addrs()?.collect())
+        })
+    }
+
+    pub fn new(
+        f: impl Fn(&str) -> std::io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Self {
+        SeedResolver(Arc::new(f))
+    }
+
+    /// Every address the names resolve to now; names that fail are skipped.
+    fn resolve_all(&self, names: &[String]) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = names
+            .iter()
+            .filter_map(|n| (self.0)(n).ok())
+            .flatten()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+impl std::fmt::Debug for SeedResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeedResolver(..)")
+    }
+}
+
 /// Default owner deadline. One LAN hop is ~0.5 ms (seed 8B) and a batch of
 /// 256 ops adds well under a millisecond, so 5 ms is ~10x the expected
 /// answer: an owner that has not answered by then is slow enough that the
@@ -111,6 +159,9 @@ impl ClusterConfig {
             identity,
             gossip,
             seeds: Vec::new(),
+            seed_names: Vec::new(),
+            reseed_interval: Duration::from_secs(5),
+            resolver: SeedResolver::system(),
             secret: None,
             owner_deadline: DEFAULT_OWNER_DEADLINE,
             on_owner_failure: OwnerFailure::Local,
@@ -281,6 +332,9 @@ impl Cluster {
             tokio::spawn(maintain(inner.clone())).abort_handle(),
             tokio::spawn(follow_hints(inner.clone(), hints_rx)).abort_handle(),
         ];
+        if !inner.config.seed_names.is_empty() {
+            tasks.push(tokio::spawn(reseed(inner.clone())).abort_handle());
+        }
         if inner.config.strategy == Strategy::Gossip {
             tasks.push(tokio::spawn(strategies::sync_counts(inner.clone())).abort_handle());
         }
@@ -809,6 +863,33 @@ async fn maintain(inner: Arc<Inner>) {
             if let Some((id, addr)) = inner.random_peer() {
                 inner.pull_rules(&id, addr).await;
             }
+        }
+    }
+}
+
+/// While this node knows no peer, resolves the seed names again and hands
+/// the membership any address they now name.
+async fn reseed(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(inner.config.reseed_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick fires at once; start already resolved the names.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if inner.ring.load().len() > 1 || inner.is_leaving() {
+            continue;
+        }
+        let (resolver, names) = (
+            inner.config.resolver.clone(),
+            inner.config.seed_names.clone(),
+        );
+        let Ok(addrs) = tokio::task::spawn_blocking(move || resolver.resolve_all(&names)).await
+        else {
+            continue;
+        };
+        if !addrs.is_empty() {
+            tracing::info!(?addrs, "alone: announcing to the seeds as they resolve now");
+            inner.membership.add_seeds(addrs);
         }
     }
 }

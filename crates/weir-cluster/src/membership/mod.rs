@@ -274,6 +274,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 enum Command {
     Leave(Option<oneshot::Sender<()>>),
+    /// More gossip addresses to announce to while alone.
+    AddSeeds(Vec<SocketAddr>),
 }
 
 /// Handle to a running membership task. Dropping it stops the task without
@@ -425,6 +427,12 @@ impl Membership {
             .send(Command::Leave(Some(tx)))
             .map_err(|_| MembershipError::Stopped)?;
         rx.await.map_err(|_| MembershipError::Stopped)
+    }
+
+    /// Adds gossip addresses to announce to while this node knows no peer
+    /// (seed names resolved again); the next announce goes out at once.
+    pub fn add_seeds(&self, seeds: Vec<SocketAddr>) {
+        let _ = self.commands.send(Command::AddSeeds(seeds));
     }
 
     /// Like [`Membership::leave_gracefully`] without waiting: the task sends

@@ -119,6 +119,14 @@ impl Driver {
                         }
                         return;
                     }
+                    Some(Command::AddSeeds(seeds)) => {
+                        for seed in seeds {
+                            if !self.seeds.contains(&seed) {
+                                self.seeds.push(seed);
+                            }
+                        }
+                        self.announce_if_alone();
+                    }
                     // Unreachable in practice: the handle aborts the task on drop.
                     None => return,
                 },
