@@ -81,8 +81,15 @@ fn verdict_response(verdict: &Verdict, now: u64, jitter: bool) -> Response {
         return json_response(StatusCode::OK, "application/json", &body);
     };
     let d = &applied.decision;
-    let retry_after = (!d.allowed && jitter).then(|| jittered(d.retry_after_secs()));
-    let decision = DecisionBody::of(applied);
+    // Jittered in milliseconds, so clients that read the body's
+    // retry_after_ms spread out too, not only over whole seconds; the header
+    // is the same wait rounded up.
+    let jittered_ms = (!d.allowed && jitter).then(|| jittered(d.retry_after_ms()));
+    let retry_after = jittered_ms.map(|ms| ms.div_ceil(1000).max(1));
+    let mut decision = DecisionBody::of(applied);
+    if let Some(ms) = jittered_ms {
+        decision.retry_after_ms = ms;
+    }
     let mut res = if verdict.allowed {
         json_response(StatusCode::OK, "application/json", &decision)
     } else {
