@@ -173,7 +173,18 @@ async fn unlimited_route_passes_without_headers() {
 
 #[tokio::test]
 async fn jittered_retry_after_stays_between_base_and_twice_base() {
-    let layer = RateLimitLayer::new(limiter(&per_client(1)), KeyExtractor::header("x-client-id"))
+    // A log's wait runs from the admitted request, so the base is close to
+    // an hour whenever the test runs; a fixed window's base would be a
+    // second or two near a minute's end, where whole-second jitter cannot
+    // vary.
+    let rules = r#"
+        [[rule]]
+        name      = "per-client"
+        algorithm = "sliding_window_log"
+        limit     = 1
+        window    = "1h"
+    "#;
+    let layer = RateLimitLayer::new(limiter(rules), KeyExtractor::header("x-client-id"))
         .jitter_retry_after(true);
     let (app, _) = counting_app();
     let addr = serve(app.layer(layer)).await;
