@@ -10,12 +10,11 @@
 //! the race can only under-admit, never over-admit.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use compact_str::CompactString;
-use std::sync::atomic::Ordering;
-
 use weir_core::rules::{Selected, Selection};
 use weir_core::{
     Applied, CheckError, Decision, InputField, Placed, Request, Rule, RuleSet, Verdict,
