@@ -58,6 +58,41 @@ async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn divide_keeps_what_a_client_spent_when_a_member_joins() {
+    let mut nodes = cluster(2, RULES, |c| c.strategy = Strategy::Divide).await;
+    let first = engine(&nodes[0], Strategy::Divide);
+    // L/2 = 10 on node 1, all of it spent.
+    assert_eq!(admitted(&first, "steady", 3 * L).await, L / 2);
+    let seed = nodes[0].gossip();
+    nodes.push(TestNode::start("node-3", &[seed], RULES, |c| c.strategy = Strategy::Divide).await);
+    common::wait_until("node 1 sees three members", || {
+        nodes[0].ring_ids().len() == 3
+    })
+    .await;
+    // The divided limit follows the ring right after it; a probe key shows it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = first
+            .check(&Request::new("probe", "GET /", 1))
+            .await
+            .unwrap();
+        if v.binding().unwrap().decision.limit == 7 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the limit never became L/3"
+        );
+        tokio::task::yield_now().await;
+    }
+    // L/3 = 7 now, and the 10 already spent count against it: nothing more.
+    // Resizing used to restart the counters and hand out 7 more.
+    assert_eq!(admitted(&first, "steady", L).await, 0);
+    // A client new to node 1 gets the new share.
+    assert_eq!(admitted(&first, "new", L).await, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync() {
     let n = 3;
     let nodes = cluster(n, RULES, |c| {

@@ -198,6 +198,11 @@ fn select_in(rules: &RuleSet, req: &Request<'_>) -> Result<Selection, CheckError
     Ok(sel)
 }
 
+/// Same algorithm, window and queue: what spent counts mean is unchanged.
+fn only_limit_changed(was: &Rule, now: &Rule) -> bool {
+    was.algorithm == now.algorithm && was.window == now.window && was.queue == now.queue
+}
+
 /// Gives back what the admitted limits of a denied request consumed.
 fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
     for a in applied.iter().filter(|a| a.decision.allowed) {
@@ -246,19 +251,36 @@ impl Limiter {
     /// Puts a validated rule set in force. A rule whose name and policy are
     /// unchanged keeps its counters; a new or changed rule starts fresh.
     pub fn install(&self, rules: RuleSet) {
+        self.install_with(rules, false);
+    }
+
+    /// Like [`Limiter::install`], but a rule whose only change is its limit
+    /// (and burst) keeps what its callers spent, for the counting
+    /// algorithms: how a divided limiter follows the member count without
+    /// handing every caller a fresh budget at each join or leave.
+    pub fn install_resized(&self, rules: RuleSet) {
+        self.install_with(rules, true);
+    }
+
+    fn install_with(&self, rules: RuleSet, resize: bool) {
         let old = self.tables.load_full();
+        let now = self.clock.now();
+        let max_keys = self.config.max_keys_per_rule;
         let mut counters = Vec::with_capacity(rules.rules().len());
         let mut by_name = HashMap::new();
         for (i, r) in rules.rules().iter().enumerate() {
-            let kept = old
+            let previous = old
                 .by_name
                 .get(&r.name)
-                .map(|&j| &old.counters[j])
-                .filter(|c| *c.policy() == r.policy);
-            counters.push(match kept {
-                Some(c) => c.clone(),
-                None => Arc::new(Counters::new(r.policy, self.config.max_keys_per_rule)),
-            });
+                .map(|&j| (&old.rules.rules()[j], &old.counters[j]));
+            let table = match previous {
+                Some((_, c)) if *c.policy() == r.policy => Some(c.clone()),
+                Some((was, c)) if resize && only_limit_changed(was, r) => {
+                    c.resized(r.policy, max_keys, now).map(Arc::new)
+                }
+                _ => None,
+            };
+            counters.push(table.unwrap_or_else(|| Arc::new(Counters::new(r.policy, max_keys))));
             by_name.insert(r.name.clone(), i);
         }
         self.tables.store(Arc::new(Tables {

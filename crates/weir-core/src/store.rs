@@ -122,6 +122,20 @@ where
         out
     }
 
+    /// Every key of this store under `algo` (the same algorithm with other
+    /// parameters), each state merged into a fresh one, so what was spent
+    /// stays spent and the new parameters' bounds apply.
+    fn resized(&self, algo: A, max_keys: usize, now: Nanos) -> KeyedStore<A> {
+        let out = KeyedStore::new(algo, max_keys);
+        for e in self.map.iter() {
+            let mut s = out.algo.fresh();
+            out.algo.merge(&mut s, e.value().clone(), now);
+            out.map.insert(e.key().clone(), s);
+        }
+        out.len.store(out.map.len(), Ordering::Relaxed);
+        out
+    }
+
     fn absorb(&self, key: &str, other: A::State, now: Nanos) {
         match self.map.entry(CompactString::new(key)) {
             Entry::Occupied(mut o) => self.algo.merge(o.get_mut(), other, now),
@@ -199,6 +213,28 @@ impl Counters {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// This table under `policy`, a policy of the same algorithm and window
+    /// with another limit (a divided rule when the member count changes):
+    /// counts already spent stay spent against the new limit. Only for the
+    /// counting algorithms (windows and the log), whose state is counts and
+    /// timestamps; a bucket's state is relative to its capacity, so
+    /// `None` there, as for a change of algorithm.
+    pub fn resized(&self, policy: Policy, max_keys: usize, now: Nanos) -> Option<Counters> {
+        let inner = match (&self.inner, policy) {
+            (Inner::FixedWindow(s), Policy::FixedWindow(a)) => {
+                Inner::FixedWindow(s.resized(a, max_keys, now))
+            }
+            (Inner::SlidingLog(s), Policy::SlidingLog(a)) => {
+                Inner::SlidingLog(s.resized(a, max_keys, now))
+            }
+            (Inner::SlidingCounter(s), Policy::SlidingCounter(a)) => {
+                Inner::SlidingCounter(s.resized(a, max_keys, now))
+            }
+            _ => return None,
+        };
+        Some(Counters { policy, inner })
     }
 
     /// Removes and returns the keys `keep` rejects, as portable states: what a

@@ -236,3 +236,61 @@ fn a_check_placed_partly_elsewhere_consumes_nothing_and_hands_back_its_selection
     assert_eq!(v.applied.len(), 2);
     assert_eq!(v.applied[1].decision.remaining, 2, "the IP's 3, one spent");
 }
+
+#[test]
+fn a_resized_limit_keeps_what_callers_spent_for_counting_algorithms_only() {
+    let rules = |limit: u64| {
+        RuleSet::from_toml(&format!(
+            r#"
+            [[rule]]
+            name = "counted"
+            client = "c"
+            algorithm = "sliding_window_counter"
+            limit = {limit}
+            window = "60s"
+
+            [[rule]]
+            name = "bucket"
+            client = "b"
+            algorithm = "token_bucket"
+            limit = {limit}
+            window = "60s"
+            "#
+        ))
+        .unwrap()
+    };
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let l = Limiter::new(rules(10), clock.clone(), LimiterConfig::default());
+    for key in ["c", "b"] {
+        for _ in 0..6 {
+            assert!(l.check(&req(key, None)).unwrap().allowed);
+        }
+    }
+    // Halved: the counter's caller has spent 6 of the new 5, the bucket's
+    // caller gets a fresh bucket (its state is relative to the old capacity).
+    l.install_resized(rules(5));
+    assert!(!l.check(&req("c", None)).unwrap().allowed);
+    assert!(l.check(&req("b", None)).unwrap().allowed);
+    // Doubled: 6 spent of 20 leaves 14.
+    l.install_resized(rules(20));
+    assert_eq!(
+        l.check(&req("c", None))
+            .unwrap()
+            .binding()
+            .unwrap()
+            .decision
+            .remaining,
+        13
+    );
+    // A plain install of a changed rule starts it fresh.
+    l.install(rules(10));
+    assert_eq!(
+        l.check(&req("c", None))
+            .unwrap()
+            .binding()
+            .unwrap()
+            .decision
+            .remaining,
+        9
+    );
+}

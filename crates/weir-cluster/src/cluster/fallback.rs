@@ -66,13 +66,14 @@ impl Fallback {
     }
 
     /// Resizes every rule to 1/n of its limit. Rules whose divided policy is
-    /// unchanged keep their fallback counters.
+    /// unchanged keep their fallback counters; those only resized keep what
+    /// callers spent, for the counting algorithms (`Limiter::install_resized`).
     pub fn rebuild(&self, rules: &RuleSet, n: usize) {
         let n = n.max(1);
         self.n.store(n, Ordering::Relaxed);
         let divided = rules.rules().iter().map(|r| r.divided(n as u64)).collect();
         match RuleSet::new(rules.version(), divided) {
-            Ok(set) => self.limiter.install(set),
+            Ok(set) => self.limiter.install_resized(set),
             // Dividing changes only limits, never what a rule matches, so a
             // valid set stays valid; keep the last good one if not.
             Err(e) => tracing::error!(error = %e, "cannot divide the rules for the fallback"),
