@@ -319,6 +319,16 @@ weir_checks_total{rule=\"x\",verdict=\"allowed\"} 7
     }
 
     #[test]
+    fn owner_bytes_are_known_once_decide_and_handoff_count_them() {
+        let owner = traffic(
+            "weir_peer_calls_total 12\nweir_peer_bytes_total 2400\nweir_handoffs_sent_total 1\nweir_handoffs_bytes_total 90\n",
+            serde_json::json!({}),
+        );
+        assert!(owner.bytes_counted);
+        assert_eq!((owner.messages, owner.bytes), (13.0, 2490.0));
+    }
+
+    #[test]
     fn missing_series_count_as_zero() {
         let none = traffic("weir_checks_total 3\n", serde_json::json!({}));
         assert_eq!((none.messages, none.bytes), (0.0, 0.0));

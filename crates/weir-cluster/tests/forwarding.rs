@@ -158,6 +158,11 @@ async fn concurrent_checks_for_one_owner_share_decide_calls() {
     );
     println!("200 forwarded checks took {calls} Decide calls");
     assert_eq!(ops, 200);
+    // Every op sends its key and rule name, so the bytes counted are at
+    // least their sum.
+    let bytes = after.peer_bytes - before.peer_bytes;
+    let least: usize = keys.iter().map(|k| k.len() + "per-client".len()).sum();
+    assert!(bytes >= least as u64, "{bytes} bytes for 200 ops");
     // Unbatched, 200 ops are 200 calls (the next test). How many batches
     // form depends on scheduling (4 calls may be in flight per owner), so
     // the bound is a mean batch of at least 10, not an exact count.

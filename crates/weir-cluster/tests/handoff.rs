@@ -105,4 +105,10 @@ async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {
     let admitted = admitted_round_robin(&all, &key, 3 * LIMIT).await;
     assert_eq!(admitted, LIMIT - 12);
     assert!(joiner.cluster.stats().keys_moved_in >= 1);
+    // The sender counts what it handed over: at least the key and rule names.
+    let sent: u64 = nodes.iter().map(|n| n.cluster.stats().handoff_bytes).sum();
+    assert!(
+        sent >= (key.len() + "per-client".len()) as u64,
+        "{sent} bytes handed over"
+    );
 }

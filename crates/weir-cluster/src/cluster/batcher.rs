@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use prost::Message;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::AbortHandle;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
@@ -235,8 +236,10 @@ async fn send(net: &Net, id: &str, addr: SocketAddr, batch: Vec<Pending>) {
         rules_version: mine,
         from_node: net.me.clone(),
     };
+    bump(&net.stats.peer_bytes, req.encoded_len() as u64);
     let outcome = match net.peers.decide(id, addr, req, net.deadline).await {
         Ok(resp) if resp.results.len() == n => {
+            bump(&net.stats.peer_bytes, resp.encoded_len() as u64);
             if resp.rules_version > mine {
                 net.hint_rules(id, addr, resp.rules_version);
             }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use prost::Message;
 use weir_core::{CounterSnapshot, Limiter, State};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
@@ -109,9 +110,11 @@ async fn send_to(net: &Net, dest: &Dest, snaps: Vec<CounterSnapshot>) -> Vec<Cou
             counters,
             from_node: net.me.clone(),
         };
+        let encoded = req.encoded_len() as u64;
         match net.peers.handoff(id, *addr, req, HANDOFF_DEADLINE).await {
             Ok(_) => {
                 bump(&net.stats.handoffs_sent, 1);
+                bump(&net.stats.handoff_bytes, encoded);
                 bump(&net.stats.keys_moved_out, n);
             }
             Err(e) => {

@@ -34,6 +34,9 @@ pub struct ClusterStats {
     pub peer_calls: u64,
     /// Counter operations carried by those calls (ops / calls = mean batch).
     pub peer_ops: u64,
+    /// Encoded bytes of those calls, request and answer, counted by the
+    /// sender (protobuf bodies, as `sync_bytes`; HTTP/2 framing not counted).
+    pub peer_bytes: u64,
     /// Decide calls that timed out or failed.
     pub peer_failures: u64,
     /// Checks answered from the deny cache, with no peer call.
@@ -44,9 +47,10 @@ pub struct ClusterStats {
     pub fallback_left: u64,
     /// Owners in fallback now.
     pub fallback_active: u64,
-    /// `Peer/Handoff` calls sent and received.
+    /// `Peer/Handoff` calls sent and received, and the encoded bytes sent.
     pub handoffs_sent: u64,
     pub handoffs_received: u64,
+    pub handoff_bytes: u64,
     /// Counters handed to other nodes, and taken over from them.
     pub keys_moved_out: u64,
     pub keys_moved_in: u64,
@@ -72,11 +76,13 @@ pub struct ClusterStats {
 pub(crate) struct Stats {
     pub peer_calls: AtomicU64,
     pub peer_ops: AtomicU64,
+    pub peer_bytes: AtomicU64,
     pub peer_failures: AtomicU64,
     pub deny_cache_hits: AtomicU64,
     pub fallback_decisions: AtomicU64,
     pub handoffs_sent: AtomicU64,
     pub handoffs_received: AtomicU64,
+    pub handoff_bytes: AtomicU64,
     pub keys_moved_out: AtomicU64,
     pub keys_moved_in: AtomicU64,
     pub keys_lost: AtomicU64,
@@ -99,6 +105,7 @@ impl Stats {
         ClusterStats {
             peer_calls: get(&self.peer_calls),
             peer_ops: get(&self.peer_ops),
+            peer_bytes: get(&self.peer_bytes),
             peer_failures: get(&self.peer_failures),
             deny_cache_hits: get(&self.deny_cache_hits),
             fallback_decisions: get(&self.fallback_decisions),
@@ -107,6 +114,7 @@ impl Stats {
             fallback_active: fallback.active,
             handoffs_sent: get(&self.handoffs_sent),
             handoffs_received: get(&self.handoffs_received),
+            handoff_bytes: get(&self.handoff_bytes),
             keys_moved_out: get(&self.keys_moved_out),
             keys_moved_in: get(&self.keys_moved_in),
             keys_lost: get(&self.keys_lost),

@@ -59,6 +59,7 @@ pub fn cluster_view(state: &NodeState) -> Value {
         "members": members,
         "stats": {
             "peer_calls": s.peer_calls,
+            "peer_bytes": s.peer_bytes,
             "peer_ops": s.peer_ops,
             "peer_failures": s.peer_failures,
             "deny_cache_hits": s.deny_cache_hits,
@@ -66,6 +67,7 @@ pub fn cluster_view(state: &NodeState) -> Value {
             "fallback_entered": s.fallback_entered,
             "fallback_left": s.fallback_left,
             "handoffs_sent": s.handoffs_sent,
+            "handoff_bytes": s.handoff_bytes,
             "handoffs_received": s.handoffs_received,
             "keys_moved_out": s.keys_moved_out,
             "keys_moved_in": s.keys_moved_in,

@@ -73,7 +73,7 @@ pub fn render(state: &NodeState) -> String {
 
 fn render_cluster(out: &mut String, cluster: &Cluster) {
     let s = cluster.stats();
-    let counters: [(&str, &str, u64); 14] = [
+    let counters: [(&str, &str, u64); 16] = [
         (
             "weir_peer_calls_total",
             "Peer/Decide calls sent.",
@@ -83,6 +83,11 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             "weir_peer_ops_total",
             "Counter operations carried by Decide calls.",
             s.peer_ops,
+        ),
+        (
+            "weir_peer_bytes_total",
+            "Encoded bytes of Peer/Decide calls and their answers, counted by the sender.",
+            s.peer_bytes,
         ),
         (
             "weir_peer_failures_total",
@@ -113,6 +118,11 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             "weir_handoffs_sent_total",
             "Peer/Handoff calls sent.",
             s.handoffs_sent,
+        ),
+        (
+            "weir_handoffs_bytes_total",
+            "Encoded bytes of the Peer/Handoff calls sent.",
+            s.handoff_bytes,
         ),
         (
             "weir_handoffs_received_total",
