@@ -273,24 +273,8 @@ fn a_resized_limit_keeps_what_callers_spent_for_counting_algorithms_only() {
     assert!(l.check(&req("b", None)).unwrap().allowed);
     // Doubled: 6 spent of 20 leaves 14.
     l.install_resized(rules(20));
-    assert_eq!(
-        l.check(&req("c", None))
-            .unwrap()
-            .binding()
-            .unwrap()
-            .decision
-            .remaining,
-        13
-    );
+    assert_eq!(remaining(&l, "c"), 13);
     // A plain install of a changed rule starts it fresh.
     l.install(rules(10));
-    assert_eq!(
-        l.check(&req("c", None))
-            .unwrap()
-            .binding()
-            .unwrap()
-            .decision
-            .remaining,
-        9
-    );
+    assert_eq!(remaining(&l, "c"), 9);
 }
