@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::score::RunResult;
@@ -28,6 +29,32 @@ fn file_stem(label: &str) -> String {
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
+type TimeChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A chart over seconds into the run, with its caption, mesh and axis labels.
+fn time_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+    t_max: f64,
+    y_max: f64,
+    y_desc: &str,
+) -> Result<TimeChart<'a, 'b>, Box<dyn std::error::Error>> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .light_line_style(RGBColor(245, 245, 245))
+        .x_desc("seconds into the run")
+        .y_desc(y_desc)
+        .draw()?;
+    Ok(chart)
+}
+
 /// Admitted in the trailing window over the watched keys, as a multiple of
 /// their limit, one line per strategy, with the reference and the limit.
 fn admitted(path: &Path, label: &str, runs: &[&RunResult]) -> PlotResult {
@@ -43,21 +70,8 @@ fn admitted(path: &Path, label: &str, runs: &[&RunResult]) -> PlotResult {
     let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let window = runs.first().map_or(0.0, |r| r.series.window_s);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{label}: admitted in the trailing {window}s window / limit"),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(48)
-        .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
-    chart
-        .configure_mesh()
-        .light_line_style(RGBColor(245, 245, 245))
-        .x_desc("seconds into the run")
-        .y_desc("x limit")
-        .draw()?;
+    let caption = format!("{label}: admitted in the trailing {window}s window / limit");
+    let mut chart = time_chart(&root, &caption, t_max, y_max, "x limit")?;
     if let Some(b) = runs.iter().find_map(|r| r.series.boundary_s) {
         chart
             .draw_series(DashedLineSeries::new(
@@ -161,21 +175,8 @@ fn retry_storm(path: &Path, runs: &[&RunResult]) -> PlotResult {
         * 1.1;
     let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "retry storm: retries arriving per 10 ms",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(48)
-        .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
-    chart
-        .configure_mesh()
-        .light_line_style(RGBColor(245, 245, 245))
-        .x_desc("seconds into the run")
-        .y_desc("retries / 10 ms")
-        .draw()?;
+    let caption = "retry storm: retries arriving per 10 ms";
+    let mut chart = time_chart(&root, caption, t_max, y_max, "retries / 10 ms")?;
     let palette = [
         RGBColor(214, 39, 40),
         RGBColor(31, 119, 180),

@@ -209,3 +209,22 @@ pub async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> String {
         .expect("read response");
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Cases for a property test: `PROPTEST_CASES` when set (a long run),
+/// else `default`, sized for CI.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Makes `c` cluster member `id`, joining through `seed` (none: the first
+/// member), with the fast gossip profile and a one-second owner deadline,
+/// generous so a slow debug build never falls back by accident.
+pub fn cluster_member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
+    c.node_id = Some(id.to_string());
+    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
+    c.gossip_profile = weir_cluster::GossipProfile::Fast;
+    c.owner_deadline = Duration::from_secs(1);
+}

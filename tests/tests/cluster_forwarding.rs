@@ -1,14 +1,12 @@
 //! Three `weir serve` nodes as one limiter, over their public APIs: exact limits, rule writes, leaving.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use tonic::transport::Channel;
-use weir_cluster::{GossipProfile, OwnerFailure};
+use weir_cluster::OwnerFailure;
 use weir_node::ServeConfig;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
-use weir_tests::{wait_until, TestNode};
+use weir_tests::{cluster_member, wait_until, TestNode};
 
 const LIMIT: usize = 20;
 const RULES: &str = r#"
@@ -26,11 +24,7 @@ fn member_failing(
     seed: Option<std::net::SocketAddr>,
     on_failure: OwnerFailure,
 ) {
-    c.node_id = Some(id.to_string());
-    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
-    c.gossip_profile = GossipProfile::Fast;
-    // Generous, so a slow debug build never falls back by accident.
-    c.owner_deadline = Duration::from_secs(1);
+    cluster_member(c, id, seed);
     c.on_owner_failure = on_failure;
     c.admin_token = Some(ADMIN.to_string());
 }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use weir_node::http::check_input::CheckInput;
-use weir_tests::TestNode;
+use weir_tests::{proptest_cases, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -28,13 +28,6 @@ window    = "60s"
 
 /// Small, so some generated bodies pass it and must get 413.
 const MAX_BODY: usize = 600;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn string() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -121,7 +114,7 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn the_body_parser_never_panics_and_every_refusal_names_a_field() {
-    let mut runner = TestRunner::new(Config::with_cases(cases(4000)));
+    let mut runner = TestRunner::new(Config::with_cases(proptest_cases(4000)));
     runner
         .run(&body(), |bytes| {
             if let Err(e) = CheckInput::parse(&bytes) {
@@ -161,7 +154,7 @@ fn plausible_body() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn the_fast_path_reads_every_body_exactly_as_the_checked_path_does() {
-    let mut runner = TestRunner::new(Config::with_cases(cases(4000)));
+    let mut runner = TestRunner::new(Config::with_cases(proptest_cases(4000)));
     let accepted = std::cell::Cell::new(0u32);
     runner
         .run(&prop_oneof![plausible_body(), body()], |bytes| {
@@ -225,7 +218,7 @@ fn a_real_node_answers_every_body_with_a_verdict_or_a_problem() {
     let node = rt.block_on(TestNode::start(RULES, |c| {
         c.limits.max_body_bytes = MAX_BODY;
     }));
-    let mut runner = TestRunner::new(Config::with_cases(cases(300)));
+    let mut runner = TestRunner::new(Config::with_cases(proptest_cases(300)));
     runner
         .run(&body(), |bytes| rt.block_on(judge(&node, bytes)))
         .unwrap();

@@ -18,7 +18,7 @@ use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLi
 use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest, ErrorCode};
-use weir_tests::TestNode;
+use weir_tests::{proptest_cases, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -38,13 +38,6 @@ window    = "1s"
 
 /// Small, so generated batches cross it.
 const MAX_BATCH: usize = 6;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn string() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -235,14 +228,14 @@ fn arbitrary_grpc_checks_get_typed_answers() {
         )
     });
     let items = prop::collection::vec(item(), 0..MAX_BATCH + 3);
-    let mut runner = TestRunner::new(Config::with_cases(cases(300)));
+    let mut runner = TestRunner::new(Config::with_cases(proptest_cases(300)));
     runner
         // Clients are handles on one channel; a clone per case shares it.
         .run(&items, |items| {
             rt.block_on(check_batch(&mut weir.clone(), items))
         })
         .unwrap();
-    let mut runner = TestRunner::new(Config::with_cases(cases(300)));
+    let mut runner = TestRunner::new(Config::with_cases(proptest_cases(300)));
     runner
         .run(&rls_request(), |req| {
             rt.block_on(should_rate_limit(&mut rls.clone(), req))

@@ -10,11 +10,7 @@ use weir_core::{Rule, RuleSet};
 
 /// Cases per property unless PROPTEST_CASES says otherwise: a few seconds in CI.
 fn config(default_cases: u32) -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
-    Config::with_cases(cases)
+    Config::with_cases(weir_tests::proptest_cases(default_cases))
 }
 
 /// A value for a rule field, in the shape either format can carry. Biased

@@ -1,11 +1,7 @@
 //! The cluster's counters in GET /metrics: deny cache, fallback, members, gossip, on two in-process nodes.
 
-use std::time::Duration;
-
 use serde_json::json;
-use weir_cluster::GossipProfile;
-use weir_node::ServeConfig;
-use weir_tests::{metric_value, wait_until, TestNode};
+use weir_tests::{cluster_member, metric_value, wait_until, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -15,19 +11,11 @@ limit     = 1
 window    = "1h"
 "#;
 
-fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
-    c.node_id = Some(id.to_string());
-    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
-    c.gossip_profile = GossipProfile::Fast;
-    // Generous, so a slow debug build never falls back by accident.
-    c.owner_deadline = Duration::from_secs(1);
-}
-
 /// Two nodes that both list each other as alive, as their metrics say.
 async fn two_nodes() -> Vec<TestNode> {
-    let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
+    let first = TestNode::start(RULES, |c| cluster_member(c, "node-1", None)).await;
     let seed = first.state().config.gossip;
-    let second = TestNode::start(RULES, |c| member(c, "node-2", Some(seed))).await;
+    let second = TestNode::start(RULES, |c| cluster_member(c, "node-2", Some(seed))).await;
     let nodes = vec![first, second];
     for n in &nodes {
         wait_until("weir_members shows two alive", || async {

@@ -1,11 +1,8 @@
 //! The local fallback is bounded by the node's --max-keys like its own counters.
 
-use std::time::Duration;
-
 use serde_json::json;
-use weir_cluster::GossipProfile;
 use weir_node::ServeConfig;
-use weir_tests::{wait_until, TestNode};
+use weir_tests::{cluster_member, wait_until, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -16,10 +13,7 @@ window    = "1h"
 "#;
 
 fn member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
-    c.node_id = Some(id.to_string());
-    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
-    c.gossip_profile = GossipProfile::Fast;
-    c.owner_deadline = Duration::from_secs(1);
+    cluster_member(c, id, seed);
     c.max_keys_per_rule = 1;
 }
 

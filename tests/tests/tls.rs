@@ -2,17 +2,15 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
-use weir_cluster::GossipProfile;
 use weir_node::tls::TlsFiles;
 use weir_node::{Node, ServeConfig};
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
-use weir_tests::{wait_until, TestNode, DEADLINE};
+use weir_tests::{cluster_member, wait_until, TestNode, DEADLINE};
 
 const RULES: &str = r#"
 [[rule]]
@@ -154,10 +152,7 @@ async fn tls_nodes_forward_checks_to_each_other_on_the_peer_port() {
     let cert = self_signed();
     let member = |c: &mut ServeConfig, id: &str, seed: Option<SocketAddr>| {
         with_tls(c, &cert);
-        c.node_id = Some(id.into());
-        c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
-        c.gossip_profile = GossipProfile::Fast;
-        c.owner_deadline = Duration::from_secs(1);
+        cluster_member(c, id, seed);
     };
     let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
     let seed = first.state().config.gossip;
