@@ -40,6 +40,12 @@ impl Decision {
         ceil_ms(self.retry_after)
     }
 
+    /// A scheduling leaky bucket's wait in whole milliseconds, rounded up:
+    /// sending earlier would be refused.
+    pub fn delay_ms(&self) -> u64 {
+        ceil_ms(self.delay)
+    }
+
     /// Seconds from the decision until the budget is full, rounded up.
     pub fn reset_after_secs(&self) -> u64 {
         let at_ms = self.at / NANOS_PER_MS;

@@ -1,7 +1,6 @@
 //! weir.v1.RateLimiter/Check: a batch of checks, one verdict (or item error) per item.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
 use weir_cluster::CheckFailure;
@@ -58,10 +57,6 @@ pub(crate) fn item_error(failure: &CheckFailure) -> ItemError {
     }
 }
 
-fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
 pub(crate) fn check_result(verdict: &Verdict) -> CheckResult {
     match verdict.binding() {
         Some(a) => CheckResult {
@@ -71,7 +66,7 @@ pub(crate) fn check_result(verdict: &Verdict) -> CheckResult {
             retry_after_ms: a.decision.retry_after_ms(),
             reset_at_ms: a.decision.reset_at,
             rule: a.rule.name.to_string(),
-            delay_ms: ceil_ms(a.decision.delay),
+            delay_ms: a.decision.delay_ms(),
             limited: true,
             error: None,
         },

@@ -151,7 +151,7 @@ impl<'a> DecisionBody<'a> {
             retry_after_ms: d.retry_after_ms(),
             reset_at: d.reset_at,
             rule: &applied.rule.name,
-            delay_ms: (!d.delay.is_zero()).then(|| ceil_ms(d.delay)),
+            delay_ms: (!d.delay.is_zero()).then(|| d.delay_ms()),
         }
     }
 }
@@ -166,10 +166,6 @@ struct DeniedBody<'a> {
     detail: String,
     #[serde(flatten)]
     decision: DecisionBody<'a>,
-}
-
-fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// Server-side jitter (seed 9): base + uniform(0, base), so clients denied in
