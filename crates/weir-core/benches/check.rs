@@ -43,7 +43,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use weir_core::store::Counters;
-use weir_core::{AlgorithmKind, Limiter, LimiterConfig, Policy, Request, RuleSet};
+use weir_core::{AlgorithmKind, CheckRequest, Limiter, LimiterConfig, Policy, RuleSet};
 
 /// Fake time advanced per check: 10 ms, so the hot key sees 100 checks/s.
 const STEP: u64 = 10_000_000;
@@ -309,10 +309,7 @@ window = "1s"
 fn limiter_check(c: &mut Criterion) {
     let rules = RuleSet::from_toml(RULES).expect("bench rules parse");
     let limiter = Limiter::new(rules, Arc::new(Ticker), LimiterConfig::default());
-    let req = Request {
-        ip: Some("203.0.113.9"),
-        ..Request::new(HOT_KEY, "POST /v1/charges", 1)
-    };
+    let req = CheckRequest::new(HOT_KEY, "POST /v1/charges").ip("203.0.113.9");
     let v = limiter.check(&req).expect("bench request is valid");
     assert_eq!(v.applied.len(), 2, "per-client and per-ip both apply");
 

@@ -27,6 +27,43 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A denial decided at `now` that lifts after `retry_after`; the budget
+    /// is taken to be back then too.
+    pub fn deny(limit: u64, retry_after: Duration, now: Nanos) -> Decision {
+        let until = now.saturating_add(u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX));
+        Decision::deny_until(limit, retry_after, ms_ceil(until), now)
+    }
+
+    /// A denial decided at `now` whose reset time is already known (a
+    /// denial remembered from its owner's answer).
+    pub fn deny_until(limit: u64, retry_after: Duration, reset_at: u64, now: Nanos) -> Decision {
+        Decision {
+            allowed: false,
+            limit,
+            remaining: 0,
+            retry_after,
+            reset_at,
+            delay: Duration::ZERO,
+            at: now,
+        }
+    }
+
+    /// An admission that no counter recorded (the owner could not be asked
+    /// and the node fails open): shown as the full limit less this cost,
+    /// resetting one window from now.
+    pub fn uncounted(limit: u64, cost: u64, window: Duration, now: Nanos) -> Decision {
+        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        Decision {
+            allowed: true,
+            limit,
+            remaining: limit.saturating_sub(cost),
+            retry_after: Duration::ZERO,
+            reset_at: ms_ceil(now.saturating_add(window_ns)),
+            delay: Duration::ZERO,
+            at: now,
+        }
+    }
+
     /// Retry-After in whole seconds: rounded up and at least 1 on a denial,
     /// because rounding down guarantees the first retry is rejected too (seed 9).
     pub fn retry_after_secs(&self) -> u64 {
@@ -36,6 +73,7 @@ impl Decision {
         ceil_secs(self.retry_after).max(1)
     }
 
+    /// Retry-After in milliseconds, rounded up.
     pub fn retry_after_ms(&self) -> u64 {
         ceil_ms(self.retry_after)
     }
@@ -63,6 +101,30 @@ pub(crate) fn ceil_ms(d: Duration) -> u64 {
 }
 
 /// Unix ms from a nanosecond instant, rounded up so a reset is never early.
-pub(crate) fn ms_ceil(at: Nanos) -> u64 {
+pub fn ms_ceil(at: Nanos) -> u64 {
     at.div_ceil(NANOS_PER_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NANOS_PER_SEC;
+
+    #[test]
+    fn a_denial_resets_when_its_wait_ends_rounded_up_to_the_millisecond() {
+        let now = 10 * NANOS_PER_SEC + 1;
+        let d = Decision::deny(7, Duration::from_secs(2), now);
+        assert!(!d.allowed);
+        assert_eq!((d.limit, d.remaining, d.at), (7, 0, now));
+        assert_eq!(d.reset_at, 12_001, "12 s + 1 ns is in the 12,001st ms");
+        assert_eq!(d.retry_after_secs(), 2);
+    }
+
+    #[test]
+    fn an_uncounted_admission_shows_the_limit_less_its_cost() {
+        let d = Decision::uncounted(10, 3, Duration::from_secs(60), 0);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.reset_at), (7, 60_000));
+        assert_eq!(Decision::uncounted(2, 3, Duration::from_secs(1), 0).remaining, 0);
+    }
 }

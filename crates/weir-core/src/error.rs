@@ -1,18 +1,34 @@
-//! Why a check could not be decided. Every variant leaves all state unchanged.
+//! Why a check got no verdict: bad input (naming its field) or a limiter that cannot decide.
+
+use std::borrow::Cow;
+use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::rules::Rule;
+
 /// The request attribute at fault, as it is named on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum InputField {
     Key,
     Route,
     Tier,
     Ip,
     Cost,
+    /// A carried limit (an Envoy descriptor's override).
+    Limit,
 }
 
 impl InputField {
+    pub const ALL: [InputField; 6] = [
+        InputField::Key,
+        InputField::Route,
+        InputField::Tier,
+        InputField::Ip,
+        InputField::Cost,
+        InputField::Limit,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             InputField::Key => "key",
@@ -20,7 +36,13 @@ impl InputField {
             InputField::Tier => "tier",
             InputField::Ip => "ip",
             InputField::Cost => "cost",
+            InputField::Limit => "limit",
         }
+    }
+
+    /// The field a wire name stands for.
+    pub fn parse(name: &str) -> Option<InputField> {
+        InputField::ALL.into_iter().find(|f| f.as_str() == name)
     }
 }
 
@@ -30,38 +52,84 @@ impl std::fmt::Display for InputField {
     }
 }
 
-/// A check that was refused before it was decided. No variant consumes
-/// budget or creates a key: the request is rejected on its way in.
+/// A check that produced no verdict. No variant consumes budget or creates a
+/// key: input is refused on its way in, and a limiter that cannot decide
+/// decides nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CheckError {
-    /// A request attribute is malformed (empty, too long, not an IP...).
+    /// A request attribute is malformed (empty, too long, not an IP...): HTTP 400.
     #[error("invalid {field}: {reason}")]
     Invalid {
         field: InputField,
-        reason: &'static str,
+        reason: Cow<'static, str>,
     },
     /// The cost can never succeed under this rule: it is larger than the most
     /// the rule can ever admit at once. An error (400), not a denial (429),
     /// because waiting would not help.
     #[error("cost {cost} exceeds the {max} that rule \"{rule}\" can ever admit at once")]
     CostExceedsLimit { rule: String, cost: u64, max: u64 },
-    /// A peer named a rule this node does not have (rule sets not yet converged).
-    #[error("unknown rule \"{0}\"")]
-    UnknownRule(String),
+    /// The limiter cannot decide (HTTP 503, never 429: the caller is not
+    /// over its limit).
+    #[error("limiter unavailable: {0}")]
+    Unavailable(#[from] Unavailable),
+}
+
+/// Why the limiter could not decide. State is unchanged in every case.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Unavailable {
     /// The store is at its configured key ceiling and no idle key could be
     /// dropped; a new key is refused rather than growing memory without bound.
     #[error("counter store for rule \"{rule}\" is full ({max_keys} keys)")]
     StoreFull { rule: String, max_keys: usize },
+    /// A peer named a rule this node does not have (rule sets not yet converged).
+    #[error("unknown rule \"{0}\"")]
+    UnknownRule(String),
+    /// The key's owner did not answer and this node fails closed.
+    #[error("the owner of this key ({owner}) did not answer and this node fails closed")]
+    OwnerUnreachable { owner: String },
+    /// This node is leaving and no other member is left to decide.
+    #[error("this node is leaving and no other member is left")]
+    Leaving,
+    /// A remote node did not answer within the deadline.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// A remote node could not be reached, or answered something unreadable.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
 }
 
 impl CheckError {
+    pub fn invalid(field: InputField, reason: impl Into<Cow<'static, str>>) -> Self {
+        CheckError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Refuses a cost `rule` can never admit.
+    pub fn fits(rule: &Rule, cost: u64) -> Result<(), CheckError> {
+        let max = rule.policy.max_cost();
+        if cost > max {
+            return Err(CheckError::CostExceedsLimit {
+                rule: rule.name.to_string(),
+                cost,
+                max,
+            });
+        }
+        Ok(())
+    }
+
     /// The wire name of the field at fault, when one is.
     pub fn field(&self) -> Option<&'static str> {
         match self {
             CheckError::Invalid { field, .. } => Some(field.as_str()),
             CheckError::CostExceedsLimit { .. } => Some("cost"),
-            CheckError::UnknownRule(_) => Some("rule"),
-            CheckError::StoreFull { .. } => None,
+            CheckError::Unavailable(_) => None,
         }
+    }
+
+    /// True when the request is at fault (400), false when the limiter is (503).
+    pub fn is_input(&self) -> bool {
+        !matches!(self, CheckError::Unavailable(_))
     }
 }

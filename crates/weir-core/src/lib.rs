@@ -7,22 +7,28 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+mod check;
 mod clock;
 mod decision;
 mod error;
 pub mod headers;
+pub mod jitter;
 mod key;
 mod limiter;
+#[cfg(feature = "http")]
+pub mod render;
 pub mod rules;
 pub mod store;
 
 pub use algorithm::{AlgorithmKind, Policy, State};
+pub use check::{
+    CheckRequest, CheckResponse, Decide, MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN,
+};
 pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SEC};
 pub use decision::Decision;
-pub use error::{CheckError, InputField};
+pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{
-    Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Request, Verdict, MAX_ADHOC_POLICIES,
-    MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN,
+    Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict, MAX_ADHOC_POLICIES,
 };
 pub use rules::{By, Rule, RuleError, RuleSet, RulesError};

@@ -1,94 +1,18 @@
 //! The limiter: rules, counters and a clock composed into one `check`.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use compact_str::{CompactString, ToCompactString};
+use compact_str::CompactString;
 
 use crate::algorithm::State;
+use crate::check::{CheckRequest, CheckResponse, Decide};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
-use crate::error::{CheckError, InputField};
+use crate::error::{CheckError, InputField, Unavailable};
 use crate::rules::{Rule, RuleSet, Selection, Subject};
 use crate::store::Counters;
-
-/// Longest caller key accepted (bytes). Keys are stored per counter, so this
-/// bounds what one key can cost.
-pub const MAX_KEY_LEN: usize = 256;
-pub const MAX_ROUTE_LEN: usize = 1024;
-pub const MAX_TIER_LEN: usize = 64;
-/// An IPv6 address with a zone fits well within this.
-pub const MAX_IP_LEN: usize = 64;
-
-/// One check as a caller asks it.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    /// The caller key: a customer id or API key.
-    pub key: &'a str,
-    pub route: &'a str,
-    pub cost: u64,
-    pub tier: Option<&'a str>,
-    pub ip: Option<&'a str>,
-}
-
-impl<'a> Request<'a> {
-    pub fn new(key: &'a str, route: &'a str, cost: u64) -> Self {
-        Request {
-            key,
-            route,
-            cost,
-            tier: None,
-            ip: None,
-        }
-    }
-
-    /// Refuses malformed attributes before anything is looked up. Returns the
-    /// canonical IP text, so `::1` and `0:0:0:0:0:0:0:1` share a counter.
-    pub fn validate(&self) -> Result<Option<CompactString>, CheckError> {
-        let bad = |field, reason| Err(CheckError::Invalid { field, reason });
-        if self.cost == 0 {
-            return bad(InputField::Cost, "must be at least 1");
-        }
-        if self.key.is_empty() {
-            return bad(InputField::Key, "must not be empty");
-        }
-        if self.key.len() > MAX_KEY_LEN {
-            return bad(InputField::Key, "must be at most 256 bytes");
-        }
-        if self.key.chars().any(char::is_control) {
-            return bad(InputField::Key, "must not contain control characters");
-        }
-        if self.route.len() > MAX_ROUTE_LEN {
-            return bad(InputField::Route, "must be at most 1024 bytes");
-        }
-        if self.route.chars().any(char::is_control) {
-            return bad(InputField::Route, "must not contain control characters");
-        }
-        if let Some(t) = self.tier {
-            if t.len() > MAX_TIER_LEN || t.chars().any(char::is_control) {
-                return bad(
-                    InputField::Tier,
-                    "must be at most 64 bytes of printable text",
-                );
-            }
-        }
-        match self.ip {
-            None => Ok(None),
-            Some(ip) if ip.len() > MAX_IP_LEN => bad(InputField::Ip, "is too long"),
-            Some(ip) => match ip.parse::<IpAddr>() {
-                // An IPv4 string the parser accepts is already canonical
-                // (it refuses leading zeros and short forms), so it is kept
-                // as sent instead of formatted again on every check; only
-                // IPv6 has several spellings of one address.
-                Ok(IpAddr::V4(_)) => Ok(Some(CompactString::new(ip))),
-                Ok(addr) => Ok(Some(addr.to_compact_string())),
-                Err(_) => bad(InputField::Ip, "is not an IPv4 or IPv6 address"),
-            },
-        }
-    }
-}
 
 /// One limit applied to a request.
 #[derive(Debug, Clone)]
@@ -107,6 +31,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict of one limit alone (a carried limit's decision).
+    pub fn single(rule: Arc<Rule>, hash_part: &str, decision: Decision) -> Verdict {
+        Verdict {
+            allowed: decision.allowed,
+            applied: vec![Applied {
+                rule,
+                hash_part: hash_part.into(),
+                decision,
+            }],
+        }
+    }
+
     /// The limit whose numbers the caller is shown: the enforcing limit that
     /// denied, or the enforcing one with the least budget left. None when no
     /// enforcing rule applied (the request is unlimited).
@@ -176,26 +112,33 @@ pub const MAX_ADHOC_POLICIES: usize = 256;
 
 /// Validates a request and selects its limits in `rules`, refusing a cost
 /// that one of them can never admit.
-fn select_in(rules: &RuleSet, req: &Request<'_>) -> Result<Selection, CheckError> {
+fn select_in(rules: &RuleSet, req: &CheckRequest) -> Result<Selection, CheckError> {
     let ip = req.validate()?;
     let sel = rules.select(&Subject {
-        key: req.key,
-        route: req.route,
-        tier: req.tier,
+        key: &req.key,
+        route: &req.route,
+        tier: req.tier.as_deref(),
         ip: ip.as_deref(),
     });
     for s in sel.iter() {
-        let rule = &rules.rules()[s.rule];
-        let max = rule.policy.max_cost();
-        if req.cost > max {
-            return Err(CheckError::CostExceedsLimit {
-                rule: rule.name.to_string(),
-                cost: req.cost,
-                max,
-            });
-        }
+        CheckError::fits(&rules.rules()[s.rule], req.cost)?;
     }
     Ok(sel)
+}
+
+fn store_full(rule: &str, max_keys: usize) -> CheckError {
+    Unavailable::StoreFull {
+        rule: rule.to_string(),
+        max_keys,
+    }
+    .into()
+}
+
+fn valid_cost(cost: u64) -> Result<(), CheckError> {
+    if cost == 0 {
+        return Err(CheckError::invalid(InputField::Cost, "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// Same algorithm, window and queue: what spent counts mean is unchanged.
@@ -291,7 +234,7 @@ impl Limiter {
     }
 
     /// Which limits a request meets, after validating it.
-    pub fn select(&self, req: &Request<'_>) -> Result<(Arc<RuleSet>, Selection), CheckError> {
+    pub fn select(&self, req: &CheckRequest) -> Result<(Arc<RuleSet>, Selection), CheckError> {
         let rules = self.rules();
         let sel = select_in(&rules, req)?;
         Ok((rules, sel))
@@ -300,7 +243,13 @@ impl Limiter {
     /// Decides a request against every limit it meets, all or nothing: a
     /// request that one enforcing limit denies consumes nothing from the
     /// others (what they admitted is refunded before this returns).
-    pub fn check(&self, req: &Request<'_>) -> Result<Verdict, CheckError> {
+    /// A request that carries its own limit is decided against it alone.
+    pub fn check(&self, req: &CheckRequest) -> Result<Verdict, CheckError> {
+        if let Some(rule) = &req.limit {
+            req.validate()?;
+            let decision = self.check_adhoc(rule, &req.key, req.cost)?;
+            return Ok(Verdict::single(rule.clone(), &req.key, decision));
+        }
         // One snapshot for the whole check: the rules selected and the
         // counters spent always come from the same reload, and no counter
         // is looked up again by name.
@@ -315,7 +264,7 @@ impl Limiter {
     /// can take it to the owners without selecting again.
     pub fn check_placed(
         &self,
-        req: &Request<'_>,
+        req: &CheckRequest,
         here: impl Fn(&str) -> bool,
     ) -> Result<Placed, CheckError> {
         let t = self.tables.load();
@@ -335,10 +284,7 @@ impl Limiter {
                 Ok(d) => d,
                 Err(_) => {
                     refund_all(t, &applied, cost);
-                    return Err(CheckError::StoreFull {
-                        rule: rule.name.to_string(),
-                        max_keys: self.config.max_keys_per_rule,
-                    });
+                    return Err(store_full(&rule.name, self.config.max_keys_per_rule));
                 }
             };
             applied.push(Applied {
@@ -365,7 +311,7 @@ impl Limiter {
         t.by_name
             .get(rule)
             .map(|&i| t.counters[i].clone())
-            .ok_or_else(|| CheckError::UnknownRule(rule.to_string()))
+            .ok_or_else(|| Unavailable::UnknownRule(rule.to_string()).into())
     }
 
     /// One limit's decision for one key, as an owner takes it for a peer.
@@ -377,12 +323,7 @@ impl Limiter {
         now: Nanos,
     ) -> Result<Decision, CheckError> {
         let c = self.counters(rule)?;
-        if cost == 0 {
-            return Err(CheckError::Invalid {
-                field: InputField::Cost,
-                reason: "must be at least 1",
-            });
-        }
+        valid_cost(cost)?;
         let max = c.policy().max_cost();
         if cost > max {
             return Err(CheckError::CostExceedsLimit {
@@ -392,10 +333,7 @@ impl Limiter {
             });
         }
         c.consume(hash_part, now, cost)
-            .map_err(|_| CheckError::StoreFull {
-                rule: rule.to_string(),
-                max_keys: self.config.max_keys_per_rule,
-            })
+            .map_err(|_| store_full(rule, self.config.max_keys_per_rule))
     }
 
     /// Gives back what a decision taken at `at` consumed. Unknown rules are
@@ -415,40 +353,35 @@ impl Limiter {
         hash_part: &str,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        if cost == 0 {
-            return Err(CheckError::Invalid {
-                field: InputField::Cost,
-                reason: "must be at least 1",
-            });
-        }
-        let max = rule.policy.max_cost();
-        if cost > max {
-            return Err(CheckError::CostExceedsLimit {
-                rule: rule.name.to_string(),
-                cost,
-                max,
-            });
-        }
-        let counters = match self.adhoc.get(&rule.name) {
-            Some(c) if *c.policy() == rule.policy => c.clone(),
-            _ => {
-                if self.adhoc.len() >= MAX_ADHOC_POLICIES && !self.adhoc.contains_key(&rule.name) {
-                    return Err(CheckError::StoreFull {
-                        rule: rule.name.to_string(),
-                        max_keys: MAX_ADHOC_POLICIES,
-                    });
-                }
-                let c = Arc::new(Counters::new(rule.policy, self.config.max_keys_per_rule));
-                self.adhoc.insert(rule.name.clone(), c.clone());
-                c
-            }
-        };
+        valid_cost(cost)?;
+        CheckError::fits(rule, cost)?;
+        let counters = self.adhoc_table(rule)?;
         counters
             .consume(hash_part, self.clock.now(), cost)
-            .map_err(|_| CheckError::StoreFull {
-                rule: rule.name.to_string(),
-                max_keys: self.config.max_keys_per_rule,
-            })
+            .map_err(|_| store_full(&rule.name, self.config.max_keys_per_rule))
+    }
+
+    /// The counter table of a carried rule, made on first use. The read
+    /// guard is dropped before any insert: DashMap's guards hold a shard
+    /// lock, and inserting into the shard a live guard reads deadlocks the
+    /// thread on its own lock.
+    fn adhoc_table(&self, rule: &Rule) -> Result<Arc<Counters>, CheckError> {
+        if let Some(c) = self.adhoc.get(&rule.name) {
+            if *c.policy() == rule.policy {
+                return Ok(c.clone());
+            }
+        }
+        if self.adhoc.len() >= MAX_ADHOC_POLICIES && !self.adhoc.contains_key(&rule.name) {
+            return Err(store_full(&rule.name, MAX_ADHOC_POLICIES));
+        }
+        let fresh = || Arc::new(Counters::new(rule.policy, self.config.max_keys_per_rule));
+        let mut slot = self.adhoc.entry(rule.name.clone()).or_insert_with(fresh);
+        // Same name, other policy (a divided share resized, an override
+        // changed): its counts mean something else now, so it starts over.
+        if *slot.policy() != rule.policy {
+            *slot = fresh();
+        }
+        Ok(slot.clone())
     }
 
     /// Drops idle keys of every rule; returns how many. Run it periodically.
@@ -506,5 +439,19 @@ impl Limiter {
             Ok(c) => c.absorb(&snap.hash_part, snap.state, self.clock.now()),
             Err(_) => false,
         }
+    }
+}
+
+/// Decided in this process, with nothing to wait for.
+impl Decide for Limiter {
+    fn decide(
+        &self,
+        req: &CheckRequest,
+    ) -> impl std::future::Future<Output = Result<CheckResponse, CheckError>> + Send {
+        std::future::ready(self.check(req).map(|v| v.response()))
+    }
+
+    fn now(&self) -> Nanos {
+        Limiter::now(self)
     }
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_core::{
-    CheckError, FakeClock, InputField, Limiter, LimiterConfig, Placed, Request, RuleSet,
+    CheckError, CheckRequest, FakeClock, InputField, Limiter, LimiterConfig, Placed, RuleSet,
+    Unavailable,
 };
 
 const RULES: &str = r#"
@@ -39,10 +40,10 @@ fn limiter() -> (Limiter, Arc<FakeClock>) {
     )
 }
 
-fn req<'a>(key: &'a str, ip: Option<&'a str>) -> Request<'a> {
-    Request {
-        ip,
-        ..Request::new(key, "GET /", 1)
+fn req(key: &str, ip: Option<&str>) -> CheckRequest {
+    CheckRequest {
+        ip: ip.map(str::to_string),
+        ..CheckRequest::new(key, "GET /")
     }
 }
 
@@ -125,11 +126,11 @@ fn ipv4_is_kept_as_sent_because_only_canonical_spellings_parse() {
 fn bad_input_is_refused_and_moves_nothing() {
     let (l, _) = limiter();
     let long = "k".repeat(257);
-    let cases: Vec<(Request<'_>, InputField)> = vec![
-        (Request::new("k", "GET /", 0), InputField::Cost),
-        (Request::new("", "GET /", 1), InputField::Key),
-        (Request::new(&long, "GET /", 1), InputField::Key),
-        (Request::new("k\n", "GET /", 1), InputField::Key),
+    let cases: Vec<(CheckRequest, InputField)> = vec![
+        (CheckRequest::new("k", "GET /").cost(0), InputField::Cost),
+        (CheckRequest::new("", "GET /"), InputField::Key),
+        (CheckRequest::new(&long, "GET /"), InputField::Key),
+        (CheckRequest::new("k\n", "GET /"), InputField::Key),
         (req("k", Some("not-an-ip")), InputField::Ip),
     ];
     for (r, field) in cases {
@@ -138,7 +139,7 @@ fn bad_input_is_refused_and_moves_nothing() {
             other => panic!("{field}: {other:?}"),
         }
     }
-    let e = l.check(&Request::new("k", "GET /", 6)).unwrap_err();
+    let e = l.check(&CheckRequest::new("k", "GET /").cost(6)).unwrap_err();
     assert!(
         matches!(e, CheckError::CostExceedsLimit { max: 5, .. }),
         "{e}"
@@ -155,7 +156,7 @@ fn requests_no_rule_matches_are_unlimited() {
         LimiterConfig::default(),
     );
     let v = l
-        .check(&Request::new("anyone", "GET /", 1_000_000))
+        .check(&CheckRequest::new("anyone", "GET /").cost(1_000_000))
         .unwrap();
     assert!(v.allowed && v.binding().is_none());
 }
@@ -207,7 +208,7 @@ fn adhoc_rules_free_their_slot_once_idle() {
     let extra = rule(weir_core::MAX_ADHOC_POLICIES);
     assert!(matches!(
         l.check_adhoc(&extra, "k", 1),
-        Err(CheckError::StoreFull { .. })
+        Err(CheckError::Unavailable(Unavailable::StoreFull { .. }))
     ));
     clock.advance(Duration::from_secs(2));
     l.sweep();
@@ -277,4 +278,29 @@ fn a_resized_limit_keeps_what_callers_spent_for_counting_algorithms_only() {
     // A plain install of a changed rule starts it fresh.
     l.install(rules(10));
     assert_eq!(remaining(&l, "c"), 9);
+}
+
+/// Two carried limits of one name with different values (a divided
+/// override after the member count changed, or two overrides a peer sent)
+/// once deadlocked the thread on the adhoc map's own shard lock.
+#[test]
+fn a_carried_rule_whose_limit_changed_is_decided_not_deadlocked() {
+    let l = Arc::new(Limiter::new(
+        RuleSet::empty(),
+        Arc::new(FakeClock::at_secs(6_000.0)),
+        LimiterConfig::default(),
+    ));
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = l.clone();
+    std::thread::spawn(move || {
+        let five = weir_core::Rule::carried("o@local", 5, Duration::from_secs(60)).unwrap();
+        let six = weir_core::Rule::carried("o@local", 6, Duration::from_secs(60)).unwrap();
+        let first = worker.check_adhoc(&five, "k", 1).unwrap();
+        let second = worker.check_adhoc(&six, "k", 1).unwrap();
+        let _ = done.send((first.remaining, second.remaining));
+    });
+    let remaining = finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the second check returned instead of hanging");
+    assert_eq!(remaining, (4, 5), "the changed limit starts a table of its own");
 }

@@ -2,10 +2,9 @@
 
 mod budget;
 mod classify;
-mod jitter;
 mod policy;
 
 pub use budget::{BudgetError, RetryBudget};
 pub use classify::{Attempt, Classify};
-pub use jitter::{full_jitter, honor_retry_after, server_jitter};
+pub use weir_core::jitter::{full_jitter, honor_retry_after, server_jitter};
 pub use policy::{retry, Outcome, RetryPolicy, Stop};

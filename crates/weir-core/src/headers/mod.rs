@@ -4,9 +4,9 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::check::CheckResponse;
 use crate::clock::{Nanos, NANOS_PER_MS};
 use crate::decision::ceil_secs;
-use crate::limiter::Applied;
 
 pub const RATELIMIT_LIMIT: &str = "RateLimit-Limit";
 pub const RATELIMIT_REMAINING: &str = "RateLimit-Remaining";
@@ -43,27 +43,28 @@ pub struct RateLimitHeaders {
 }
 
 impl RateLimitHeaders {
-    /// The headers for `applied`, decided at `now` (unix nanoseconds).
+    /// The headers describing an answer, read at `now` (unix nanoseconds);
+    /// None when it is unlimited, since there is no limit to describe.
     ///
-    /// `retry_after_secs` replaces the decision's own Retry-After on a denial
+    /// `retry_after_secs` replaces the answer's own Retry-After on a denial
     /// (server-side jitter); it is still raised to at least 1, because a
     /// `Retry-After: 0` invites an immediate retry that is certain to fail.
-    pub fn of(applied: &Applied, now: Nanos, retry_after_secs: Option<u64>) -> Self {
-        let d = &applied.decision;
-        RateLimitHeaders {
-            rule: applied.rule.name.clone(),
-            limit: d.limit,
-            remaining: d.remaining,
-            reset_in: reset_after_secs(d.reset_at, now),
+    pub fn of(r: &CheckResponse, now: Nanos, retry_after_secs: Option<u64>) -> Option<Self> {
+        let rule = r.rule.as_ref().filter(|_| r.limited)?;
+        Some(RateLimitHeaders {
+            rule: rule.clone(),
+            limit: r.limit,
+            remaining: r.remaining,
+            reset_in: reset_after_secs(r.reset_at_ms, now),
             // Rounded up so a client that waits this long finds the budget full.
-            reset_unix: d.reset_at.div_ceil(1000),
-            window_secs: Some(ceil_secs(applied.rule.window).max(1)),
-            retry_after: (!d.allowed).then(|| {
+            reset_unix: r.reset_at_ms.div_ceil(1000),
+            window_secs: r.window.map(|w| ceil_secs(w).max(1)),
+            retry_after: (!r.allowed).then(|| {
                 retry_after_secs
-                    .unwrap_or_else(|| d.retry_after_secs())
+                    .unwrap_or_else(|| r.retry_after_secs())
                     .max(1)
             }),
-        }
+        })
     }
 
     /// `RateLimit-Policy`: the quota and, when known, its window.
@@ -112,14 +113,14 @@ impl RateLimitHeaders {
     }
 }
 
-/// Every header for `applied` as strings: [`RateLimitHeaders::of`], then
-/// [`RateLimitHeaders::pairs`].
+/// Every header for an answer as strings (none when unlimited):
+/// [`RateLimitHeaders::of`], then [`RateLimitHeaders::pairs`].
 pub fn rate_limit_headers(
-    applied: &Applied,
+    r: &CheckResponse,
     now: Nanos,
     retry_after_secs: Option<u64>,
 ) -> Vec<(&'static str, String)> {
-    RateLimitHeaders::of(applied, now, retry_after_secs).pairs()
+    RateLimitHeaders::of(r, now, retry_after_secs).map_or_else(Vec::new, |h| h.pairs())
 }
 
 /// Seconds from `now` until `reset_at` (unix ms), rounded up: a reset shown
@@ -165,11 +166,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Decision, RuleSet, NANOS_PER_SEC};
+    use crate::{Applied, Decision, RuleSet, NANOS_PER_SEC};
 
     const NOW: Nanos = 1_738_368_054 * NANOS_PER_SEC + 300 * NANOS_PER_MS;
 
-    fn applied(allowed: bool, remaining: u64, retry_after: Duration, reset_at: u64) -> Applied {
+    fn applied(allowed: bool, remaining: u64, retry_after: Duration, reset_at: u64) -> CheckResponse {
         let set = RuleSet::from_toml(
             r#"
             [[rule]]
@@ -180,7 +181,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        Applied {
+        let a = Applied {
             rule: Arc::clone(&set.rules()[0]),
             hash_part: "cust_42".into(),
             decision: Decision {
@@ -192,7 +193,8 @@ mod tests {
                 delay: Duration::ZERO,
                 at: NOW,
             },
-        }
+        };
+        CheckResponse::of(allowed, &a)
     }
 
     fn get<'a>(h: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
@@ -251,6 +253,19 @@ mod tests {
             Some(5),
         );
         assert_eq!(get(&h, RETRY_AFTER), Some("5"));
+    }
+
+    #[test]
+    fn an_unlimited_answer_has_no_headers() {
+        assert!(rate_limit_headers(&CheckResponse::unlimited(), NOW, None).is_empty());
+    }
+
+    #[test]
+    fn an_answer_without_a_window_leaves_w_out_of_the_policy() {
+        let mut r = applied(true, 1, Duration::ZERO, NOW / NANOS_PER_MS);
+        r.window = None;
+        let h = rate_limit_headers(&r, NOW, None);
+        assert_eq!(get(&h, RATELIMIT_POLICY), Some("\"charges-per-client\";q=100"));
     }
 
     #[test]

@@ -1,0 +1,312 @@
+//! The check contract every edge and every decider shares: one owned request, one answer, one trait.
+//!
+//! HTTP bodies, gRPC items, Envoy descriptors and the Rust client all turn
+//! into a [`CheckRequest`]; whatever decides it (this process's
+//! [`Limiter`](crate::Limiter), a cluster engine, a remote node) implements
+//! [`Decide`] and answers a [`CheckResponse`], which every edge renders the
+//! same way.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use compact_str::{CompactString, ToCompactString};
+
+use crate::clock::Nanos;
+use crate::error::{CheckError, InputField};
+use crate::limiter::{Applied, Verdict};
+use crate::rules::Rule;
+
+/// Longest caller key accepted (bytes). Keys are stored per counter, so this
+/// bounds what one key can cost.
+pub const MAX_KEY_LEN: usize = 256;
+pub const MAX_ROUTE_LEN: usize = 1024;
+pub const MAX_TIER_LEN: usize = 64;
+/// An IPv6 address with a zone fits well within this.
+pub const MAX_IP_LEN: usize = 64;
+
+/// One rate-limit check as a caller asks it (DESIGN section 5: the body of
+/// `POST /v1/check`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRequest {
+    /// The caller's identity: a customer id, API key or, before
+    /// authentication, the peer IP.
+    pub key: String,
+    /// The operation, e.g. `"POST /v1/charges"`; matched against rule routes.
+    pub route: String,
+    /// Units this request consumes; at least 1.
+    pub cost: u64,
+    pub tier: Option<String>,
+    pub ip: Option<String>,
+    /// A limit the request carries itself (an Envoy descriptor's override):
+    /// the check is decided against it alone, on the caller key, and the
+    /// rule set is not consulted.
+    pub limit: Option<Arc<Rule>>,
+}
+
+impl CheckRequest {
+    /// A check of cost 1 with no tier, no IP and no carried limit.
+    pub fn new(key: impl Into<String>, route: impl Into<String>) -> Self {
+        CheckRequest {
+            key: key.into(),
+            route: route.into(),
+            cost: 1,
+            tier: None,
+            ip: None,
+            limit: None,
+        }
+    }
+
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    pub fn tier(mut self, tier: impl Into<String>) -> Self {
+        self.tier = Some(tier.into());
+        self
+    }
+
+    pub fn ip(mut self, ip: impl Into<String>) -> Self {
+        self.ip = Some(ip.into());
+        self
+    }
+
+    /// Decide against `rule` alone instead of the rule set.
+    pub fn carrying(mut self, rule: Arc<Rule>) -> Self {
+        self.limit = Some(rule);
+        self
+    }
+
+    /// Refuses malformed attributes before anything is looked up, naming the
+    /// field. Returns the canonical IP text, so `::1` and
+    /// `0:0:0:0:0:0:0:1` share a counter. A carried limit's cost ceiling is
+    /// checked here too; the rule set's needs the rules.
+    pub fn validate(&self) -> Result<Option<CompactString>, CheckError> {
+        let bad = |field, reason| Err(CheckError::invalid(field, reason));
+        if self.cost == 0 {
+            return bad(InputField::Cost, "must be at least 1");
+        }
+        if self.key.is_empty() {
+            return bad(InputField::Key, "must not be empty");
+        }
+        if self.key.len() > MAX_KEY_LEN {
+            return bad(InputField::Key, "must be at most 256 bytes");
+        }
+        if self.key.chars().any(char::is_control) {
+            return bad(InputField::Key, "must not contain control characters");
+        }
+        if self.route.len() > MAX_ROUTE_LEN {
+            return bad(InputField::Route, "must be at most 1024 bytes");
+        }
+        if self.route.chars().any(char::is_control) {
+            return bad(InputField::Route, "must not contain control characters");
+        }
+        if let Some(t) = &self.tier {
+            if t.len() > MAX_TIER_LEN || t.chars().any(char::is_control) {
+                return bad(
+                    InputField::Tier,
+                    "must be at most 64 bytes of printable text",
+                );
+            }
+        }
+        if let Some(rule) = &self.limit {
+            CheckError::fits(rule, self.cost)?;
+        }
+        match self.ip.as_deref() {
+            None => Ok(None),
+            Some(ip) if ip.len() > MAX_IP_LEN => bad(InputField::Ip, "is too long"),
+            Some(ip) => match ip.parse::<IpAddr>() {
+                // An IPv4 string the parser accepts is already canonical
+                // (it refuses leading zeros and short forms), so it is kept
+                // as sent instead of formatted again on every check; only
+                // IPv6 has several spellings of one address.
+                Ok(IpAddr::V4(_)) => Ok(Some(CompactString::new(ip))),
+                Ok(addr) => Ok(Some(addr.to_compact_string())),
+                Err(_) => bad(InputField::Ip, "is not an IPv4 or IPv6 address"),
+            },
+        }
+    }
+}
+
+/// The answer to one check, as every edge shows it: the binding limit's
+/// numbers (the limit that denied, else the one with the least budget
+/// left), or "unlimited" when no enforcing rule applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckResponse {
+    pub allowed: bool,
+    /// False when no enforcing rule matched: the request is unlimited and
+    /// there is no limit to describe in headers.
+    pub limited: bool,
+    /// The binding rule's name; None when unlimited.
+    pub rule: Option<Arc<str>>,
+    /// The binding rule's limit per window (or bucket capacity); 0 when unlimited.
+    pub limit: u64,
+    pub remaining: u64,
+    /// Zero when allowed; otherwise the exact wait before a retry of the
+    /// same cost can succeed (shown rounded up).
+    pub retry_after: Duration,
+    /// Unix milliseconds at which the budget is full again.
+    pub reset_at_ms: u64,
+    /// Scheduling leaky bucket only: how long to hold the admitted request
+    /// before sending it.
+    pub delay: Duration,
+    /// The rule's window, when the decider knows it (a remote node's answer
+    /// does not carry it); `RateLimit-Policy` shows it as `w`.
+    pub window: Option<Duration>,
+}
+
+impl CheckResponse {
+    /// The answer when no enforcing rule applied.
+    pub fn unlimited() -> Self {
+        CheckResponse {
+            allowed: true,
+            ..CheckResponse::default()
+        }
+    }
+
+    /// Retry-After in whole seconds: rounded up and at least 1 on a denial,
+    /// because rounding down guarantees the first retry is rejected too (seed 9).
+    pub fn retry_after_secs(&self) -> u64 {
+        if self.allowed {
+            return 0;
+        }
+        crate::decision::ceil_secs(self.retry_after).max(1)
+    }
+
+    /// Retry-After in milliseconds, rounded up.
+    pub fn retry_after_ms(&self) -> u64 {
+        crate::decision::ceil_ms(self.retry_after)
+    }
+
+    /// The shaping delay in milliseconds, rounded up: sending earlier would be refused.
+    pub fn delay_ms(&self) -> u64 {
+        crate::decision::ceil_ms(self.delay)
+    }
+
+    /// The answer describing one applied limit.
+    pub fn of(allowed: bool, a: &Applied) -> Self {
+        let d = &a.decision;
+        CheckResponse {
+            allowed,
+            limited: true,
+            rule: Some(a.rule.name.clone()),
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after: if allowed { Duration::ZERO } else { d.retry_after },
+            reset_at_ms: d.reset_at,
+            delay: if allowed { d.delay } else { Duration::ZERO },
+            window: Some(a.rule.window),
+        }
+    }
+}
+
+impl Verdict {
+    /// What the caller is shown: the binding limit, or unlimited.
+    pub fn response(&self) -> CheckResponse {
+        match self.binding() {
+            Some(a) => CheckResponse::of(self.allowed, a),
+            None => CheckResponse {
+                allowed: self.allowed,
+                ..CheckResponse::default()
+            },
+        }
+    }
+}
+
+/// Something that decides checks: this process's limiter, a cluster
+/// engine, or a remote node. The tower layer and the simulator work over it.
+pub trait Decide: Send + Sync + 'static {
+    /// Decides one check. Bad input is refused naming its field and
+    /// consumes nothing.
+    fn decide(
+        &self,
+        req: &CheckRequest,
+    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send;
+
+    /// Many checks, each with its own answer, in order. A decider that can
+    /// carry them together (one call per owner, one RPC) overrides this.
+    fn decide_many(
+        &self,
+        reqs: &[CheckRequest],
+    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(reqs.len());
+            for r in reqs {
+                out.push(self.decide(r).await);
+            }
+            out
+        }
+    }
+
+    /// The clock the answers' reset times are read against (unix ns), for
+    /// the `RateLimit-Reset` seconds an edge shows.
+    fn now(&self) -> Nanos;
+}
+
+impl<D: Decide> Decide for Arc<D> {
+    fn decide(
+        &self,
+        req: &CheckRequest,
+    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send {
+        (**self).decide(req)
+    }
+
+    fn decide_many(
+        &self,
+        reqs: &[CheckRequest],
+    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send {
+        (**self).decide_many(reqs)
+    }
+
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_malformed_attribute_is_named() {
+        let field = |r: CheckRequest| r.validate().unwrap_err().field();
+        assert_eq!(field(CheckRequest::new("k", "/").cost(0)), Some("cost"));
+        assert_eq!(field(CheckRequest::new("", "/")), Some("key"));
+        assert_eq!(field(CheckRequest::new("a\u{7}", "/")), Some("key"));
+        assert_eq!(field(CheckRequest::new("k".repeat(257), "/")), Some("key"));
+        assert_eq!(field(CheckRequest::new("k", "/\n")), Some("route"));
+        assert_eq!(field(CheckRequest::new("k", "/").tier("t\0")), Some("tier"));
+        assert_eq!(field(CheckRequest::new("k", "/").ip("1.2.3")), Some("ip"));
+    }
+
+    #[test]
+    fn ipv6_spellings_share_one_canonical_text() {
+        let ip = |s: &str| CheckRequest::new("k", "/").ip(s).validate().unwrap();
+        assert_eq!(ip("0:0:0:0:0:0:0:1"), ip("::1"));
+        assert_eq!(ip("203.0.113.9").as_deref(), Some("203.0.113.9"));
+    }
+
+    #[test]
+    fn a_carried_limit_refuses_a_cost_it_can_never_admit() {
+        let rule = Arc::new(Rule::carried("o", 5, Duration::from_secs(60)).unwrap());
+        let r = CheckRequest::new("k", "/").carrying(rule).cost(6);
+        assert!(matches!(
+            r.validate(),
+            Err(CheckError::CostExceedsLimit { max: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn denial_wait_is_never_shown_as_zero_seconds() {
+        let r = CheckResponse {
+            allowed: false,
+            retry_after: Duration::from_nanos(1),
+            ..CheckResponse::default()
+        };
+        assert_eq!(r.retry_after_secs(), 1);
+        assert_eq!(r.retry_after_ms(), 1);
+        assert_eq!(CheckResponse::unlimited().retry_after_secs(), 0);
+    }
+}
