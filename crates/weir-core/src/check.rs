@@ -220,17 +220,17 @@ impl Verdict {
 pub trait Decide: Send + Sync + 'static {
     /// Decides one check. Bad input is refused naming its field and
     /// consumes nothing.
-    fn decide(
-        &self,
-        req: &CheckRequest,
-    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send;
+    fn decide<'a>(
+        &'a self,
+        req: &'a CheckRequest,
+    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send + 'a;
 
     /// Many checks, each with its own answer, in order. A decider that can
     /// carry them together (one call per owner, one RPC) overrides this.
-    fn decide_many(
-        &self,
-        reqs: &[CheckRequest],
-    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send {
+    fn decide_many<'a>(
+        &'a self,
+        reqs: &'a [CheckRequest],
+    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send + 'a {
         async move {
             let mut out = Vec::with_capacity(reqs.len());
             for r in reqs {
@@ -246,17 +246,17 @@ pub trait Decide: Send + Sync + 'static {
 }
 
 impl<D: Decide> Decide for Arc<D> {
-    fn decide(
-        &self,
-        req: &CheckRequest,
-    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send {
+    fn decide<'a>(
+        &'a self,
+        req: &'a CheckRequest,
+    ) -> impl Future<Output = Result<CheckResponse, CheckError>> + Send + 'a {
         (**self).decide(req)
     }
 
-    fn decide_many(
-        &self,
-        reqs: &[CheckRequest],
-    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send {
+    fn decide_many<'a>(
+        &'a self,
+        reqs: &'a [CheckRequest],
+    ) -> impl Future<Output = Vec<Result<CheckResponse, CheckError>>> + Send + 'a {
         (**self).decide_many(reqs)
     }
 

@@ -183,6 +183,10 @@ impl Limiter {
         &self.clock
     }
 
+    pub fn config(&self) -> LimiterConfig {
+        self.config
+    }
+
     pub fn now(&self) -> Nanos {
         self.clock.now()
     }
@@ -255,7 +259,7 @@ impl Limiter {
         // is looked up again by name.
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        self.decide(&t, &sel, req.cost)
+        self.decide_selected(&t, &sel, req.cost)
     }
 
     /// Like [`Limiter::check`], but only when every selected limit's hash
@@ -272,10 +276,10 @@ impl Limiter {
         if !sel.iter().all(|s| here(&s.hash_part)) {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
-        self.decide(&t, &sel, req.cost).map(Placed::Decided)
+        self.decide_selected(&t, &sel, req.cost).map(Placed::Decided)
     }
 
-    fn decide(&self, t: &Tables, sel: &Selection, cost: u64) -> Result<Verdict, CheckError> {
+    fn decide_selected(&self, t: &Tables, sel: &Selection, cost: u64) -> Result<Verdict, CheckError> {
         let now = self.clock.now();
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {
@@ -444,10 +448,10 @@ impl Limiter {
 
 /// Decided in this process, with nothing to wait for.
 impl Decide for Limiter {
-    fn decide(
-        &self,
-        req: &CheckRequest,
-    ) -> impl std::future::Future<Output = Result<CheckResponse, CheckError>> + Send {
+    fn decide<'a>(
+        &'a self,
+        req: &'a CheckRequest,
+    ) -> impl std::future::Future<Output = Result<CheckResponse, CheckError>> + Send + 'a {
         std::future::ready(self.check(req).map(|v| v.response()))
     }
 

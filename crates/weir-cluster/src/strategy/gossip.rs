@@ -1,184 +1,159 @@
-//! The gossip strategy (seed 8C): count locally, hear peers' counts every sync.
+//! The gossip strategy (seed 8C): decide on this node's counts plus what peers last reported, and report ours every sync interval.
 //!
-//! Each node decides from its own count plus the last counts its peers sent
-//! it, per rule, key and window (`now / window`: the chapter's model counts
-//! in aligned windows). Every `--sync-interval` a node sends each peer the
-//! counts of the keys it admitted since the last sync. Between syncs each of
-//! the N nodes can admit up to the limit minus what it last heard, so right
-//! after a sync that reported zero the fleet can admit N x L; the interval
-//! changes how likely that is, not the bound.
+//! Between syncs each of the N nodes can admit up to the limit minus what
+//! it last heard, so right after a sync that reported zero the fleet can
+//! admit N x L; the interval changes how likely that is, not the bound.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use compact_str::CompactString;
-use dashmap::DashMap;
-use parking_lot::Mutex;
-use weir_core::{Nanos, Verdict};
-use weir_proto::weir::v1::CountDelta;
+use futures::future::BoxFuture;
+use prost::Message;
+use tokio::task::AbortHandle;
+use weir_core::{Applied, CheckRequest, Decision, Limiter, Verdict};
+use weir_proto::weir::v1::{CountDelta, SyncRequest};
 
-type Key = (Arc<str>, CompactString);
+use super::gossip_counts::GossipCounts;
+use super::{Decided, Strategy, SyncRefused};
+use crate::link::Link;
+use crate::stats::{bump, Stats};
+use crate::topology::routing::Routing;
 
-/// This node's admitted cost in one window.
-#[derive(Debug, Clone, Copy, Default)]
-struct Local {
-    window: u64,
-    count: u64,
-    /// Changed since the last sync.
-    dirty: bool,
+pub struct GossipStrategy {
+    limiter: Arc<Limiter>,
+    counts: GossipCounts,
+    link: Arc<dyn Link>,
+    routing: Arc<Routing>,
+    stats: Arc<Stats>,
+    sync_interval: Duration,
 }
 
-/// What each peer last said about one key: node -> (window, count).
-type Heard = HashMap<CompactString, (u64, u64)>;
-
-#[derive(Default)]
-pub struct GossipCounts {
-    local: DashMap<Key, Local, foldhash::fast::RandomState>,
-    remote: DashMap<Key, Heard, foldhash::fast::RandomState>,
-    /// Serializes `take_dirty` so two syncs cannot both send and clear.
-    syncing: Mutex<()>,
+/// Window length of an applied limit in ns, for the gossip bookkeeping.
+fn window_ns(a: &Applied) -> u64 {
+    u64::try_from(a.rule.window.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn window_of(now: Nanos, window_ns: u64) -> u64 {
-    now / window_ns.max(1)
-}
-
-impl GossipCounts {
-    /// The cost peers reported admitting for this key in the window holding `now`.
-    pub fn heard(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64) -> u64 {
-        let w = window_of(now, window_ns);
-        self.remote
-            .get(&(rule.clone(), CompactString::new(key)))
-            .map_or(0, |h| {
-                h.values()
-                    .filter(|(win, _)| *win == w)
-                    .map(|(_, c)| c)
-                    .sum()
-            })
-    }
-
-    /// Adds what this node admitted; it goes out with the next sync.
-    pub fn admitted(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64, cost: u64) {
-        let w = window_of(now, window_ns);
-        let mut slot = self
-            .local
-            .entry((rule.clone(), CompactString::new(key)))
-            .or_default();
-        if slot.window != w {
-            *slot = Local {
-                window: w,
-                count: 0,
-                dirty: true,
-            };
+impl GossipStrategy {
+    pub fn new(
+        limiter: Arc<Limiter>,
+        link: Arc<dyn Link>,
+        routing: Arc<Routing>,
+        stats: Arc<Stats>,
+        sync_interval: Duration,
+    ) -> Self {
+        GossipStrategy {
+            limiter,
+            counts: GossipCounts::default(),
+            link,
+            routing,
+            stats,
+            sync_interval,
         }
-        slot.count += cost;
-        slot.dirty = true;
     }
 
-    /// The counts changed since the last call, as absolute per-window totals:
-    /// a lost sync is repaired by the next one instead of being lost forever.
-    pub fn take_dirty(&self) -> Vec<CountDelta> {
-        let _one = self.syncing.lock();
-        let mut out = Vec::new();
-        for mut e in self.local.iter_mut() {
-            if e.dirty {
-                e.dirty = false;
-                out.push(CountDelta {
-                    rule: e.key().0.to_string(),
-                    key: e.key().1.to_string(),
-                    window: e.window,
-                    count: e.count,
-                });
-            }
-        }
-        out
-    }
-
-    /// Records what `from` reported.
-    pub fn apply(&self, from: &str, deltas: &[CountDelta]) -> usize {
-        for d in deltas {
-            let mut heard = self
-                .remote
-                .entry((Arc::from(d.rule.as_str()), CompactString::new(&d.key)))
-                .or_default();
-            let slot = heard.entry(CompactString::new(from)).or_insert((0, 0));
-            // Newer windows replace older ones; within a window counts only grow.
-            if d.window > slot.0 || (d.window == slot.0 && d.count > slot.1) {
-                *slot = (d.window, d.count);
-            }
-        }
-        deltas.len()
-    }
-
-    /// Drops counts of windows that ended before `now`'s previous one.
-    pub fn sweep(&self, now: Nanos, window_of_rule: impl Fn(&str) -> Option<u64>) {
-        let current = |rule: &str| window_of_rule(rule).map(|w| window_of(now, w));
-        self.local
-            .retain(|k, l| current(&k.0).is_some_and(|c| l.window + 1 >= c));
-        self.remote.retain(|k, h| {
-            let Some(c) = current(&k.0) else { return false };
-            h.retain(|_, (w, _)| *w + 1 >= c);
-            !h.is_empty()
-        });
-    }
-
-    /// Keys this node holds local counts for (for tests and metrics).
-    pub fn local_keys(&self) -> usize {
-        self.local.len()
-    }
-}
-
-/// Window length of a verdict's rules in ns, for the gossip bookkeeping.
-pub(crate) fn window_ns(v: &weir_core::Applied) -> u64 {
-    u64::try_from(v.rule.window.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Turns an admitted verdict into a denial by the limit at `at`, after the
-/// caller has refunded what it consumed.
-pub(crate) fn deny(verdict: &mut Verdict, at: usize, now: Nanos) {
-    verdict.allowed = false;
-    let a = &mut verdict.applied[at];
-    let w = window_ns(a);
-    let end = (now / w + 1) * w;
-    a.decision.allowed = false;
-    a.decision.remaining = 0;
-    a.decision.retry_after = std::time::Duration::from_nanos(end - now);
-    a.decision.reset_at = end.div_ceil(weir_core::NANOS_PER_MS);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heard_counts_sum_peers_in_the_current_window_only() {
-        let g = GossipCounts::default();
-        let rule: Arc<str> = Arc::from("r");
-        let w = 60_000_000_000;
-        let d = |window, count| CountDelta {
-            rule: "r".into(),
-            key: "k".into(),
-            window,
-            count,
+    /// The cost peers last reported admitting for this rule and key in the
+    /// current window.
+    pub fn heard(&self, rule: &str, key: &str) -> u64 {
+        let rules = self.limiter.rules();
+        let Some((_, r)) = rules.get(rule) else {
+            return 0;
         };
-        g.apply("a", &[d(10, 3)]);
-        g.apply("b", &[d(10, 4)]);
-        g.apply("c", &[d(9, 50)]);
-        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
-        // A stale, smaller count from the same peer never lowers what was heard.
-        g.apply("a", &[d(10, 1)]);
-        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
+        let window = u64::try_from(r.window.as_nanos()).unwrap_or(u64::MAX);
+        self.counts.heard(&r.name, key, self.limiter.now(), window)
     }
 
-    #[test]
-    fn only_changed_keys_are_sent_once() {
-        let g = GossipCounts::default();
-        let rule: Arc<str> = Arc::from("r");
-        g.admitted(&rule, "k", 5, 10, 2);
-        g.admitted(&rule, "k", 6, 10, 1);
-        let sent = g.take_dirty();
-        assert_eq!(sent.len(), 1);
-        assert_eq!(sent[0].count, 3);
-        assert!(g.take_dirty().is_empty());
+    fn decide(&self, req: &CheckRequest) -> Result<Verdict, weir_core::CheckError> {
+        let mut v = self.limiter.check(req)?;
+        if !v.allowed {
+            return Ok(v);
+        }
+        // Local counters admitted; add what the peers reported for the same
+        // window. Over the limit together means denied, and this node's own
+        // spend is given back so the denial consumes nothing.
+        let over = v.applied.iter().position(|a| {
+            let used = a.decision.limit - a.decision.remaining;
+            let heard = self
+                .counts
+                .heard(&a.rule.name, &a.hash_part, a.decision.at, window_ns(a));
+            !a.rule.shadow && used + heard > a.rule.limit
+        });
+        match over {
+            Some(i) => {
+                for a in v.applied.iter().filter(|a| a.decision.allowed) {
+                    self.limiter
+                        .refund(&a.rule.name, &a.hash_part, a.decision.at, req.cost);
+                }
+                v.allowed = false;
+                let a = &mut v.applied[i];
+                // Denied until the aligned window the counts are kept in ends.
+                let (w, now) = (window_ns(a), a.decision.at);
+                let end = (now / w).saturating_add(1).saturating_mul(w);
+                a.decision = Decision::deny(a.decision.limit, Duration::from_nanos(end - now), now);
+            }
+            None => {
+                for a in &v.applied {
+                    let w = window_ns(a);
+                    self.counts
+                        .admitted(&a.rule.name, &a.hash_part, a.decision.at, w, req.cost);
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// Every sync interval, sends the counts admitted since the last sync to
+    /// every live peer. A send that fails is not retried: the next sync
+    /// carries the same key's newer total.
+    async fn sync_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let deltas = self.counts.take_dirty();
+            if deltas.is_empty() {
+                continue;
+            }
+            let req = SyncRequest {
+                from_node: self.routing.me().to_string(),
+                deltas,
+            };
+            let bytes = req.encoded_len() as u64;
+            let sends = self.routing.peers().into_iter().map(|p| {
+                bump(&self.stats.sync_messages, 1);
+                bump(&self.stats.sync_bytes, bytes);
+                bump(&self.stats.sync_deltas, req.deltas.len() as u64);
+                self.link.sync_counts(&p, req.clone(), self.sync_interval)
+            });
+            futures::future::join_all(sends).await;
+        }
+    }
+}
+
+impl Strategy for GossipStrategy {
+    fn name(&self) -> &'static str {
+        "gossip"
+    }
+
+    fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
+        Decided::Now(self.decide(req))
+    }
+
+    fn maintain(&self) -> BoxFuture<'_, ()> {
+        let rules = self.limiter.rules();
+        let window_of = |name: &str| {
+            rules
+                .get(name)
+                .map(|(_, r)| u64::try_from(r.window.as_nanos()).unwrap_or(u64::MAX))
+        };
+        self.counts.sweep(self.limiter.now(), window_of);
+        Box::pin(async {})
+    }
+
+    fn spawn(self: Arc<Self>) -> Vec<AbortHandle> {
+        vec![tokio::spawn(self.sync_loop()).abort_handle()]
+    }
+
+    fn sync_counts(&self, from: &str, deltas: &[CountDelta]) -> Result<usize, SyncRefused> {
+        Ok(self.counts.apply(from, deltas))
     }
 }

@@ -1,3 +1,146 @@
-//! Building blocks of the strategies other than `owner`.
+//! How a check is decided, one implementation per `--strategy`, chosen once at start.
+//!
+//! The engine holds one [`Strategy`] and no other code branches on which it
+//! is: each strategy also says what it does when the rules or the members
+//! change, on its periodic chores, and when the node leaves.
 
+pub mod divide;
 pub mod gossip;
+mod gossip_counts;
+pub mod local;
+pub mod owner;
+
+use futures::future::BoxFuture;
+use tokio::task::AbortHandle;
+use weir_core::{CheckError, CheckRequest, RuleSet, Verdict};
+use weir_proto::weir::v1::CountDelta;
+
+use crate::stats::{FallbackCounts, FallbackStatus};
+use crate::topology::ring::Ring;
+
+/// A decision that is ready now, or one that has to wait (for an owner).
+/// Deciding in place allocates no future: that is every check on a lone
+/// node, and every check under gossip and divide.
+pub enum Decided<'a, T> {
+    Now(Result<T, CheckError>),
+    Later(BoxFuture<'a, Result<T, CheckError>>),
+}
+
+impl<T> Decided<'_, T> {
+    pub async fn resolve(self) -> Result<T, CheckError> {
+        match self {
+            Decided::Now(r) => r,
+            Decided::Later(f) => f.await,
+        }
+    }
+}
+
+/// Why a peer's gossip counts were not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SyncRefused(pub &'static str);
+
+pub trait Strategy: Send + Sync + 'static {
+    /// The name `GET /v1/cluster` shows (`owner`, `gossip`, `divide`, `local`).
+    fn name(&self) -> &'static str;
+
+    /// Decides one check against every limit it meets (or the one it carries).
+    fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict>;
+
+    /// Many checks, each with its own verdict, in order.
+    fn check_many<'a>(&'a self, reqs: &'a [CheckRequest]) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(reqs.len());
+            for r in reqs {
+                out.push(self.check(r).resolve().await);
+            }
+            out
+        })
+    }
+
+    /// A new rule set is in force.
+    fn on_rules(&self, _rules: &RuleSet) {}
+
+    /// The live members changed from `old` to `ring`.
+    fn on_ring<'a>(&'a self, _old: &'a Ring, _ring: &'a Ring) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Periodic chores (sweeps, strays).
+    fn maintain(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// A graceful leave, bounded by `give_up`: hand over what others need.
+    fn leave(&self, _give_up: tokio::time::Instant) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// Background tasks of this strategy's own, started with the node.
+    fn spawn(self: std::sync::Arc<Self>) -> Vec<AbortHandle> {
+        Vec::new()
+    }
+
+    /// A peer's gossip counts. Only the gossip strategy takes them; every
+    /// other refuses, so nobody can grow a store that nothing reads.
+    fn sync_counts(&self, _from: &str, _deltas: &[CountDelta]) -> Result<usize, SyncRefused> {
+        Err(SyncRefused("this node does not run the gossip strategy"))
+    }
+
+    /// Which owners this node decides for on its own (owner strategy only).
+    fn fallback_status(&self) -> FallbackStatus {
+        FallbackStatus::default()
+    }
+
+    fn fallback_counts(&self) -> FallbackCounts {
+        FallbackCounts::default()
+    }
+}
+
+/// What a strategy may be built from: the node's parts, wired once.
+pub struct Parts {
+    pub config: crate::config::ClusterConfig,
+    pub local: std::sync::Arc<crate::owner::local::Local>,
+    pub routing: std::sync::Arc<crate::topology::routing::Routing>,
+    pub peers: std::sync::Arc<dyn crate::owner::peers::Peers>,
+    pub link: std::sync::Arc<dyn crate::link::Link>,
+    pub stats: std::sync::Arc<crate::stats::Stats>,
+}
+
+/// The strategy `config.strategy` names: the one place the flag is read.
+pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
+    use crate::config::StrategyKind;
+    use crate::divided::Divided;
+    use crate::owner::{deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff};
+    use std::sync::Arc;
+
+    let limiter = p.local.limiter().clone();
+    let divided = || {
+        let n = p.routing.ring().len();
+        Divided::new(&limiter.rules(), n, limiter.clock().clone(), limiter.config())
+    };
+    match p.config.strategy {
+        StrategyKind::Owner => {
+            let fallback = Fallback::new(p.config.on_owner_failure, divided(), p.config.fallback_probe);
+            let gateway = Gateway::new(
+                p.local.clone(),
+                p.routing.clone(),
+                p.peers,
+                DenyCache::new(p.config.deny_cache_keys),
+                fallback,
+                p.stats.clone(),
+                p.config.owner_deadline,
+            );
+            let handoff = Handoff::new(p.local.clone(), p.routing, p.link, p.stats);
+            Arc::new(owner::OwnerStrategy::new(gateway, handoff, p.local))
+        }
+        StrategyKind::Gossip => Arc::new(gossip::GossipStrategy::new(
+            limiter.clone(),
+            p.link,
+            p.routing,
+            p.stats,
+            p.config.sync_interval,
+        )),
+        StrategyKind::Divide => Arc::new(divide::DivideStrategy::new(limiter.clone(), divided())),
+    }
+}

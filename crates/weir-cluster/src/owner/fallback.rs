@@ -1,23 +1,32 @@
-//! The local fallback: when an owner does not answer, decide on a limiter sized limit/N.
+//! The owner-failure policy: what a gateway does for a limit whose owner did not answer, and which owners it has given up on.
 //!
 //! Seed section 11: failing closed turns an owner's blip into an outage the
 //! limiter caused, so the default is to fail open to a local limit. Each of
 //! the N gateways enforces L/N alone for the keys of the lost owner, so the
 //! fleet still admits about L per window in total for such a key, plus what
-//! the owner had admitted before it went quiet. The limiter is kept warm
-//! (rebuilt whenever the rules or N change) rather than built mid-incident.
+//! the owner had admitted before it went quiet. The divided limiter is kept
+//! warm (rebuilt whenever the rules or N change) rather than built
+//! mid-incident.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use weir_core::{
-    CheckError, Clock, Decision, Limiter, LimiterConfig, Nanos, RuleSet, NANOS_PER_MS,
-};
+use weir_core::{CheckError, Decision, Nanos, Rule, RuleSet, Unavailable};
 
-use super::status::{FallbackCounts, FallbackStatus};
+use crate::config::OwnerFailure;
+use crate::divided::Divided;
+use crate::stats::{FallbackCounts, FallbackStatus};
+
+/// How a limit was decided without its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Substitute {
+    /// On the divided local limiter; a refund goes back there.
+    Divided,
+    /// Admitted uncounted (`open`); nothing to refund.
+    Open,
+}
 
 /// One owner this node has given up on for now.
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +45,9 @@ struct Owners {
     left: u64,
 }
 
-pub(crate) struct Fallback {
-    limiter: Limiter,
-    /// The member count the divided rules were built for.
-    n: AtomicUsize,
+pub struct Fallback {
+    policy: OwnerFailure,
+    divided: Divided,
     owners: Mutex<Owners>,
     /// Owners in fallback; read without the lock on every forwarded check.
     active: AtomicUsize,
@@ -47,41 +55,68 @@ pub(crate) struct Fallback {
 }
 
 impl Fallback {
-    pub fn new(
-        rules: &RuleSet,
-        n: usize,
-        clock: Arc<dyn Clock>,
-        config: LimiterConfig,
-        probe_every: Duration,
-    ) -> Self {
-        let f = Fallback {
-            limiter: Limiter::new(RuleSet::empty(), clock, config),
-            n: AtomicUsize::new(n.max(1)),
+    pub fn new(policy: OwnerFailure, divided: Divided, probe_every: Duration) -> Self {
+        Fallback {
+            policy,
+            divided,
             owners: Mutex::new(Owners::default()),
             active: AtomicUsize::new(0),
             probe_every: u64::try_from(probe_every.as_nanos()).unwrap_or(u64::MAX),
-        };
-        f.rebuild(rules, n);
-        f
-    }
-
-    /// Resizes every rule to 1/n of its limit. Rules whose divided policy is
-    /// unchanged keep their fallback counters; those only resized keep what
-    /// callers spent, for the counting algorithms (`Limiter::install_resized`).
-    pub fn rebuild(&self, rules: &RuleSet, n: usize) {
-        let n = n.max(1);
-        self.n.store(n, Ordering::Relaxed);
-        let divided = rules.rules().iter().map(|r| r.divided(n as u64)).collect();
-        match RuleSet::new(rules.version(), divided) {
-            Ok(set) => self.limiter.install_resized(set),
-            // Dividing changes only limits, never what a rule matches, so a
-            // valid set stays valid; keep the last good one if not.
-            Err(e) => tracing::error!(error = %e, "cannot divide the rules for the fallback"),
         }
     }
 
+    pub fn policy(&self) -> OwnerFailure {
+        self.policy
+    }
+
+    /// Resizes the divided limits to the rules and member count in force.
+    pub fn rebuild(&self, rules: &RuleSet, n: usize) {
+        self.divided.rebuild(rules, n);
+    }
+
     pub fn members(&self) -> usize {
-        self.n.load(Ordering::Relaxed)
+        self.divided.members()
+    }
+
+    /// One limit decided without its owner, by the configured policy.
+    /// `carried`: the limit is a request's own (an Envoy override).
+    pub fn decide(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+        owner: &str,
+    ) -> Result<(Decision, Substitute), CheckError> {
+        match self.policy {
+            OwnerFailure::Local if carried => {
+                let d = self.divided.consume_carried(rule, hash_part, cost)?;
+                Ok((d, Substitute::Divided))
+            }
+            OwnerFailure::Local => {
+                let d = self.divided.consume(&rule.name, hash_part, cost)?;
+                Ok((d, Substitute::Divided))
+            }
+            OwnerFailure::Open => {
+                let d = Decision::uncounted(rule.limit, cost, rule.window, self.divided.now());
+                Ok((d, Substitute::Open))
+            }
+            OwnerFailure::Closed => Err(Unavailable::OwnerUnreachable {
+                owner: owner.to_string(),
+            }
+            .into()),
+        }
+    }
+
+    /// Gives back what a substitute decision consumed.
+    pub fn refund(&self, how: Substitute, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
+        if how == Substitute::Divided {
+            self.divided.refund(rule, hash_part, at, cost);
+        }
+    }
+
+    pub fn sweep(&self) -> usize {
+        self.divided.sweep()
     }
 
     /// True when checks for `owner` should go straight to the fallback: it
@@ -161,43 +196,6 @@ impl Fallback {
         }
     }
 
-    /// One limit decided locally at limit/N. A cost over the divided limit
-    /// can never fit here, so it is denied (not refused as bad input: it is
-    /// valid against the full limit the owner enforces).
-    pub fn consume(&self, rule: &str, hash_part: &str, cost: u64) -> Result<Decision, CheckError> {
-        let now = self.limiter.now();
-        match self.limiter.consume(rule, hash_part, cost, now) {
-            Err(CheckError::CostExceedsLimit { max, .. }) => Ok(Decision {
-                allowed: false,
-                limit: max,
-                remaining: 0,
-                retry_after: Duration::from_secs(1),
-                reset_at: now / NANOS_PER_MS + 1000,
-                delay: Duration::ZERO,
-                at: now,
-            }),
-            other => other,
-        }
-    }
-
-    /// A whole request decided at limit/N (the divide strategy).
-    pub fn check(&self, req: &weir_core::Request<'_>) -> Result<weir_core::Verdict, CheckError> {
-        self.limiter.check(req)
-    }
-
-    /// The divided rule of this name, for a denial built by hand.
-    pub fn rule(&self, name: &str) -> Option<Arc<weir_core::Rule>> {
-        self.limiter.rules().get(name).map(|(_, r)| r.clone())
-    }
-
-    pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
-        self.limiter.refund(rule, hash_part, at, cost);
-    }
-
-    pub fn sweep(&self) -> usize {
-        self.limiter.sweep()
-    }
-
     pub fn counts(&self) -> FallbackCounts {
         let owners = self.owners.lock();
         FallbackCounts {
@@ -220,7 +218,8 @@ impl Fallback {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::FakeClock;
+    use std::sync::Arc;
+    use weir_core::{FakeClock, LimiterConfig};
 
     const RULES: &str = r#"
 [[rule]]
@@ -230,49 +229,44 @@ limit = 9
 window = "60s"
 "#;
 
-    fn fallback(n: usize) -> Fallback {
+    fn fallback(policy: OwnerFailure) -> Fallback {
         let rules = RuleSet::from_toml(RULES).unwrap();
         let clock = Arc::new(FakeClock::at_secs(1000.0));
-        Fallback::new(
-            &rules,
-            n,
-            clock,
-            LimiterConfig::default(),
-            Duration::from_millis(100),
-        )
+        let divided = Divided::new(&rules, 3, clock, LimiterConfig::default());
+        Fallback::new(policy, divided, Duration::from_millis(100))
+    }
+
+    fn rule() -> Arc<Rule> {
+        RuleSet::from_toml(RULES).unwrap().rules()[0].clone()
     }
 
     #[test]
-    fn fallback_enforces_the_limit_divided_by_the_member_count() {
-        let f = fallback(3);
+    fn each_policy_decides_as_documented() {
+        let local = fallback(OwnerFailure::Local);
         let admitted = (0..10)
-            .filter(|_| f.consume("r", "k", 1).unwrap().allowed)
+            .filter(|_| local.decide(&rule(), "k", 1, false, "b").unwrap().0.allowed)
             .count();
         assert_eq!(admitted, 3, "9 / 3 members");
-        f.rebuild(&RuleSet::from_toml(RULES).unwrap(), 2);
-        let admitted = (0..10)
-            .filter(|_| f.consume("r", "k2", 1).unwrap().allowed)
-            .count();
-        assert_eq!(admitted, 5, "ceil(9 / 2)");
-    }
-
-    #[test]
-    fn a_cost_over_the_divided_limit_is_denied_not_refused() {
-        let f = fallback(3);
-        let d = f.consume("r", "k", 5).unwrap();
-        assert!(!d.allowed);
+        let (d, how) = fallback(OwnerFailure::Open).decide(&rule(), "k", 4, false, "b").unwrap();
+        assert!(d.allowed && how == Substitute::Open);
+        assert_eq!(d.remaining, 5);
+        let closed = fallback(OwnerFailure::Closed).decide(&rule(), "k", 1, false, "b");
+        assert_eq!(
+            closed.unwrap_err(),
+            CheckError::Unavailable(Unavailable::OwnerUnreachable { owner: "b".into() })
+        );
     }
 
     #[test]
     fn entering_and_leaving_are_counted_once_per_episode() {
-        let f = fallback(3);
+        let f = fallback(OwnerFailure::Local);
         assert!(!f.bypass("b", 0));
         f.failed("b", 0, "timeout");
         f.failed("b", 10, "timeout");
         assert_eq!(f.status().owners, vec!["b".to_string()]);
         assert!(f.bypass("b", 50), "within the probe interval");
-        assert!(!f.bypass("b", 200_000_000), "one probe after the interval");
-        assert!(f.bypass("b", 200_000_001), "and only one");
+        assert!(!f.bypass("b", 100_000_000), "one probe after the interval");
+        assert!(f.bypass("b", 100_000_001), "and only one");
         f.answered("b", 300_000_000);
         let s = f.status();
         assert!(!s.active);

@@ -28,7 +28,7 @@ struct Entry {
 /// Denials by hash part, then rule: one caller has one or two limits, so a
 /// short list per hash part beats a composite key that would allocate on
 /// every lookup.
-pub(crate) struct DenyCache {
+pub struct DenyCache {
     map: DashMap<CompactString, Vec<Entry>>,
     max_keys: usize,
 }
@@ -51,15 +51,8 @@ impl DenyCache {
             if e.until <= now {
                 None
             } else if cost >= e.cost {
-                Some(Decision {
-                    allowed: false,
-                    limit: e.limit,
-                    remaining: 0,
-                    retry_after: Duration::from_nanos(e.until - now),
-                    reset_at: e.reset_at,
-                    delay: Duration::ZERO,
-                    at: now,
-                })
+                let wait = Duration::from_nanos(e.until - now);
+                Some(Decision::deny_until(e.limit, wait, e.reset_at, now))
             } else {
                 return None;
             }
@@ -134,15 +127,7 @@ mod tests {
     use weir_core::NANOS_PER_SEC;
 
     fn denial(retry_secs: u64) -> Decision {
-        Decision {
-            allowed: false,
-            limit: 10,
-            remaining: 0,
-            retry_after: Duration::from_secs(retry_secs),
-            reset_at: 99_000,
-            delay: Duration::ZERO,
-            at: 1,
-        }
+        Decision::deny_until(10, Duration::from_secs(retry_secs), 99_000, 1)
     }
 
     #[test]

@@ -8,7 +8,7 @@ use subtle::ConstantTimeEq;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::{Request, Status};
 
-use super::status::{bump, Stats};
+use crate::stats::{bump, Stats};
 
 /// The metadata key every `weir.v1.Peer` call carries when a secret is set.
 pub const PEER_AUTH_HEADER: &str = "x-weir-cluster-auth";
@@ -66,7 +66,7 @@ pub struct PeerAuth {
 }
 
 impl PeerAuth {
-    pub(crate) fn new(expected: Option<PeerToken>, stats: Arc<Stats>) -> Self {
+    pub fn new(expected: Option<PeerToken>, stats: Arc<Stats>) -> Self {
         PeerAuth { expected, stats }
     }
 }

@@ -1,9 +1,9 @@
-//! What a node reports about the cluster: members, counters, fallback state.
+//! What a node reports about the cluster: members, counters since start, fallback state.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::membership::MemberState;
+use crate::topology::membership::MemberState;
 
 /// One member as this node sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +73,7 @@ pub struct ClusterStats {
 
 /// The live counters behind [`ClusterStats`].
 #[derive(Debug, Default)]
-pub(crate) struct Stats {
+pub struct Stats {
     pub peer_calls: AtomicU64,
     pub peer_ops: AtomicU64,
     pub peer_bytes: AtomicU64,
@@ -95,7 +95,7 @@ pub(crate) struct Stats {
     pub sync_deltas: AtomicU64,
 }
 
-pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+pub fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -131,7 +131,7 @@ impl Stats {
 
 /// The fallback's own counts, read under its lock.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct FallbackCounts {
+pub struct FallbackCounts {
     pub entered: u64,
     pub left: u64,
     pub active: u64,

@@ -8,12 +8,163 @@
 //! at once; pulls after a join and a periodic pull from one random peer
 //! (anti-entropy) repair anything a push missed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
 use weir_core::{Limiter, RuleSet, RulesError};
 use weir_proto::weir::v1::RuleSet as WireRuleSet;
+
+use super::membership::NodeIdentity;
+use super::routing::Routing;
+use crate::link::Link;
+use crate::stats::{bump, Stats};
+
+/// Deadline for rule pushes and pulls; they are off the request path.
+const RULES_CALL_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Peers that said (in a Decide call or its answer) they hold a newer rule
+/// set than ours: a queue of nodes to pull from.
+pub struct RulesHints {
+    /// Highest version hinted so far: every answer from a node that is
+    /// ahead says so, and one pull per new version is enough.
+    hinted: AtomicU64,
+    tx: mpsc::UnboundedSender<(NodeIdentity, u64)>,
+}
+
+impl RulesHints {
+    pub fn new() -> (RulesHints, mpsc::UnboundedReceiver<(NodeIdentity, u64)>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hints = RulesHints {
+            hinted: AtomicU64::new(0),
+            tx,
+        };
+        (hints, rx)
+    }
+
+    /// `from` holds rule set `version`: pull it soon if it is new.
+    pub fn hint(&self, from: &NodeIdentity, version: u64) {
+        if self.hinted.fetch_max(version, Ordering::Relaxed) < version {
+            let _ = self.tx.send((from.clone(), version));
+        }
+    }
+}
+
+/// Called with every rule set put in force, whoever wrote it.
+pub type OnRules = Arc<dyn Fn(&RuleSet) + Send + Sync>;
+
+/// The rule set in force on this node, kept converged with the peers'.
+pub struct Rules {
+    sync: RulesSync,
+    limiter: Arc<Limiter>,
+    link: Arc<dyn Link>,
+    routing: Arc<Routing>,
+    stats: Arc<Stats>,
+    on_change: OnRules,
+}
+
+impl Rules {
+    pub fn new(
+        limiter: Arc<Limiter>,
+        link: Arc<dyn Link>,
+        routing: Arc<Routing>,
+        stats: Arc<Stats>,
+        on_change: OnRules,
+    ) -> Self {
+        Rules {
+            sync: RulesSync::new(&limiter.rules()),
+            limiter,
+            link,
+            routing,
+            stats,
+            on_change,
+        }
+    }
+
+    /// Applies a local write and pushes the result to every member.
+    pub fn write(
+        &self,
+        write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        let (set, wire) = self.sync.write(&self.limiter, self.routing.me(), write)?;
+        (self.on_change)(&set);
+        self.push(wire);
+        Ok(set)
+    }
+
+    fn push(&self, wire: WireRuleSet) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pushes: Vec<_> = self
+            .routing
+            .peers()
+            .into_iter()
+            .map(|m| {
+                let call = self.link.push_rules(&m, wire.clone(), RULES_CALL_DEADLINE);
+                let stats = self.stats.clone();
+                async move {
+                    match call.await {
+                        Ok(_) => bump(&stats.rules_pushed, 1),
+                        // Anti-entropy pulls repair a missed push.
+                        Err(e) => tracing::debug!(peer = %m.id, error = %e, "rules push failed"),
+                    }
+                }
+            })
+            .collect();
+        rt.spawn(futures::future::join_all(pushes));
+    }
+
+    /// Takes the rule set from `from` if it ranks above ours.
+    pub async fn pull(&self, from: &NodeIdentity) {
+        let have = self.limiter.rules().version();
+        match self.link.pull_rules(from, have, RULES_CALL_DEADLINE).await {
+            Ok(wire) => {
+                let _ = self.adopt(&wire, &from.id);
+            }
+            Err(e) => tracing::debug!(peer = %from.id, error = %e, "rules pull failed"),
+        }
+    }
+
+    /// Pulls from one random peer (anti-entropy).
+    pub async fn pull_from_anyone(&self) {
+        use rand::seq::IndexedRandom;
+        let peer = self.routing.peers().choose(&mut rand::rng()).cloned();
+        if let Some(peer) = peer {
+            self.pull(&peer).await;
+        }
+    }
+
+    /// Offers a peer's set; Ok(true) when it was adopted.
+    pub fn adopt(&self, wire: &WireRuleSet, from: &str) -> Result<bool, RulesError> {
+        let adopted = self.sync.offer(&self.limiter, wire).inspect_err(|e| {
+            tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
+        })?;
+        if adopted {
+            bump(&self.stats.rules_adopted, 1);
+            (self.on_change)(&self.limiter.rules());
+            tracing::info!(version = wire.version, origin = %wire.origin, from, "adopted a peer's rule set");
+        }
+        Ok(adopted)
+    }
+
+    /// The set in force, as peers exchange it.
+    pub fn current(&self) -> WireRuleSet {
+        self.sync.current(&self.limiter)
+    }
+
+    /// Pulls from peers that hinted at a newer set, until the hints end.
+    pub async fn follow_hints(&self, mut hints: mpsc::UnboundedReceiver<(NodeIdentity, u64)>) {
+        while let Some((from, version)) = hints.recv().await {
+            if version > self.limiter.rules().version() {
+                self.pull(&from).await;
+            }
+        }
+    }
+}
 
 /// What is known about the set in force beyond its version.
 struct Meta {
@@ -29,14 +180,14 @@ fn digest(json: &str) -> [u8; 32] {
     Sha256::digest(json.as_bytes()).into()
 }
 
-pub(crate) struct RulesSync {
+struct RulesSync {
     /// Held across compare-and-install so a local write and a received set
     /// cannot both build on the same version.
     meta: Mutex<Meta>,
 }
 
 impl RulesSync {
-    pub fn new(current: &RuleSet) -> Self {
+    fn new(current: &RuleSet) -> Self {
         let json: Arc<str> = current.to_json().to_string().into();
         RulesSync {
             meta: Mutex::new(Meta {
@@ -49,7 +200,7 @@ impl RulesSync {
 
     /// Applies a local write (`write` maps the set in force to the next one)
     /// under the lock; returns the new set and its wire form to push.
-    pub fn write(
+    fn write(
         &self,
         limiter: &Limiter,
         me: &str,
@@ -71,7 +222,7 @@ impl RulesSync {
 
     /// Adopts `offered` if it ranks above the set in force. Ok(true) when
     /// it was installed; an invalid set is refused and changes nothing.
-    pub fn offer(&self, limiter: &Limiter, offered: &WireRuleSet) -> Result<bool, RulesError> {
+    fn offer(&self, limiter: &Limiter, offered: &WireRuleSet) -> Result<bool, RulesError> {
         let offered_digest = digest(&offered.rules_json);
         let mut meta = self.meta.lock();
         let mine = (limiter.rules().version(), meta.origin.as_str(), meta.digest);
@@ -90,7 +241,7 @@ impl RulesSync {
     }
 
     /// The set in force, as peers exchange it.
-    pub fn current(&self, limiter: &Limiter) -> WireRuleSet {
+    fn current(&self, limiter: &Limiter) -> WireRuleSet {
         let meta = self.meta.lock();
         wire(limiter.rules().version(), &meta)
     }

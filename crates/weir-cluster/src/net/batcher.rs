@@ -12,51 +12,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use futures::future::BoxFuture;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::AbortHandle;
+use weir_core::Limiter;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
-use super::peers::PeerFailure;
-use super::status::bump;
-use super::Net;
+use crate::link::Link;
+use crate::config::BatchConfig;
+use crate::owner::peers::{PeerFailure, Peers};
+use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
+use crate::topology::rules_sync::RulesHints;
 
-/// Batching knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchConfig {
-    /// Most ops in one Decide call; 1 turns batching off.
-    pub max_items: usize,
-    /// How long the first op of a batch waits for company. Zero: only what
-    /// is already queued goes along.
-    pub linger: Duration,
-    /// Decide calls in flight per owner at once.
-    pub max_in_flight: usize,
-    /// Ops queued per owner before new ones are refused (and decided by the
-    /// owner-failure policy): a stalled owner must not grow memory.
-    pub queue: usize,
-}
-
-impl Default for BatchConfig {
-    fn default() -> Self {
-        BatchConfig {
-            max_items: 256,
-            linger: Duration::ZERO,
-            max_in_flight: 4,
-            queue: 16_384,
-        }
-    }
-}
-
-impl BatchConfig {
-    /// One op per call with up to `max_in_flight` calls at once: the
-    /// no-batching baseline the benchmark compares against.
-    pub fn unbatched(max_in_flight: usize) -> Self {
-        BatchConfig {
-            max_items: 1,
-            max_in_flight,
-            ..BatchConfig::default()
-        }
-    }
+/// What every batcher task shares: where calls go and what they report.
+pub(crate) struct Ctx {
+    pub link: Arc<dyn Link>,
+    pub me: String,
+    /// Read for the rule-set version each call carries.
+    pub limiter: Arc<Limiter>,
+    pub hints: Arc<RulesHints>,
+    pub stats: Arc<Stats>,
+    /// Deadline of one Decide call.
+    pub deadline: Duration,
 }
 
 pub(crate) type Reply = Result<OpResult, PeerFailure>;
@@ -82,27 +61,28 @@ struct Handle {
     task: AbortHandle,
 }
 
+/// One batcher per owner, started on first use: the production [`Peers`].
 pub(crate) struct Batchers {
     map: DashMap<String, Handle>,
-    net: Arc<Net>,
+    ctx: Arc<Ctx>,
     config: BatchConfig,
 }
 
 impl Batchers {
-    pub fn new(net: Arc<Net>, mut config: BatchConfig) -> Self {
+    pub fn new(ctx: Ctx, mut config: BatchConfig) -> Self {
         config.max_items = config.max_items.max(1);
         config.max_in_flight = config.max_in_flight.max(1);
         config.queue = config.queue.max(1);
         Batchers {
             map: DashMap::new(),
-            net,
+            ctx: Arc::new(ctx),
             config,
         }
     }
 
-    fn sender(&self, id: &str, addr: SocketAddr) -> mpsc::Sender<Pending> {
-        let usable = |h: &Handle| h.addr == addr && !h.tx.is_closed();
-        if let Some(h) = self.map.get(id) {
+    fn sender(&self, to: &NodeIdentity) -> mpsc::Sender<Pending> {
+        let usable = |h: &Handle| h.addr == to.grpc && !h.tx.is_closed();
+        if let Some(h) = self.map.get(&to.id) {
             if usable(&h) {
                 return h.tx.clone();
             }
@@ -112,53 +92,64 @@ impl Batchers {
         // would go to a task that is aborted.
         let mut entry = self
             .map
-            .entry(id.to_string())
-            .or_insert_with(|| self.spawn(id, addr));
+            .entry(to.id.clone())
+            .or_insert_with(|| self.spawn(to));
         if !usable(&entry) {
             entry.task.abort();
-            *entry = self.spawn(id, addr);
+            *entry = self.spawn(to);
         }
         entry.tx.clone()
     }
 
-    fn spawn(&self, id: &str, addr: SocketAddr) -> Handle {
+    fn spawn(&self, to: &NodeIdentity) -> Handle {
         let (tx, rx) = mpsc::channel(self.config.queue);
-        let task = tokio::spawn(run(id.to_string(), addr, rx, self.net.clone(), self.config));
+        let task = tokio::spawn(run(to.clone(), rx, self.ctx.clone(), self.config));
         Handle {
-            addr,
+            addr: to.grpc,
             tx,
             task: task.abort_handle(),
         }
     }
 
-    /// Queues `op` for `id`; the receiver yields the owner's answer.
-    pub fn submit(
+    /// Stops every batcher.
+    pub fn clear(&self) {
+        self.retain(&|_| false);
+    }
+}
+
+impl Peers for Batchers {
+    fn decide(
         &self,
-        id: &str,
-        addr: SocketAddr,
+        to: &NodeIdentity,
         op: CounterOp,
-    ) -> Result<oneshot::Receiver<Reply>, PeerFailure> {
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<OpResult, PeerFailure>> {
         let (reply, rx) = oneshot::channel();
         let pending = Pending {
             op,
             reply: Some(reply),
         };
-        match self.sender(id, addr).try_send(pending) {
-            Ok(()) => Ok(rx),
-            Err(_) => Err(PeerFailure::Overloaded),
-        }
+        let queued = self.sender(to).try_send(pending);
+        Box::pin(async move {
+            if queued.is_err() {
+                return Err(PeerFailure::Overloaded);
+            }
+            match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Err(PeerFailure::Unreachable("batcher stopped".into())),
+                Err(_) => Err(PeerFailure::Timeout(deadline)),
+            }
+        })
     }
 
-    /// Queues `op` with nobody waiting for the answer (a refund).
-    pub fn send_and_forget(&self, id: &str, addr: SocketAddr, op: CounterOp) {
+    fn send(&self, to: &NodeIdentity, op: CounterOp) {
         let pending = Pending { op, reply: None };
-        if self.sender(id, addr).try_send(pending).is_err() {
-            tracing::debug!(owner = id, "refund dropped: owner queue full");
+        if self.sender(to).try_send(pending).is_err() {
+            tracing::debug!(owner = %to.id, "refund dropped: owner queue full");
         }
     }
 
-    /// Stops the batchers of nodes `keep` rejects.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+    fn retain(&self, keep: &dyn Fn(&str) -> bool) {
         self.map.retain(|id, h| {
             let k = keep(id);
             if !k {
@@ -166,18 +157,14 @@ impl Batchers {
             }
             k
         });
-    }
-
-    pub fn clear(&self) {
-        self.retain(|_| false);
+        self.ctx.link.retain(keep);
     }
 }
 
 async fn run(
-    id: String,
-    addr: SocketAddr,
+    to: NodeIdentity,
     mut rx: mpsc::Receiver<Pending>,
-    net: Arc<Net>,
+    ctx: Arc<Ctx>,
     config: BatchConfig,
 ) {
     let permits = Arc::new(Semaphore::new(config.max_in_flight));
@@ -216,32 +203,33 @@ async fn run(
         if batch.is_empty() {
             continue;
         }
-        let net = net.clone();
-        let id = id.clone();
+        let ctx = ctx.clone();
+        let to = to.clone();
         tokio::spawn(async move {
-            send(&net, &id, addr, batch).await;
+            send(&ctx, &to, batch).await;
             drop(permit);
         });
     }
 }
 
-async fn send(net: &Net, id: &str, addr: SocketAddr, batch: Vec<Pending>) {
+async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
     let n = batch.len();
     let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
-    bump(&net.stats.peer_calls, 1);
-    bump(&net.stats.peer_ops, n as u64);
-    let mine = net.limiter.rules().version();
+    let stats = &ctx.stats;
+    bump(&stats.peer_calls, 1);
+    bump(&stats.peer_ops, n as u64);
+    let mine = ctx.limiter.rules().version();
     let req = DecideRequest {
         ops,
         rules_version: mine,
-        from_node: net.me.clone(),
+        from_node: ctx.me.clone(),
     };
-    bump(&net.stats.peer_bytes, req.encoded_len() as u64);
-    let outcome = match net.peers.decide(id, addr, req, net.deadline).await {
+    bump(&stats.peer_bytes, req.encoded_len() as u64);
+    let outcome = match ctx.link.decide(to, req, ctx.deadline).await {
         Ok(resp) if resp.results.len() == n => {
-            bump(&net.stats.peer_bytes, resp.encoded_len() as u64);
+            bump(&stats.peer_bytes, resp.encoded_len() as u64);
             if resp.rules_version > mine {
-                net.hint_rules(id, addr, resp.rules_version);
+                ctx.hints.hint(to, resp.rules_version);
             }
             Ok(resp.results)
         }
@@ -260,8 +248,8 @@ async fn send(net: &Net, id: &str, addr: SocketAddr, batch: Vec<Pending>) {
             }
         }
         Err(failure) => {
-            bump(&net.stats.peer_failures, 1);
-            tracing::debug!(owner = id, %failure, ops = n, "Decide call failed");
+            bump(&stats.peer_failures, 1);
+            tracing::debug!(owner = %to.id, %failure, ops = n, "Decide call failed");
             for reply in replies.into_iter().flatten() {
                 let _ = reply.send(Err(failure.clone()));
             }

@@ -9,12 +9,11 @@ use std::time::Duration;
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
 use rand_foca::rngs::SmallRng;
 use rand_foca::SeedableRng;
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::auth::PacketAuth;
-use super::blackhole::Blackhole;
+use super::datagrams::Datagrams;
 use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
 
 type SwimNode = Foca<NodeIdentity, PostcardCodec, SmallRng, NoCustomBroadcast>;
@@ -50,9 +49,8 @@ impl Ord for Scheduled {
 pub(super) struct Driver {
     foca: SwimNode,
     rt: AccumulatingRuntime<NodeIdentity>,
-    socket: UdpSocket,
+    socket: Arc<dyn Datagrams>,
     auth: Option<PacketAuth>,
-    blackhole: Option<Blackhole>,
     seeds: Vec<SocketAddr>,
     announce_interval: Duration,
     timers: BinaryHeap<Reverse<Scheduled>>,
@@ -70,9 +68,8 @@ impl Driver {
     pub(super) fn new(
         identity: NodeIdentity,
         config: foca::Config,
-        socket: UdpSocket,
+        socket: Arc<dyn Datagrams>,
         auth: Option<PacketAuth>,
-        blackhole: Option<Blackhole>,
         seeds: Vec<SocketAddr>,
         announce_interval: Duration,
         shared: Arc<Shared>,
@@ -87,7 +84,6 @@ impl Driver {
             rt: AccumulatingRuntime::new(),
             socket,
             auth,
-            blackhole,
             seeds,
             announce_interval,
             timers: BinaryHeap::new(),
@@ -146,9 +142,6 @@ impl Driver {
     }
 
     fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
-        if self.blackhole.as_ref().is_some_and(|b| b.contains(from)) {
-            return;
-        }
         let stats = &self.shared.stats;
         Counters::add(&stats.packets_in, 1);
         Counters::add(&stats.bytes_in, datagram.len() as u64);
@@ -232,9 +225,6 @@ impl Driver {
     }
 
     async fn send(&mut self, to: SocketAddr, payload: &[u8]) {
-        if self.blackhole.as_ref().is_some_and(|b| b.contains(to)) {
-            return;
-        }
         self.out.clear();
         self.out.extend_from_slice(payload);
         if let Some(auth) = &self.auth {

@@ -1,0 +1,126 @@
+//! The loops a member runs beside its checks: following the member view, periodic chores, rule hints, re-seeding, and the wait at the end of a leave.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::link::Link;
+use crate::strategy::Strategy;
+use crate::topology::membership::{MemberView, Membership, NodeIdentity};
+use crate::topology::ring::Ring;
+use crate::topology::routing::Routing;
+use crate::topology::rules_sync::Rules;
+use crate::topology::seeds::SeedResolver;
+
+/// How often strays, expired denials and idle keys are swept.
+const MAINTENANCE_EVERY: Duration = Duration::from_millis(250);
+
+/// Rebuilds the ring on every member view and tells the strategy.
+pub async fn follow_view(
+    routing: Arc<Routing>,
+    rules: Arc<Rules>,
+    strategy: Arc<dyn Strategy>,
+    mut views: watch::Receiver<MemberView>,
+) {
+    while views.changed().await.is_ok() {
+        let view = views.borrow_and_update().clone();
+        let ring = Arc::new(Ring::with_default_vnodes(&view.members));
+        let old = routing.install(ring.clone());
+        let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
+        tracing::info!(epoch = view.epoch, members = ?ids, "ring rebuilt");
+        let me = routing.me();
+        let joined = ring
+            .members()
+            .iter()
+            .find(|m| m.id != me && !old.members().iter().any(|o| o.id == m.id));
+        if let Some(newcomer) = joined {
+            // A node that joins late learns the rules from a peer; the
+            // newcomer's own pull carries ours the other way if ours rank
+            // higher (a hint in its next Decide, or anti-entropy, settles
+            // the rest).
+            rules.pull(newcomer).await;
+        }
+        strategy.on_ring(&old, &ring).await;
+    }
+}
+
+/// Periodic chores: the strategy's sweeps, and the rules pulled from a
+/// random peer every `pull_every` (anti-entropy).
+pub async fn maintain(strategy: Arc<dyn Strategy>, rules: Arc<Rules>, pull_every: Duration) {
+    let mut tick = tokio::time::interval(MAINTENANCE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_pull = tokio::time::Instant::now() + pull_every;
+    loop {
+        tick.tick().await;
+        strategy.maintain().await;
+        if tokio::time::Instant::now() >= next_pull {
+            next_pull = tokio::time::Instant::now() + pull_every;
+            rules.pull_from_anyone().await;
+        }
+    }
+}
+
+/// Pulls the rules from peers that said they hold a newer set.
+pub async fn follow_hints(rules: Arc<Rules>, hints: mpsc::UnboundedReceiver<(NodeIdentity, u64)>) {
+    rules.follow_hints(hints).await;
+}
+
+/// While this node knows no peer, resolves the seed names again every
+/// `every` and hands the membership any address they now name.
+pub async fn reseed(
+    routing: Arc<Routing>,
+    membership: Arc<Membership>,
+    resolver: SeedResolver,
+    names: Vec<String>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick fires at once; start already resolved the names.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if routing.ring().len() > 1 {
+            continue;
+        }
+        let (resolver, names) = (resolver.clone(), names.clone());
+        let Ok(addrs) = tokio::task::spawn_blocking(move || resolver.resolve_all(&names)).await else {
+            continue;
+        };
+        if !addrs.is_empty() {
+            tracing::info!(?addrs, "alone: announcing to the seeds as they resolve now");
+            membership.add_seeds(addrs);
+        }
+    }
+}
+
+/// Polls every remaining member until none lists `me` as live, or
+/// `give_up` passes. Meanwhile checks still routed here are forwarded to
+/// the new owners.
+pub async fn until_forgotten(
+    link: &dyn Link,
+    me: &str,
+    rest: &[NodeIdentity],
+    give_up: tokio::time::Instant,
+) -> Option<Duration> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let asks = rest.iter().map(|m| {
+            let call = link.members(m, Duration::from_millis(200));
+            async move {
+                // A peer that does not answer will not route here either.
+                call.await.is_ok_and(|r| r.live.iter().any(|id| id == me))
+            }
+        });
+        let listed = futures::future::join_all(asks).await;
+        if !listed.contains(&true) {
+            return Some(started.elapsed());
+        }
+        if tokio::time::Instant::now() >= give_up {
+            tracing::warn!("peers still list this node at the leave timeout");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,389 @@
+//! A running cluster member: the parts wired together, and the background loops that keep them current.
+//!
+//! The protocol and its failure bounds are written up in `docs/cluster.md`;
+//! the parts each live in a module of their own (see the crate root).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::task::AbortHandle;
+use tonic::service::interceptor::InterceptedService;
+use weir_core::{Limiter, RuleSet, RulesError};
+use weir_proto::weir::v1::peer_server::PeerServer;
+
+use crate::background;
+use crate::config::{ClusterConfig, GossipProfile};
+use crate::handler::PeerHandler;
+use crate::link::Link;
+use crate::net::auth::{PeerAuth, PeerToken};
+use crate::net::batcher::{Batchers, Ctx};
+use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
+use crate::net::server::PeerService;
+use crate::owner::local::Local;
+use crate::owner::serve::OwnerService;
+use crate::stats::{ClusterStats, FallbackStatus, MemberStatus, Stats};
+use crate::strategy::{self, Parts, Strategy};
+use crate::topology::membership::{
+    Datagrams, Membership, MembershipConfig, MembershipError, MembershipStats,
+    NodeIdentity, UdpDatagrams,
+};
+use crate::topology::ring::Ring;
+use crate::topology::routing::Routing;
+use crate::topology::rules_sync::{Rules, RulesHints};
+use crate::topology::seeds::SeedResolver;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    #[error("invalid cluster config: {0}")]
+    Config(&'static str),
+}
+
+/// The peer service as mounted on a node's gRPC server.
+pub type PeerServiceServer = InterceptedService<PeerServer<PeerService>, PeerAuth>;
+
+/// How long start waits for seed names to resolve (a DNS record may appear
+/// a little after the pod it names).
+const SEED_PATIENCE: Duration = Duration::from_secs(5);
+
+/// What a member talks over: gossip datagrams, peer calls, seed resolution.
+pub(crate) struct Transport {
+    pub datagrams: Arc<dyn Datagrams>,
+    pub link: Arc<dyn Link>,
+    pub resolver: SeedResolver,
+}
+
+/// The wired parts; the background loops hold it, the [`Cluster`] handle stops them.
+struct Inner {
+    config: ClusterConfig,
+    limiter: Arc<Limiter>,
+    membership: Arc<Membership>,
+    routing: Arc<Routing>,
+    rules: Arc<Rules>,
+    strategy: Arc<dyn Strategy>,
+    handler: Arc<PeerHandler>,
+    link: Arc<dyn Link>,
+    stats: Arc<Stats>,
+    token: Option<PeerToken>,
+    resolver: SeedResolver,
+    tasks: Mutex<Vec<AbortHandle>>,
+    stopped: AtomicBool,
+}
+
+/// A running cluster member. Dropping it stops its tasks without a goodbye.
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl Cluster {
+    /// Joins (or founds) the cluster over UDP gossip on `gossip_bind` and
+    /// gRPC peer calls, and starts the background tasks. The caller mounts
+    /// [`Cluster::peer_service`] on `identity.grpc`.
+    pub async fn start(
+        config: ClusterConfig,
+        identity: NodeIdentity,
+        gossip_bind: SocketAddr,
+        limiter: Arc<Limiter>,
+    ) -> Result<Cluster, ClusterError> {
+        config.validate().map_err(ClusterError::Config)?;
+        let datagrams = UdpDatagrams::bind(gossip_bind)
+            .await
+            .map_err(|source| MembershipError::Bind {
+                addr: gossip_bind,
+                source,
+            })?;
+        let token = config.secret.as_deref().and_then(|s| PeerToken::new(s.as_bytes()));
+        let transport = Transport {
+            datagrams: Arc::new(datagrams),
+            link: Arc::new(TonicLink::new(token)),
+            resolver: SeedResolver::system(),
+        };
+        Cluster::assemble(config, identity, limiter, transport).await
+    }
+
+    pub(crate) async fn assemble(
+        config: ClusterConfig,
+        identity: NodeIdentity,
+        limiter: Arc<Limiter>,
+        t: Transport,
+    ) -> Result<Cluster, ClusterError> {
+        config.validate().map_err(ClusterError::Config)?;
+        let seeds = t.resolver.resolve_patiently(&config.seeds, SEED_PATIENCE).await;
+        let mut mc = match config.gossip_profile {
+            GossipProfile::Lan => MembershipConfig::new(identity, seeds),
+            GossipProfile::Fast => MembershipConfig::fast(identity, seeds),
+        };
+        if let Some(s) = &config.secret {
+            mc = mc.with_secret(s.as_bytes().to_vec());
+        }
+        let membership = Arc::new(Membership::start_on(mc, t.datagrams)?);
+        let me = membership.identity().id;
+        let stats = Arc::new(Stats::default());
+        // Subscribe before reading the first view, so a change in between
+        // is seen by the watcher rather than lost.
+        let mut views = membership.subscribe();
+        let ring = Ring::with_default_vnodes(&views.borrow_and_update().members);
+        let routing = Arc::new(Routing::new(me.clone(), ring));
+        let (hints, hints_rx) = RulesHints::new();
+        let hints = Arc::new(hints);
+        let local = Arc::new(Local::new(limiter.clone()));
+        let ctx = Ctx {
+            link: t.link.clone(),
+            me,
+            limiter: limiter.clone(),
+            hints: hints.clone(),
+            stats: stats.clone(),
+            deadline: config.owner_deadline,
+        };
+        let peers = Arc::new(Batchers::new(ctx, config.batch));
+        let strategy = strategy::build(Parts {
+            config: config.clone(),
+            local: local.clone(),
+            routing: routing.clone(),
+            peers: peers.clone(),
+            link: t.link.clone(),
+            stats: stats.clone(),
+        });
+        let on_rules = {
+            let s = strategy.clone();
+            Arc::new(move |set: &RuleSet| s.on_rules(set))
+        };
+        let rules = Arc::new(Rules::new(
+            limiter.clone(),
+            t.link.clone(),
+            routing.clone(),
+            stats.clone(),
+            on_rules,
+        ));
+        let owner = OwnerService::new(
+            local,
+            routing.clone(),
+            peers.clone(),
+            hints,
+            stats.clone(),
+            config.owner_deadline,
+        );
+        let handler = Arc::new(PeerHandler::new(
+            owner,
+            rules.clone(),
+            strategy.clone(),
+            limiter.clone(),
+            membership.clone(),
+            stats.clone(),
+        ));
+        let token = config.secret.as_deref().and_then(|s| PeerToken::new(s.as_bytes()));
+        let inner = Arc::new(Inner {
+            config,
+            limiter,
+            membership,
+            routing,
+            rules,
+            strategy: strategy.clone(),
+            handler,
+            link: t.link,
+            stats,
+            token,
+            resolver: t.resolver,
+            tasks: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(false),
+        });
+        let c = &inner.config;
+        let mut tasks = vec![
+            spawn(background::follow_view(
+                inner.routing.clone(),
+                inner.rules.clone(),
+                strategy.clone(),
+                views,
+            )),
+            spawn(background::maintain(
+                strategy.clone(),
+                inner.rules.clone(),
+                c.rules_sync_interval,
+            )),
+            spawn(background::follow_hints(inner.rules.clone(), hints_rx)),
+            spawn(stop_on_drop(peers)),
+        ];
+        if !c.seeds.is_empty() {
+            tasks.push(spawn(background::reseed(
+                inner.routing.clone(),
+                inner.membership.clone(),
+                inner.resolver.clone(),
+                c.seeds.clone(),
+                c.reseed_interval,
+            )));
+        }
+        tasks.extend(strategy.spawn());
+        *inner.tasks.lock() = tasks;
+        tracing::info!(node = %inner.membership.identity(), strategy = inner.strategy.name(), "cluster member started");
+        Ok(Cluster { inner })
+    }
+
+    /// This node's identity as gossiped (gossip port filled in).
+    pub fn identity(&self) -> NodeIdentity {
+        self.inner.membership.identity()
+    }
+
+    pub fn node_id(&self) -> &str {
+        self.inner.routing.me()
+    }
+
+    pub fn gossip_addr(&self) -> SocketAddr {
+        self.inner.membership.local_addr()
+    }
+
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.inner.limiter
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.config
+    }
+
+    /// The strategy this member decides by, chosen at start.
+    pub fn strategy(&self) -> &Arc<dyn Strategy> {
+        &self.inner.strategy
+    }
+
+    /// The ring this node routes by now.
+    pub fn ring(&self) -> Arc<Ring> {
+        self.inner.routing.ring()
+    }
+
+    /// The owner of a hash part on this node's ring.
+    pub fn owner_of(&self, hash_part: &str) -> Option<NodeIdentity> {
+        self.inner.routing.ring().owner(hash_part).cloned()
+    }
+
+    /// Every known member (down ones included, for a while) with its share
+    /// of this node's ring.
+    pub fn members_status(&self) -> Vec<MemberStatus> {
+        let shares = self.inner.routing.ring().shares();
+        let share = |id: &str| shares.iter().find(|(i, _)| i == id).map_or(0.0, |(_, s)| *s);
+        self.inner
+            .membership
+            .members()
+            .into_iter()
+            .map(|m| MemberStatus {
+                ring_share: if m.state.is_live() { share(&m.identity.id) } else { 0.0 },
+                id: m.identity.id,
+                gossip: m.identity.gossip,
+                grpc: m.identity.grpc,
+                state: m.state,
+            })
+            .collect()
+    }
+
+    /// Traffic counters of the gossip socket (datagrams dropped for a bad
+    /// tag among them).
+    pub fn gossip_stats(&self) -> MembershipStats {
+        self.inner.membership.stats()
+    }
+
+    pub fn stats(&self) -> ClusterStats {
+        self.inner.stats.snapshot(&self.inner.strategy.fallback_counts())
+    }
+
+    pub fn fallback_status(&self) -> FallbackStatus {
+        self.inner.strategy.fallback_status()
+    }
+
+    /// What peers call, whatever carries the calls.
+    pub(crate) fn handler(&self) -> &Arc<PeerHandler> {
+        &self.inner.handler
+    }
+
+    /// The `weir.v1.Peer` service to mount on this node's gRPC port, behind
+    /// the cluster-secret check.
+    pub fn peer_service(&self) -> PeerServiceServer {
+        let auth = PeerAuth::new(self.inner.token.clone(), self.inner.stats.clone());
+        let server = PeerServer::new(PeerService::new(self.inner.handler.clone()))
+            .max_decoding_message_size(MAX_PEER_MESSAGE)
+            .max_encoding_message_size(MAX_PEER_MESSAGE);
+        InterceptedService::new(server, auth)
+    }
+
+    /// Applies a local rule write and pushes the result to every member.
+    pub fn write_rules(
+        &self,
+        write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        self.inner.rules.write(write)
+    }
+
+    /// Leaves gracefully: hands every counter to its owner on the ring
+    /// without this node, announces the departure, and waits (up to
+    /// `leave_timeout`) until no peer lists this node any more. Checks that
+    /// arrive meanwhile are forwarded to the new owners, so none is lost.
+    pub async fn leave(&self) {
+        let inner = &self.inner;
+        if inner.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        inner.abort_tasks();
+        let rest = inner.routing.peers();
+        if rest.is_empty() {
+            let _ = inner.membership.leave_gracefully().await;
+            tracing::info!("left; no peer to hand anything to");
+            return;
+        }
+        // The whole leave is bounded by `leave_timeout`, so a shutdown
+        // (and the grace period deploy files allow for it) stays bounded
+        // even when peers are slow.
+        let give_up = tokio::time::Instant::now() + inner.config.leave_timeout;
+        inner.strategy.leave(give_up).await;
+        if let Err(e) = inner.membership.leave_gracefully().await {
+            tracing::warn!(error = %e, "leave announcement failed");
+        }
+        let waited =
+            background::until_forgotten(&*inner.link, inner.routing.me(), &rest, give_up).await;
+        tracing::info!(?waited, "left the cluster");
+    }
+
+    /// Stops everything at once with no goodbye, as a crash would: peers
+    /// find out through failure detection. For tests.
+    pub fn kill(&self) {
+        self.inner.stop();
+        self.inner.membership.abort();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.inner.stop();
+    }
+}
+
+impl Inner {
+    fn abort_tasks(&self) {
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.abort_tasks();
+    }
+}
+
+
+fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> AbortHandle {
+    tokio::spawn(task).abort_handle()
+}
+
+/// Holds the batchers for as long as the member runs; when the tasks are
+/// aborted, dropping them stops every per-owner queue.
+async fn stop_on_drop(peers: Arc<Batchers>) {
+    struct StopOnDrop(Arc<Batchers>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.clear();
+        }
+    }
+    let _guard = StopOnDrop(peers);
+    std::future::pending::<()>().await;
+}

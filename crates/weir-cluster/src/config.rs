@@ -1,0 +1,259 @@
+//! Every cluster tunable and its default, in one place: the node's configuration embeds [`ClusterConfig`] and its CLI help reads these values.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which strategy decides checks (`--strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StrategyKind {
+    /// Forward each check to the key's owner; exact at steady state.
+    #[default]
+    Owner,
+    /// Count locally, broadcast deltas every sync interval (seed 8C).
+    Gossip,
+    /// Enforce limit/N alone, N = live members (seed 8A).
+    Divide,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 3] = [
+        StrategyKind::Owner,
+        StrategyKind::Gossip,
+        StrategyKind::Divide,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::Owner => "owner",
+            StrategyKind::Gossip => "gossip",
+            StrategyKind::Divide => "divide",
+        }
+    }
+}
+
+/// What a node does when a key's owner does not answer (`--on-owner-failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnerFailure {
+    /// Decide locally with each rule sized limit/N (N = live members).
+    #[default]
+    Local,
+    /// Admit.
+    Open,
+    /// Refuse with 503 (never 429: the caller is not over its limit).
+    Closed,
+}
+
+impl OwnerFailure {
+    pub const ALL: [OwnerFailure; 3] = [OwnerFailure::Local, OwnerFailure::Open, OwnerFailure::Closed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwnerFailure::Local => "local",
+            OwnerFailure::Open => "open",
+            OwnerFailure::Closed => "closed",
+        }
+    }
+}
+
+macro_rules! named_enum {
+    ($t:ty, $what:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                <$t>::ALL
+                    .into_iter()
+                    .find(|k| k.as_str() == s)
+                    .ok_or_else(|| format!("unknown {} {s:?}", $what))
+            }
+        }
+    };
+}
+
+named_enum!(StrategyKind, "strategy");
+named_enum!(OwnerFailure, "owner-failure policy");
+
+/// How quickly membership notices a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GossipProfile {
+    /// LAN timings: a crash is noticed in ~3-4 s.
+    #[default]
+    Lan,
+    /// ~1.3-1.8 s; for loopback tests.
+    Fast,
+}
+
+/// Batching of counter ops to one owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Most ops in one Decide call; 1 turns batching off.
+    pub max_items: usize,
+    /// How long the first op of a batch waits for company. Zero: only what
+    /// is already queued goes along.
+    pub linger: Duration,
+    /// Decide calls in flight per owner at once.
+    pub max_in_flight: usize,
+    /// Ops queued per owner before new ones are refused (and decided by the
+    /// owner-failure policy): a stalled owner must not grow memory.
+    pub queue: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_items: 256,
+            linger: Duration::ZERO,
+            max_in_flight: 4,
+            queue: 16_384,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// One op per call with up to `max_in_flight` calls at once: the
+    /// no-batching baseline the benchmark compares against.
+    pub fn unbatched(max_in_flight: usize) -> Self {
+        BatchConfig {
+            max_items: 1,
+            max_in_flight,
+            ..BatchConfig::default()
+        }
+    }
+}
+
+/// How N nodes decide as one limiter. Everything here has a default; a
+/// node's address and identity are given to [`crate::Cluster::start`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub strategy: StrategyKind,
+    /// Gossip strategy: how often counts go to every peer.
+    pub sync_interval: Duration,
+    /// How long a gateway waits for an owner's answer before applying
+    /// `on_owner_failure`. One LAN hop is ~0.5 ms (seed 8B) and a batch of
+    /// 256 ops adds well under a millisecond, so the default 5 ms is ~10x the
+    /// expected answer: an owner that has not answered by then has spent
+    /// the check's whole latency budget (5 ms, seed).
+    pub owner_deadline: Duration,
+    pub on_owner_failure: OwnerFailure,
+    pub batch: BatchConfig,
+    pub gossip_profile: GossipProfile,
+    /// Nodes to join through (`host:port` of their gossip sockets). Names
+    /// that do not resolve at start are retried for a few seconds, then
+    /// again every `reseed_interval` while this node knows no peer: a DNS
+    /// record that appears late would otherwise leave it a cluster of one.
+    pub seeds: Vec<String>,
+    pub reseed_interval: Duration,
+    /// Shared secret: gossip is HMAC-tagged with it and every peer call
+    /// must carry a token derived from it.
+    pub secret: Option<String>,
+    /// Anti-entropy: how often each node pulls the rule set from one random peer.
+    pub rules_sync_interval: Duration,
+    /// While an owner is in fallback, how often one check probes it.
+    pub fallback_probe: Duration,
+    /// Graceful leave: the longest wait for peers to drop this node.
+    pub leave_timeout: Duration,
+    /// Denials cached at most (distinct hash parts).
+    pub deny_cache_keys: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            strategy: StrategyKind::Owner,
+            sync_interval: Duration::from_millis(100),
+            owner_deadline: Duration::from_millis(5),
+            on_owner_failure: OwnerFailure::Local,
+            batch: BatchConfig::default(),
+            gossip_profile: GossipProfile::Lan,
+            seeds: Vec::new(),
+            reseed_interval: Duration::from_secs(5),
+            secret: None,
+            rules_sync_interval: Duration::from_secs(5),
+            fallback_probe: Duration::from_millis(200),
+            leave_timeout: Duration::from_secs(3),
+            deny_cache_keys: 100_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Why this configuration cannot run, naming the setting.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.owner_deadline.is_zero() {
+            return Err("owner_deadline must be longer than zero");
+        }
+        if self.sync_interval.is_zero() {
+            return Err("sync_interval must be longer than zero");
+        }
+        if self.secret.as_deref() == Some("") {
+            return Err("cluster secret must not be empty");
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("strategy", &self.strategy)
+            .field("sync_interval", &self.sync_interval)
+            .field("owner_deadline", &self.owner_deadline)
+            .field("on_owner_failure", &self.on_owner_failure)
+            .field("batch", &self.batch)
+            .field("gossip_profile", &self.gossip_profile)
+            .field("seeds", &self.seeds)
+            .field("reseed_interval", &self.reseed_interval)
+            // Never print key material.
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("rules_sync_interval", &self.rules_sync_interval)
+            .field("fallback_probe", &self.fallback_probe)
+            .field("leave_timeout", &self.leave_timeout)
+            .field("deny_cache_keys", &self.deny_cache_keys)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_back_and_unknown_ones_are_named() {
+        for k in StrategyKind::ALL {
+            assert_eq!(k.as_str().parse::<StrategyKind>(), Ok(k));
+        }
+        for p in OwnerFailure::ALL {
+            assert_eq!(p.to_string().parse::<OwnerFailure>(), Ok(p));
+        }
+        assert_eq!(
+            "redis".parse::<StrategyKind>(),
+            Err("unknown strategy \"redis\"".to_string())
+        );
+    }
+
+    #[test]
+    fn a_zero_deadline_or_an_empty_secret_is_refused() {
+        assert_eq!(ClusterConfig::default().validate(), Ok(()));
+        let zero = ClusterConfig {
+            owner_deadline: Duration::ZERO,
+            ..ClusterConfig::default()
+        };
+        assert!(zero.validate().unwrap_err().contains("owner_deadline"));
+        let empty = ClusterConfig {
+            secret: Some(String::new()),
+            ..ClusterConfig::default()
+        };
+        assert!(empty.validate().unwrap_err().contains("secret"));
+        let shown = format!("{:?}", ClusterConfig {
+            secret: Some("hunter2".into()),
+            ..ClusterConfig::default()
+        });
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}

@@ -1,0 +1,102 @@
+//! What a node does for its peers, one method per `weir.v1.Peer` call, whatever carries the call (gRPC, or the in-memory network).
+
+use std::sync::Arc;
+
+use weir_core::{Limiter, RulesError};
+use weir_proto::weir::v1::{
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
+    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+};
+
+use crate::owner::handoff;
+use crate::owner::serve::OwnerService;
+use crate::stats::{bump, Stats};
+use crate::strategy::{Strategy, SyncRefused};
+use crate::topology::membership::Membership;
+use crate::topology::rules_sync::Rules;
+
+pub struct PeerHandler {
+    owner: OwnerService,
+    rules: Arc<Rules>,
+    strategy: Arc<dyn Strategy>,
+    limiter: Arc<Limiter>,
+    membership: Arc<Membership>,
+    stats: Arc<Stats>,
+}
+
+impl PeerHandler {
+    pub fn new(
+        owner: OwnerService,
+        rules: Arc<Rules>,
+        strategy: Arc<dyn Strategy>,
+        limiter: Arc<Limiter>,
+        membership: Arc<Membership>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        PeerHandler {
+            owner,
+            rules,
+            strategy,
+            limiter,
+            membership,
+            stats,
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Decides the ops of the keys this node owns.
+    pub async fn decide(&self, req: DecideRequest) -> DecideResponse {
+        self.owner.decide(req).await
+    }
+
+    /// Takes over counters handed to this node.
+    pub async fn handoff(&self, req: HandoffRequest) -> HandoffResponse {
+        let n = req.counters.len();
+        let limiter = self.limiter.clone();
+        let counters = req.counters;
+        // Folding in many counters is a sweep: off the runtime's workers.
+        let accepted = tokio::task::spawn_blocking(move || handoff::absorb(&limiter, counters))
+            .await
+            .unwrap_or(0);
+        bump(&self.stats.handoffs_received, 1);
+        bump(&self.stats.keys_moved_in, u64::from(accepted));
+        tracing::info!(from = %req.from_node, counters = n, accepted, "took over counters");
+        HandoffResponse { accepted }
+    }
+
+    pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
+        let applied = self.rules.adopt(&wire, &wire.origin)?;
+        Ok(PushRulesResponse {
+            version: self.limiter.rules().version(),
+            applied,
+        })
+    }
+
+    pub fn pull_rules(&self) -> WireRuleSet {
+        self.rules.current()
+    }
+
+    pub fn sync_counts(&self, req: SyncRequest) -> Result<SyncResponse, SyncRefused> {
+        let applied = self.strategy.sync_counts(&req.from_node, &req.deltas)?;
+        Ok(SyncResponse {
+            applied: u32::try_from(applied).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The members this node counts as live; none once it has stopped gossiping.
+    pub fn members(&self) -> MembersResponse {
+        let m = &self.membership;
+        let live = if m.is_running() {
+            m.view().members.into_iter().map(|m| m.id).collect()
+        } else {
+            Vec::new()
+        };
+        MembersResponse {
+            node: m.identity().id,
+            live,
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The raw node-to-node calls (`weir.v1.Peer`), as one trait: gRPC in a node, an in-memory network in tests and simulations.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use weir_proto::weir::v1::{
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
+    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+};
+
+use crate::topology::membership::NodeIdentity;
+
+/// Why a peer call produced no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerFailure {
+    /// No answer within the deadline; the peer may still have acted on it.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection was refused or reset: evidence the peer is not there.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The peer answered with an error status (unauthenticated, malformed).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// Too many ops queued for this peer already.
+    #[error("too many calls queued for this owner")]
+    Overloaded,
+}
+
+/// One unary call per method, each bounded by `deadline`. A failure says
+/// why there is no answer; the call may still have reached the peer.
+pub trait Link: Send + Sync + 'static {
+    fn decide(
+        &self,
+        to: &NodeIdentity,
+        req: DecideRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>>;
+
+    fn handoff(
+        &self,
+        to: &NodeIdentity,
+        req: HandoffRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>>;
+
+    fn push_rules(
+        &self,
+        to: &NodeIdentity,
+        set: WireRuleSet,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>>;
+
+    fn pull_rules(
+        &self,
+        to: &NodeIdentity,
+        have_version: u64,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>>;
+
+    fn sync_counts(
+        &self,
+        to: &NodeIdentity,
+        req: SyncRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>>;
+
+    fn members(
+        &self,
+        to: &NodeIdentity,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>>;
+
+    /// Forgets connections to peers `keep` rejects (members that left).
+    fn retain(&self, keep: &dyn Fn(&str) -> bool);
+}

@@ -1,0 +1,290 @@
+//! An in-memory network for tests and simulations: whole cluster members whose gossip and peer calls are delivered in process, with injected latency, loss, partitions and crashes.
+//!
+//! Each member gets a host address of its own (`10.0.0.N`, never bound),
+//! so a partition or a crash cuts gossip and peer calls alike. Delivery
+//! runs on tokio timers: under a paused clock (`#[tokio::test(start_paused
+//! = true)]`) a test of seconds of cluster time runs in milliseconds, and
+//! the same seed gives the same interleaving far more often than sockets do.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::sync::mpsc;
+use weir_core::Limiter;
+use weir_proto::weir::v1::{
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
+    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+};
+
+use crate::cluster::{Cluster, ClusterError, Transport};
+use crate::config::ClusterConfig;
+use crate::handler::PeerHandler;
+use crate::link::{Link, PeerFailure};
+use crate::topology::membership::{Datagrams, NodeIdentity};
+use crate::topology::seeds::SeedResolver;
+
+const GOSSIP_PORT: u16 = 7946;
+const GRPC_PORT: u16 = 8081;
+
+type Datagram = (Vec<u8>, SocketAddr);
+
+#[derive(Default)]
+struct State {
+    sockets: HashMap<SocketAddr, mpsc::UnboundedSender<Datagram>>,
+    handlers: HashMap<IpAddr, Weak<PeerHandler>>,
+    /// Host pairs that cannot reach each other, both ways.
+    cut: HashSet<(IpAddr, IpAddr)>,
+    /// Hosts that are down: calls to them are refused, datagrams lost.
+    crashed: HashSet<IpAddr>,
+    /// Extra one-way delay on everything to or from a host.
+    slow: HashMap<IpAddr, Duration>,
+    latency: Duration,
+    loss: f64,
+    hosts: u32,
+}
+
+impl State {
+    fn blocked(&self, a: IpAddr, b: IpAddr) -> bool {
+        self.cut.contains(&(a, b)) || self.crashed.contains(&a) || self.crashed.contains(&b)
+    }
+
+    /// One-way delay from `a` to `b`.
+    fn delay(&self, a: IpAddr, b: IpAddr) -> Duration {
+        let extra = |h| self.slow.get(&h).copied().unwrap_or_default();
+        self.latency + extra(a) + extra(b)
+    }
+}
+
+/// The network; clone it freely, every clone is the same network.
+#[derive(Clone, Default)]
+pub struct MemoryNet {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemoryNet {
+    /// A network with a one-way latency of 100 us, about a LAN hop on loopback.
+    pub fn new() -> Self {
+        let net = MemoryNet::default();
+        net.state.lock().latency = Duration::from_micros(100);
+        net
+    }
+
+    /// Starts a member named `id` on a host of its own.
+    pub async fn start(
+        &self,
+        id: &str,
+        config: ClusterConfig,
+        limiter: Arc<Limiter>,
+    ) -> Result<Cluster, ClusterError> {
+        let host = {
+            let mut s = self.state.lock();
+            s.hosts += 1;
+            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + s.hosts))
+        };
+        let gossip = SocketAddr::new(host, GOSSIP_PORT);
+        let identity = NodeIdentity::new(id, gossip, SocketAddr::new(host, GRPC_PORT));
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.state.lock().sockets.insert(gossip, tx);
+        let transport = Transport {
+            datagrams: Arc::new(MemorySocket {
+                net: self.clone(),
+                local: gossip,
+                rx: tokio::sync::Mutex::new(rx),
+            }),
+            link: Arc::new(MemoryLink {
+                net: self.clone(),
+                from: host,
+            }),
+            resolver: SeedResolver::new(|name| {
+                name.parse::<SocketAddr>()
+                    .map(|a| vec![a])
+                    .map_err(io::Error::other)
+            }),
+        };
+        let cluster = Cluster::assemble(config, identity, limiter, transport).await?;
+        let handler = Arc::downgrade(cluster.handler());
+        self.state.lock().handlers.insert(host, handler);
+        Ok(cluster)
+    }
+
+    /// Nothing gets between the hosts of `a` and those of `b`, either way.
+    pub fn partition(&self, a: &[IpAddr], b: &[IpAddr]) {
+        let mut s = self.state.lock();
+        for &x in a {
+            for &y in b {
+                s.cut.insert((x, y));
+                s.cut.insert((y, x));
+            }
+        }
+    }
+
+    /// Every partition heals.
+    pub fn heal(&self) {
+        self.state.lock().cut.clear();
+    }
+
+    /// `host` stops answering: calls to it are refused, as a dead process's
+    /// port refuses connections, and its datagrams are lost.
+    pub fn crash(&self, host: IpAddr) {
+        self.state.lock().crashed.insert(host);
+    }
+
+    /// Everything to or from `host` takes `extra` longer, each way.
+    pub fn slow_down(&self, host: IpAddr, extra: Duration) {
+        self.state.lock().slow.insert(host, extra);
+    }
+
+    /// The one-way latency of every delivery.
+    pub fn set_latency(&self, latency: Duration) {
+        self.state.lock().latency = latency;
+    }
+
+    /// The fraction of gossip datagrams lost, 0 to 1.
+    pub fn set_loss(&self, loss: f64) {
+        self.state.lock().loss = loss.clamp(0.0, 1.0);
+    }
+
+    /// Where a call from `from` to `to` goes: the handler and the one-way
+    /// delay, or why it cannot.
+    fn route(&self, from: IpAddr, to: &NodeIdentity) -> Route {
+        let s = self.state.lock();
+        let host = to.grpc.ip();
+        if s.crashed.contains(&host) {
+            return Route::Refused;
+        }
+        if s.blocked(from, host) {
+            return Route::Lost;
+        }
+        match s.handlers.get(&host).and_then(Weak::upgrade) {
+            Some(h) => Route::To(h, s.delay(from, host)),
+            None => Route::Refused,
+        }
+    }
+}
+
+enum Route {
+    To(Arc<PeerHandler>, Duration),
+    /// Nothing answers: a partition is a black hole.
+    Lost,
+    /// The connection is refused at once.
+    Refused,
+}
+
+struct MemorySocket {
+    net: MemoryNet,
+    local: SocketAddr,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Datagram>>,
+}
+
+impl Datagrams for MemorySocket {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn send_to<'a>(&'a self, payload: &'a [u8], to: SocketAddr) -> BoxFuture<'a, io::Result<usize>> {
+        let (target, delay) = {
+            let s = self.net.state.lock();
+            let lost = s.blocked(self.local.ip(), to.ip())
+                || (s.loss > 0.0 && rand::rng().random_bool(s.loss));
+            let target = if lost { None } else { s.sockets.get(&to).cloned() };
+            (target, s.delay(self.local.ip(), to.ip()))
+        };
+        if let Some(tx) = target {
+            let datagram = (payload.to_vec(), self.local);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = tx.send(datagram);
+            });
+        }
+        let n = payload.len();
+        Box::pin(async move { Ok(n) })
+    }
+
+    fn recv_from<'a>(&'a self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>> {
+        Box::pin(async move {
+            let mut rx = self.rx.lock().await;
+            let (data, from) = rx
+                .recv()
+                .await
+                .ok_or_else(|| io::Error::other("network gone"))?;
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            Ok((n, from))
+        })
+    }
+}
+
+struct MemoryLink {
+    net: MemoryNet,
+    from: IpAddr,
+}
+
+impl MemoryLink {
+    /// One call: the request travels, the handler answers, the answer
+    /// travels back, all within `deadline`.
+    fn call<T, F, Fut>(&self, to: &NodeIdentity, deadline: Duration, f: F) -> BoxFuture<'static, Result<T, PeerFailure>>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<PeerHandler>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, PeerFailure>> + Send,
+    {
+        let route = self.net.route(self.from, to);
+        Box::pin(async move {
+            let (handler, delay) = match route {
+                Route::To(h, d) => (h, d),
+                Route::Refused => return Err(PeerFailure::Unreachable("connection refused".into())),
+                Route::Lost => {
+                    tokio::time::sleep(deadline).await;
+                    return Err(PeerFailure::Timeout(deadline));
+                }
+            };
+            let round_trip = async move {
+                tokio::time::sleep(delay).await;
+                let answer = f(handler).await;
+                tokio::time::sleep(delay).await;
+                answer
+            };
+            tokio::time::timeout(deadline, round_trip)
+                .await
+                .unwrap_or(Err(PeerFailure::Timeout(deadline)))
+        })
+    }
+}
+
+impl Link for MemoryLink {
+    fn decide(&self, to: &NodeIdentity, req: DecideRequest, deadline: Duration) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move { Ok(h.decide(req).await) })
+    }
+
+    fn handoff(&self, to: &NodeIdentity, req: HandoffRequest, deadline: Duration) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move { Ok(h.handoff(req).await) })
+    }
+
+    fn push_rules(&self, to: &NodeIdentity, set: WireRuleSet, deadline: Duration) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move {
+            h.push_rules(set).map_err(|e| PeerFailure::Refused(e.to_string()))
+        })
+    }
+
+    fn pull_rules(&self, to: &NodeIdentity, _have: u64, deadline: Duration) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+        self.call(to, deadline, |h| async move { Ok(h.pull_rules()) })
+    }
+
+    fn sync_counts(&self, to: &NodeIdentity, req: SyncRequest, deadline: Duration) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move {
+            h.sync_counts(req).map_err(|e| PeerFailure::Refused(e.to_string()))
+        })
+    }
+
+    fn members(&self, to: &NodeIdentity, deadline: Duration) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move { Ok(h.members()) })
+    }
+
+    fn retain(&self, _keep: &dyn Fn(&str) -> bool) {}
+}

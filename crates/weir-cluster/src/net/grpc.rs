@@ -1,0 +1,197 @@
+//! The gRPC link: one lazily connected, reused `PeerClient` per node, rebuilt after a failure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+use weir_proto::weir::v1::peer_client::PeerClient;
+use weir_proto::weir::v1::{
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
+    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
+};
+
+use super::auth::PeerToken;
+use crate::link::Link;
+use crate::link::PeerFailure;
+use crate::topology::membership::NodeIdentity;
+
+/// Handoffs carry whole counters (a sliding log holds up to L timestamps),
+/// so peer messages may be far larger than a client's.
+pub const MAX_PEER_MESSAGE: usize = 16 << 20;
+
+/// Dead connections are noticed by keepalive within about this long even
+/// when no call is waiting (a half-open TCP connection after a partition
+/// heals otherwise stays stuck).
+const KEEPALIVE: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn failure(s: &Status, deadline: Duration) -> PeerFailure {
+    match s.code() {
+        Code::DeadlineExceeded | Code::Cancelled => PeerFailure::Timeout(deadline),
+        Code::Unavailable | Code::Unknown | Code::Internal => {
+            PeerFailure::Unreachable(s.message().to_string())
+        }
+        _ => PeerFailure::Refused(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+struct Slot {
+    addr: std::net::SocketAddr,
+    client: PeerClient<Channel>,
+}
+
+/// Peer calls over gRPC, each carrying the cluster token when there is one.
+pub struct TonicLink {
+    clients: Arc<DashMap<String, Slot>>,
+    token: Option<PeerToken>,
+}
+
+impl TonicLink {
+    pub fn new(token: Option<PeerToken>) -> Self {
+        TonicLink {
+            clients: Arc::default(),
+            token,
+        }
+    }
+
+    fn client(&self, to: &NodeIdentity) -> PeerClient<Channel> {
+        if let Some(slot) = self.clients.get(&to.id) {
+            if slot.addr == to.grpc {
+                return slot.client.clone();
+            }
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{}", to.grpc))
+            .expect("a socket address is a valid URI authority")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE)
+            .keep_alive_timeout(KEEPALIVE)
+            .keep_alive_while_idle(true);
+        let client = PeerClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_PEER_MESSAGE)
+            .max_encoding_message_size(MAX_PEER_MESSAGE);
+        self.clients.insert(
+            to.id.clone(),
+            Slot {
+                addr: to.grpc,
+                client: client.clone(),
+            },
+        );
+        client
+    }
+
+    fn request<T>(&self, message: T, deadline: Duration) -> Request<T> {
+        let mut r = Request::new(message);
+        r.set_timeout(deadline);
+        if let Some(t) = &self.token {
+            t.attach(r.metadata_mut());
+        }
+        r
+    }
+
+    /// Runs one call with a deadline. After an error other than a refusal
+    /// the connection is dropped, so the next call dials afresh: the old
+    /// one may be stuck.
+    fn call<T, F, Fut>(
+        &self,
+        to: &NodeIdentity,
+        deadline: Duration,
+        f: F,
+    ) -> BoxFuture<'static, Result<T, PeerFailure>>
+    where
+        T: Send + 'static,
+        F: FnOnce(PeerClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>> + Send + 'static,
+    {
+        let call = f(self.client(to));
+        let forget = self.forget_on_failure(to);
+        Box::pin(async move {
+            let failure = match tokio::time::timeout(deadline, call).await {
+                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Err(status)) => failure(&status, deadline),
+                Err(_) => PeerFailure::Timeout(deadline),
+            };
+            if !matches!(failure, PeerFailure::Refused(_)) {
+                forget();
+            }
+            Err(failure)
+        })
+    }
+
+    fn forget_on_failure(&self, to: &NodeIdentity) -> impl FnOnce() + Send + 'static {
+        let clients = self.clients.clone();
+        let (id, addr) = (to.id.clone(), to.grpc);
+        move || {
+            clients.remove_if(&id, |_, slot| slot.addr == addr);
+        }
+    }
+}
+
+impl Link for TonicLink {
+    fn decide(
+        &self,
+        to: &NodeIdentity,
+        req: DecideRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.decide(req).await })
+    }
+
+    fn handoff(
+        &self,
+        to: &NodeIdentity,
+        req: HandoffRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.handoff(req).await })
+    }
+
+    fn push_rules(
+        &self,
+        to: &NodeIdentity,
+        set: WireRuleSet,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
+        let req = self.request(set, deadline);
+        self.call(to, deadline, |mut c| async move { c.push_rules(req).await })
+    }
+
+    fn pull_rules(
+        &self,
+        to: &NodeIdentity,
+        have_version: u64,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+        let req = self.request(PullRulesRequest { have_version }, deadline);
+        self.call(to, deadline, |mut c| async move { c.pull_rules(req).await })
+    }
+
+    fn sync_counts(
+        &self,
+        to: &NodeIdentity,
+        req: SyncRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.sync_counts(req).await })
+    }
+
+    fn members(
+        &self,
+        to: &NodeIdentity,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
+        let req = self.request(MembersRequest {}, deadline);
+        self.call(to, deadline, |mut c| async move { c.members(req).await })
+    }
+
+    fn retain(&self, keep: &dyn Fn(&str) -> bool) {
+        self.clients.retain(|id, _| keep(id));
+    }
+}

@@ -1,0 +1,6 @@
+//! The network under the protocols: gRPC calls between nodes, their authentication, and per-owner batching.
+
+pub mod auth;
+pub mod batcher;
+pub mod grpc;
+pub mod server;

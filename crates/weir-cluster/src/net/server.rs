@@ -1,0 +1,68 @@
+//! The `weir.v1.Peer` gRPC server: a thin adapter from tonic to the node's [`PeerHandler`].
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use weir_proto::weir::v1::peer_server::Peer;
+use weir_proto::weir::v1::{
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
+    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
+};
+
+use crate::handler::PeerHandler;
+
+pub struct PeerService {
+    handler: Arc<PeerHandler>,
+}
+
+impl PeerService {
+    pub fn new(handler: Arc<PeerHandler>) -> Self {
+        PeerService { handler }
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn decide(&self, r: Request<DecideRequest>) -> Result<Response<DecideResponse>, Status> {
+        Ok(Response::new(self.handler.decide(r.into_inner()).await))
+    }
+
+    async fn handoff(
+        &self,
+        r: Request<HandoffRequest>,
+    ) -> Result<Response<HandoffResponse>, Status> {
+        Ok(Response::new(self.handler.handoff(r.into_inner()).await))
+    }
+
+    async fn push_rules(
+        &self,
+        r: Request<WireRuleSet>,
+    ) -> Result<Response<PushRulesResponse>, Status> {
+        self.handler
+            .push_rules(r.into_inner())
+            .map(Response::new)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+
+    async fn pull_rules(
+        &self,
+        _r: Request<PullRulesRequest>,
+    ) -> Result<Response<WireRuleSet>, Status> {
+        Ok(Response::new(self.handler.pull_rules()))
+    }
+
+    async fn sync_counts(&self, r: Request<SyncRequest>) -> Result<Response<SyncResponse>, Status> {
+        self.handler
+            .sync_counts(r.into_inner())
+            .map(Response::new)
+            .map_err(|e| Status::failed_precondition(e.to_string()))
+    }
+
+    async fn members(
+        &self,
+        _r: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        Ok(Response::new(self.handler.members()))
+    }
+}

@@ -1,0 +1,324 @@
+//! The gateway side of the owner protocol: every limit of a check decided by its key's owner, all or nothing.
+//!
+//! A gateway selects the limits locally, answers at once if the deny cache
+//! already holds a denial for one of them, and otherwise asks each limit's
+//! owner concurrently (itself directly, others through [`Peers`]). The
+//! protocol is consume-then-refund: if any enforcing limit denies, the
+//! limits that admitted are refunded at the decision time their owner
+//! returned, so a denied request consumes nothing. Between a consume and
+//! its refund a concurrent request can see that budget briefly spent, so
+//! the race can only under-admit, never over-admit.
+//!
+//! Nothing here knows about sockets, tokio or gRPC: the network is the
+//! [`Peers`] trait, time is the limiter's clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use compact_str::CompactString;
+use weir_core::rules::{Selected, Selection};
+use weir_core::{
+    Applied, CheckError, CheckRequest, Decision, Placed, Rule, RuleSet, Unavailable, Verdict,
+};
+
+use super::deny_cache::DenyCache;
+use super::fallback::{Fallback, Substitute};
+use super::local::{Consumed, Local};
+use super::peers::Peers;
+use crate::wire::{self, Answer};
+use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
+use crate::topology::ring::Ring;
+use crate::topology::routing::Routing;
+
+/// Where one limit was decided, so a refund goes back to the same place.
+enum Via {
+    Local,
+    Remote(NodeIdentity),
+    Substitute(Substitute),
+}
+
+struct Step {
+    rule: Arc<Rule>,
+    hash_part: CompactString,
+    decision: Decision,
+    via: Via,
+}
+
+/// One selected limit: its rule and the hash part its counter is keyed on.
+fn pick<'a>(rules: &'a RuleSet, s: &'a Selected) -> (&'a Arc<Rule>, &'a CompactString) {
+    (&rules.rules()[s.rule], &s.hash_part)
+}
+
+pub struct Gateway {
+    local: Arc<Local>,
+    routing: Arc<Routing>,
+    peers: Arc<dyn Peers>,
+    deny: DenyCache,
+    fallback: Fallback,
+    stats: Arc<Stats>,
+    deadline: Duration,
+}
+
+impl Gateway {
+    pub fn new(
+        local: Arc<Local>,
+        routing: Arc<Routing>,
+        peers: Arc<dyn Peers>,
+        deny: DenyCache,
+        fallback: Fallback,
+        stats: Arc<Stats>,
+        deadline: Duration,
+    ) -> Self {
+        Gateway {
+            local,
+            routing,
+            peers,
+            deny,
+            fallback,
+            stats,
+            deadline,
+        }
+    }
+
+    pub fn fallback(&self) -> &Fallback {
+        &self.fallback
+    }
+
+    /// Decides, on this node's counters, each request whose every limit this
+    /// node owns; the others come back with their selection for
+    /// [`Gateway::check_at_owners`]. One ring snapshot and one in-flight mark
+    /// however many requests: on two cores, a shared counter touched per
+    /// check is a cache line crossing between them per check.
+    pub fn check_here<'r>(
+        &self,
+        reqs: impl Iterator<Item = &'r CheckRequest>,
+    ) -> Vec<Result<Placed, CheckError>> {
+        let ring = self.routing.routing_ring();
+        let me = self.routing.me();
+        let limiter = self.local.limiter();
+        self.local.guarded(|leaving| {
+            reqs.map(|req| {
+                if leaving {
+                    limiter.check_placed(req, |_| false)
+                } else {
+                    limiter.check_placed(req, |h| ring.owner_id(h).is_none_or(|o| o == me))
+                }
+            })
+            .collect()
+        })
+    }
+
+    /// Decides a selection whose limits are not all owned here.
+    pub async fn check_at_owners(
+        &self,
+        req: &CheckRequest,
+        rules: Arc<RuleSet>,
+        sel: Selection,
+    ) -> Result<Verdict, CheckError> {
+        let ring = self.routing.routing_ring();
+        let now = self.local.limiter().now();
+        let me = self.routing.me();
+        let pick = |s| pick(&rules, s);
+        // Only remote keys are cached: a local one costs no round trip.
+        for (rule, hash_part) in sel.iter().map(pick) {
+            if rule.shadow || ring.owner_id(hash_part).is_none_or(|o| o == me) {
+                continue;
+            }
+            if let Some(decision) = self.deny.lookup(&rule.name, hash_part, req.cost, now) {
+                bump(&self.stats.deny_cache_hits, 1);
+                return Ok(Verdict::single(rule.clone(), hash_part, decision));
+            }
+        }
+        let decide = |(rule, hash_part)| self.decide_one(&ring, rule, hash_part, req.cost);
+        let outcomes = if sel.len() == 1 {
+            vec![decide(sel.iter().map(pick).next().expect("one limit")).await]
+        } else {
+            futures::future::join_all(sel.iter().map(pick).map(decide)).await
+        };
+        let mut failure = None;
+        let steps: Vec<Step> = outcomes
+            .into_iter()
+            .filter_map(|o| o.map_err(|e| failure = failure.take().or(Some(e))).ok())
+            .collect();
+        let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
+        if denied || failure.is_some() {
+            // Answer only once the refunds have landed (or their deadline
+            // passed): a client that retries straight after its denial then
+            // finds the budget it was not charged.
+            let refunds = steps
+                .iter()
+                .filter(|s| s.decision.allowed)
+                .map(|s| self.refund(s, req.cost));
+            futures::future::join_all(refunds).await;
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for s in &steps {
+            if matches!(s.via, Via::Remote(_)) && !s.rule.shadow && !s.decision.allowed {
+                self.deny
+                    .insert(&s.rule.name, &s.hash_part, req.cost, &s.decision, now);
+            }
+        }
+        Ok(Verdict {
+            allowed: !denied,
+            applied: steps
+                .into_iter()
+                .map(|s| Applied {
+                    rule: s.rule,
+                    hash_part: s.hash_part,
+                    decision: s.decision,
+                })
+                .collect(),
+        })
+    }
+
+    /// A request against a limit it carries itself (an Envoy descriptor's
+    /// override), decided by the key's owner like any rule's limit. There
+    /// is nothing to refund: such a limit is never one of several.
+    pub async fn check_carried(&self, req: &CheckRequest, rule: &Arc<Rule>) -> Result<Verdict, CheckError> {
+        req.validate()?;
+        let decision = match self.routing.remote_owner(&req.key) {
+            Some(owner) => self.ask_owner(rule, &req.key, req.cost, owner, true).await?.0,
+            None => match self.local.consume_carried(rule, &req.key, req.cost) {
+                Consumed::Decided(d) => d?,
+                Consumed::Moved => {
+                    let owner = self.owner_after_handover(&req.key).await?;
+                    self.ask_owner(rule, &req.key, req.cost, owner, true).await?.0
+                }
+            },
+        };
+        Ok(Verdict::single(rule.clone(), &req.key, decision))
+    }
+
+    /// Once a leaving node has handed its counters over, the key's new owner.
+    async fn owner_after_handover(&self, hash_part: &str) -> Result<NodeIdentity, CheckError> {
+        self.local.until_handed_over().await;
+        self.routing
+            .remote_owner(hash_part)
+            .ok_or(CheckError::Unavailable(Unavailable::Leaving))
+    }
+
+    async fn decide_one(
+        &self,
+        ring: &Ring,
+        rule: &Arc<Rule>,
+        hash_part: &CompactString,
+        cost: u64,
+    ) -> Result<Step, CheckError> {
+        let step = |decision, via| Step {
+            rule: rule.clone(),
+            hash_part: hash_part.clone(),
+            decision,
+            via,
+        };
+        let owner = match ring.owner(hash_part) {
+            Some(o) if o.id != self.routing.me() => o.clone(),
+            _ => match self.local.consume(&rule.name, hash_part, cost) {
+                Consumed::Decided(d) => return Ok(step(d?, Via::Local)),
+                Consumed::Moved => self.owner_after_handover(hash_part).await?,
+            },
+        };
+        let (decision, via) = self.ask_owner(rule, hash_part, cost, owner, false).await?;
+        Ok(step(decision, via))
+    }
+
+    /// Sends one consume to a remote owner and applies the owner-failure
+    /// policy when it does not answer in time.
+    /// `carried`: the rule is a request's own limit, sent along whole.
+    async fn ask_owner(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: NodeIdentity,
+        carried: bool,
+    ) -> Result<(Decision, Via), CheckError> {
+        let now = self.local.limiter().now();
+        if self.fallback.bypass(&owner.id, now) {
+            return self.substitute(rule, hash_part, cost, &owner.id, carried);
+        }
+        let op = wire::consume(rule, hash_part, cost, carried);
+        let reply = self.peers.decide(&owner, op, self.deadline).await;
+        match reply {
+            Ok(result) => {
+                self.fallback.answered(&owner.id, now);
+                match wire::answer(result, rule, cost) {
+                    Answer::Decided(d) => Ok((d, Via::Remote(owner))),
+                    Answer::Refused(e) => Err(e),
+                    Answer::Undecided(why) => {
+                        tracing::debug!(owner = %owner.id, why, "owner could not decide");
+                        self.substitute(rule, hash_part, cost, &owner.id, carried)
+                    }
+                }
+            }
+            Err(f) => {
+                // An owner that has meanwhile left the ring is not "lost":
+                // its keys already have a new owner.
+                if self.routing.is_member(&owner.id) {
+                    self.fallback.failed(&owner.id, now, &f.to_string());
+                }
+                self.substitute(rule, hash_part, cost, &owner.id, carried)
+            }
+        }
+    }
+
+    fn substitute(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        cost: u64,
+        owner: &str,
+        carried: bool,
+    ) -> Result<(Decision, Via), CheckError> {
+        let (d, how) = self.fallback.decide(rule, hash_part, cost, carried, owner)?;
+        if how == Substitute::Divided {
+            bump(&self.stats.fallback_decisions, 1);
+        }
+        Ok((d, Via::Substitute(how)))
+    }
+
+    /// Gives back what one admitted limit consumed. A remote refund is
+    /// awaited up to the owner deadline; one that does not arrive in time
+    /// leaves the budget spent, which can only under-admit.
+    async fn refund(&self, s: &Step, cost: u64) {
+        let (rule, hash_part, at) = (&*s.rule.name, s.hash_part.as_str(), s.decision.at);
+        match &s.via {
+            Via::Local => self.local.limiter().refund(rule, hash_part, at, cost),
+            Via::Remote(owner) => {
+                let op = wire::refund(rule, hash_part, cost, at);
+                let _ = self.peers.decide(owner, op, self.deadline).await;
+            }
+            Via::Substitute(how) => self.fallback.refund(*how, rule, hash_part, at, cost),
+        }
+    }
+
+    /// A new rule set: cached denials may no longer hold (a limit was
+    /// raised), and the divided limits follow the rules.
+    pub fn on_rules(&self, rules: &RuleSet) {
+        self.deny.clear();
+        self.fallback.rebuild(rules, self.routing.ring().len());
+    }
+
+    /// A new member view.
+    pub fn on_ring(&self, old: &Ring, ring: &Ring, rules: &RuleSet) {
+        if old.len() != ring.len() {
+            self.fallback.rebuild(rules, ring.len());
+        }
+        let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
+        self.fallback.retain_members(is_member, self.local.limiter().now());
+        self.peers.retain(&is_member);
+    }
+
+    /// Periodic chores: expired denials, idle fallback keys, and owners in
+    /// fallback that have meanwhile left the ring (a call already queued to
+    /// one failed just after it left).
+    pub fn maintain(&self) {
+        let now = self.local.limiter().now();
+        self.deny.purge(now);
+        self.fallback.sweep();
+        let routing = &self.routing;
+        self.fallback.retain_members(|id| routing.is_member(id), now);
+    }
+}

@@ -1,0 +1,217 @@
+//! Moving counters to their new owner when the ring changes or a node leaves.
+//!
+//! The receiver merges what it gets into what it has (weir-core `absorb`),
+//! and a merge adds spent budgets, so a handoff never grants a fresh budget:
+//! a key that has used 15 of 20 stays at 15 or more on its new owner.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use weir_core::{CounterSnapshot, Limiter};
+use weir_proto::weir::v1::{CounterState, HandoffRequest};
+
+use super::local::Local;
+use crate::link::Link;
+use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
+use crate::topology::ring::Ring;
+use crate::topology::routing::Routing;
+use crate::wire;
+
+/// Bytes of counter state per Handoff call: well under the message ceiling,
+/// so a large handoff is several calls rather than one refused one.
+const CHUNK_BYTES: usize = 1 << 20;
+const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Folds received counters into `limiter`; returns how many were taken.
+/// Counters of rules this node does not know (or that changed algorithm)
+/// are dropped: their budget cannot be expressed here.
+pub fn absorb(limiter: &Limiter, counters: Vec<CounterState>) -> u32 {
+    let mut accepted = 0;
+    for c in counters {
+        match wire::snapshot_from_wire(c) {
+            Some(snap) => accepted += u32::from(limiter.absorb(snap)),
+            None => tracing::warn!("dropped a handed-over counter that does not decode"),
+        }
+    }
+    accepted
+}
+
+/// Hands counters to their owners.
+pub struct Handoff {
+    local: Arc<Local>,
+    routing: Arc<Routing>,
+    link: Arc<dyn Link>,
+    stats: Arc<Stats>,
+}
+
+impl Handoff {
+    pub fn new(local: Arc<Local>, routing: Arc<Routing>, link: Arc<dyn Link>, stats: Arc<Stats>) -> Self {
+        Handoff {
+            local,
+            routing,
+            link,
+            stats,
+        }
+    }
+
+    /// Hands every counter this node holds but no longer owns to its owner.
+    /// Those that cannot be delivered are kept and tried again on the next
+    /// sweep rather than lose their spent budget.
+    pub async fn rebalance(&self) {
+        let ring = self.routing.ring();
+        let me = self.routing.me().to_string();
+        let limiter = self.local.limiter().clone();
+        let owned = ring.clone();
+        // A sweep over every key: off the runtime's worker threads.
+        let Ok(snaps) = tokio::task::spawn_blocking(move || {
+            limiter.take_unless(|k| owned.owner_id(k).is_none_or(|o| o == me))
+        })
+        .await
+        else {
+            return;
+        };
+        if snaps.is_empty() {
+            return;
+        }
+        let n = snaps.len();
+        let undelivered = self.hand_over(snaps, &ring).await;
+        tracing::info!(
+            moved = n - undelivered.len(),
+            kept = undelivered.len(),
+            "handed counters to their new owners"
+        );
+        if !undelivered.is_empty() {
+            for snap in undelivered {
+                self.local.limiter().absorb(snap);
+            }
+            self.local.mark_stray();
+        }
+    }
+
+    /// A graceful leave's handover: no consume lands here from now on, and
+    /// every counter goes to its owner on the ring without this node.
+    /// Ops that reach this node meanwhile wait for it, then go to the new
+    /// owners. Returns how many counters were lost (not delivered by `give_up`).
+    pub async fn leave(&self, give_up: tokio::time::Instant) -> u64 {
+        let after = self.routing.leave();
+        let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
+        let snaps = self.local.limiter().take_unless(|_| false);
+        let n = snaps.len() as u64;
+        let lost = match tokio::time::timeout_at(give_up, self.hand_over(snaps, &after)).await {
+            Ok(undelivered) => undelivered.len() as u64,
+            Err(_) => n,
+        };
+        bump(&self.stats.keys_lost, lost);
+        self.local.handed_over();
+        tracing::info!(counters = n, lost, "handed every counter over");
+        lost
+    }
+
+    /// Sends every snapshot to its owner on `ring`. Returns those that could
+    /// not be delivered (no owner but this node, or it did not answer).
+    async fn hand_over(&self, snaps: Vec<CounterSnapshot>, ring: &Ring) -> Vec<CounterSnapshot> {
+        let me = self.routing.me();
+        let mut by_owner: HashMap<NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
+        let mut undelivered = Vec::new();
+        for snap in snaps {
+            match ring.owner(&snap.hash_part).filter(|o| o.id != me) {
+                Some(owner) => by_owner.entry(owner.clone()).or_default().push(snap),
+                None => undelivered.push(snap),
+            }
+        }
+        let sends = by_owner
+            .into_iter()
+            .map(|(owner, snaps)| async move { self.send_to(&owner, snaps).await });
+        for failed in futures::future::join_all(sends).await {
+            undelivered.extend(failed);
+        }
+        undelivered
+    }
+
+    /// Sends `snaps` to one owner in chunks; returns those not delivered.
+    async fn send_to(&self, owner: &NodeIdentity, snaps: Vec<CounterSnapshot>) -> Vec<CounterSnapshot> {
+        let mut failed = Vec::new();
+        let mut chunk: Vec<(CounterSnapshot, CounterState)> = Vec::new();
+        let mut bytes = 0;
+        let mut snaps = snaps.into_iter().peekable();
+        while let Some(snap) = snaps.next() {
+            if let Some(w) = wire::snapshot_to_wire(&snap) {
+                bytes += w.state.len() + w.key.len() + w.rule.len();
+                chunk.push((snap, w));
+            }
+            if bytes < CHUNK_BYTES && snaps.peek().is_some() {
+                continue;
+            }
+            let (originals, counters): (Vec<_>, Vec<_>) = std::mem::take(&mut chunk).into_iter().unzip();
+            bytes = 0;
+            if counters.is_empty() {
+                continue;
+            }
+            let n = counters.len() as u64;
+            let req = HandoffRequest {
+                counters,
+                from_node: self.routing.me().to_string(),
+            };
+            let encoded = req.encoded_len() as u64;
+            match self.link.handoff(owner, req, HANDOFF_DEADLINE).await {
+                Ok(_) => {
+                    bump(&self.stats.handoffs_sent, 1);
+                    bump(&self.stats.handoff_bytes, encoded);
+                    bump(&self.stats.keys_moved_out, n);
+                }
+                Err(e) => {
+                    tracing::warn!(owner = %owner.id, counters = n, error = %e, "handoff failed");
+                    failed.extend(originals);
+                }
+            }
+        }
+        failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::{FakeClock, LimiterConfig, RuleSet};
+
+    #[test]
+    fn a_handed_over_counter_keeps_its_spent_budget() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
+        )
+        .unwrap();
+        let clock = Arc::new(FakeClock::at_secs(1000.0));
+        let old = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
+        let new = Limiter::new(rules, clock, LimiterConfig::default());
+        for _ in 0..3 {
+            assert!(old.consume("r", "k", 1, old.now()).unwrap().allowed);
+        }
+        // The new owner already admitted one on a fresh counter.
+        assert!(new.consume("r", "k", 1, new.now()).unwrap().allowed);
+        let sent: Vec<_> = old
+            .take_unless(|_| false)
+            .iter()
+            .filter_map(wire::snapshot_to_wire)
+            .collect();
+        assert_eq!(absorb(&new, sent), 1);
+        let d = new.consume("r", "k", 1, new.now()).unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
+        assert!(!new.consume("r", "k", 1, new.now()).unwrap().allowed);
+    }
+
+    #[test]
+    fn counters_of_unknown_rules_and_garbage_are_dropped() {
+        let clock = Arc::new(FakeClock::at_secs(1000.0));
+        let l = Limiter::new(RuleSet::empty(), clock, LimiterConfig::default());
+        let garbage = CounterState {
+            rule: "r".into(),
+            key: "k".into(),
+            state: vec![0xff, 0xff, 0xff],
+        };
+        assert_eq!(absorb(&l, vec![garbage]), 0);
+    }
+}

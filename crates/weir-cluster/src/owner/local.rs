@@ -1,0 +1,175 @@
+//! This node's own counters, guarded so that a graceful leave never takes them while a consume is under way.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::channel::oneshot;
+use futures::future::{FutureExt, Shared};
+use parking_lot::Mutex;
+use weir_core::{CheckError, Decision, Limiter, Rule};
+
+/// What happened to an op on this node's counters.
+#[derive(Debug)]
+pub enum Consumed {
+    Decided(Result<Decision, CheckError>),
+    /// This node is leaving; the key now belongs elsewhere.
+    Moved,
+}
+
+/// The counters this node owns, and the leave handshake around them.
+pub struct Local {
+    limiter: Arc<Limiter>,
+    leaving: AtomicBool,
+    /// Consumes under way; a leave waits for them before taking the
+    /// counters, so none lands after the take.
+    inflight: AtomicUsize,
+    /// Fires once a leaving node has handed its counters over; ops for its
+    /// keys wait for it, so the new owner never decides a key before it
+    /// holds the key's spent budget.
+    handed_over: Shared<oneshot::Receiver<()>>,
+    hand_over: Mutex<Option<oneshot::Sender<()>>>,
+    /// A counter this node does not own was created here (a peer's ring
+    /// was behind ours); the next sweep hands it to its owner.
+    strays: AtomicBool,
+}
+
+impl Local {
+    pub fn new(limiter: Arc<Limiter>) -> Self {
+        let (tx, rx) = oneshot::channel();
+        Local {
+            limiter,
+            leaving: AtomicBool::new(false),
+            inflight: AtomicUsize::new(0),
+            handed_over: rx.shared(),
+            hand_over: Mutex::new(Some(tx)),
+            strays: AtomicBool::new(false),
+        }
+    }
+
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` inside one in-flight mark, told whether a leave has begun.
+    /// SeqCst on both sides (here and in [`Local::begin_leave`]): either the
+    /// leave sees this work in flight and waits for it, or this sees the
+    /// leave and decides nothing here.
+    pub fn guarded<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        let out = f(self.leaving.load(Ordering::SeqCst));
+        self.inflight.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+
+    /// One op's decision on this node's counters, unless a leave has begun.
+    pub fn consume(&self, rule: &str, hash_part: &str, cost: u64) -> Consumed {
+        self.guarded(|leaving| {
+            if leaving {
+                return Consumed::Moved;
+            }
+            let now = self.limiter.now();
+            Consumed::Decided(self.limiter.consume(rule, hash_part, cost, now))
+        })
+    }
+
+    /// A limit the request carried (an Envoy override), decided here.
+    pub fn consume_carried(&self, rule: &Rule, hash_part: &str, cost: u64) -> Consumed {
+        self.guarded(|leaving| {
+            if leaving {
+                return Consumed::Moved;
+            }
+            Consumed::Decided(self.limiter.check_adhoc(rule, hash_part, cost))
+        })
+    }
+
+    /// Notes that a counter this node does not own was created here.
+    pub fn mark_stray(&self) {
+        self.strays.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether strays were noted since the last call.
+    pub fn take_strays(&self) -> bool {
+        self.strays.swap(false, Ordering::Relaxed)
+    }
+
+    /// Starts a leave: from now on no consume lands here. Resolves once
+    /// the consumes already under way have finished.
+    pub async fn begin_leave(&self) {
+        self.leaving.store(true, Ordering::SeqCst);
+        while self.inflight.load(Ordering::SeqCst) > 0 {
+            YieldNow(false).await;
+        }
+    }
+
+    /// The leave has handed every counter over (or given up trying).
+    pub fn handed_over(&self) {
+        if let Some(tx) = self.hand_over.lock().take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Resolves once a leaving node's counters have been handed over.
+    pub async fn until_handed_over(&self) {
+        let _ = self.handed_over.clone().await;
+    }
+}
+
+/// Gives the executor one turn, whatever the runtime.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::{FakeClock, LimiterConfig, RuleSet};
+
+    fn local() -> Local {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"60s\"\n",
+        )
+        .unwrap();
+        let clock = Arc::new(FakeClock::at_secs(100.0));
+        Local::new(Arc::new(Limiter::new(rules, clock, LimiterConfig::default())))
+    }
+
+    #[test]
+    fn once_leaving_nothing_is_decided_here() {
+        let l = local();
+        assert!(matches!(l.consume("r", "k", 1), Consumed::Decided(Ok(d)) if d.allowed));
+        futures::executor::block_on(l.begin_leave());
+        assert!(matches!(l.consume("r", "k", 1), Consumed::Moved));
+        let rule = Rule::carried("o", 1, std::time::Duration::from_secs(1)).unwrap();
+        assert!(matches!(l.consume_carried(&rule, "k", 1), Consumed::Moved));
+    }
+
+    #[test]
+    fn ops_waiting_for_the_handover_resume_when_it_is_done() {
+        let l = Arc::new(local());
+        let waiting = {
+            let l = l.clone();
+            std::thread::spawn(move || futures::executor::block_on(l.until_handed_over()))
+        };
+        l.handed_over();
+        waiting.join().expect("the waiter resumed");
+        // Twice is harmless: the signal fires once.
+        l.handed_over();
+    }
+}

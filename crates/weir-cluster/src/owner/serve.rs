@@ -1,0 +1,131 @@
+//! The owner side of the owner protocol: deciding the ops peers forward for the keys this node owns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::{CheckError, InputField};
+use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
+
+use super::local::{Consumed, Local};
+use super::peers::Peers;
+use crate::wire;
+use crate::stats::{bump, Stats};
+use crate::topology::routing::Routing;
+use crate::topology::rules_sync::RulesHints;
+
+pub struct OwnerService {
+    local: Arc<Local>,
+    routing: Arc<Routing>,
+    peers: Arc<dyn Peers>,
+    hints: Arc<RulesHints>,
+    stats: Arc<Stats>,
+    deadline: Duration,
+}
+
+impl OwnerService {
+    pub fn new(
+        local: Arc<Local>,
+        routing: Arc<Routing>,
+        peers: Arc<dyn Peers>,
+        hints: Arc<RulesHints>,
+        stats: Arc<Stats>,
+        deadline: Duration,
+    ) -> Self {
+        OwnerService {
+            local,
+            routing,
+            peers,
+            hints,
+            stats,
+            deadline,
+        }
+    }
+
+    /// Answers one Decide call: `results[i]` answers `ops[i]`.
+    pub async fn decide(&self, req: DecideRequest) -> DecideResponse {
+        let mine = self.local.limiter().rules().version();
+        let ring = self.routing.ring();
+        if req.rules_version > mine {
+            if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
+                self.hints.hint(m, req.rules_version);
+            }
+        }
+        let mut results = Vec::with_capacity(req.ops.len());
+        let mut moved = Vec::new();
+        for (i, op) in req.ops.iter().enumerate() {
+            let result = self.decide_op(op, || {
+                // The sender's ring is behind ours: decide anyway (bouncing
+                // could loop between two stale views) and sweep the counter
+                // to its owner shortly.
+                if ring.owner_id(&op.key).is_some_and(|o| o != self.routing.me()) {
+                    bump(&self.stats.strays, 1);
+                    self.local.mark_stray();
+                }
+            });
+            if result.is_none() {
+                moved.push(i);
+            }
+            results.push(result);
+        }
+        if !moved.is_empty() {
+            // Leaving: the ops wait until the counters are with their new
+            // owners, then go there.
+            self.local.until_handed_over().await;
+            let forwards = moved.iter().map(|&i| self.forward(req.ops[i].clone()));
+            let answers = futures::future::join_all(forwards).await;
+            for (&i, answer) in moved.iter().zip(answers) {
+                results[i] = Some(answer);
+            }
+        }
+        DecideResponse {
+            results: results.into_iter().map(Option::unwrap_or_default).collect(),
+            rules_version: mine,
+        }
+    }
+
+    /// One op on this node's counters; None when this node is leaving and
+    /// the op must go to the key's new owner.
+    fn decide_op(&self, op: &CounterOp, decided_here: impl FnOnce()) -> Option<OpResult> {
+        let consumed = match op.kind() {
+            OpKind::Consume if op.key.is_empty() => {
+                return Some(wire::error_to_wire(&CheckError::invalid(
+                    InputField::Key,
+                    "must not be empty",
+                )))
+            }
+            OpKind::Consume => match wire::carried_rule(op) {
+                Some(Ok(rule)) => self.local.consume_carried(&rule, &op.key, op.cost),
+                Some(Err(e)) => return Some(wire::error_to_wire(&e)),
+                None => self.local.consume(&op.rule, &op.key, op.cost),
+            },
+            OpKind::Refund if self.local.is_leaving() => return None,
+            OpKind::Refund => {
+                self.local.limiter().refund(&op.rule, &op.key, op.at, op.cost);
+                return Some(wire::refunded());
+            }
+        };
+        match consumed {
+            Consumed::Decided(Ok(d)) => {
+                decided_here();
+                Some(wire::decided(&d))
+            }
+            Consumed::Decided(Err(e)) => Some(wire::error_to_wire(&e)),
+            Consumed::Moved => None,
+        }
+    }
+
+    /// Sends an op that reached a leaving node on to the key's new owner.
+    async fn forward(&self, op: CounterOp) -> OpResult {
+        let Some(owner) = self.routing.remote_owner(&op.key) else {
+            return wire::not_owner("no other member to forward to");
+        };
+        if op.kind() == OpKind::Refund {
+            self.peers.send(&owner, op);
+            return wire::refunded();
+        }
+        match self.peers.decide(&owner, op, self.deadline).await {
+            Ok(result) => result,
+            Err(_) => wire::not_owner("the key's new owner did not answer"),
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The divide strategy (seed 8A): each node enforces limit/N alone, N = live members, with no communication.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use weir_core::{CheckRequest, Limiter, RuleSet, Verdict};
+
+use super::{Decided, Strategy};
+use crate::divided::Divided;
+use crate::topology::ring::Ring;
+
+pub struct DivideStrategy {
+    /// The full rules: requests are validated against them.
+    limiter: Arc<Limiter>,
+    divided: Divided,
+}
+
+impl DivideStrategy {
+    pub fn new(limiter: Arc<Limiter>, divided: Divided) -> Self {
+        DivideStrategy { limiter, divided }
+    }
+}
+
+impl Strategy for DivideStrategy {
+    fn name(&self) -> &'static str {
+        "divide"
+    }
+
+    fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
+        Decided::Now(self.divided.check(&self.limiter, req))
+    }
+
+    fn on_rules(&self, rules: &RuleSet) {
+        self.divided.rebuild(rules, self.divided.members());
+    }
+
+    fn on_ring<'a>(&'a self, _old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
+        if ring.len() != self.divided.members() {
+            self.divided.rebuild(&self.limiter.rules(), ring.len());
+        }
+        Box::pin(async {})
+    }
+
+    fn maintain(&self) -> BoxFuture<'_, ()> {
+        self.divided.sweep();
+        Box::pin(async {})
+    }
+}

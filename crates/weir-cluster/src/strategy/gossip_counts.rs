@@ -1,0 +1,161 @@
+//! The gossip strategy's bookkeeping (seed 8C): this node's counts per window, and what each peer last reported.
+//!
+//! Each node decides from its own count plus the last counts its peers sent
+//! it, per rule, key and window (`now / window`: the chapter's model counts
+//! in aligned windows). Every `--sync-interval` a node sends each peer the
+//! counts of the keys it admitted since the last sync. Between syncs each of
+//! the N nodes can admit up to the limit minus what it last heard, so right
+//! after a sync that reported zero the fleet can admit N x L; the interval
+//! changes how likely that is, not the bound.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use compact_str::CompactString;
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use weir_core::Nanos;
+use weir_proto::weir::v1::CountDelta;
+
+type Key = (Arc<str>, CompactString);
+
+/// This node's admitted cost in one window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Local {
+    window: u64,
+    count: u64,
+    /// Changed since the last sync.
+    dirty: bool,
+}
+
+/// What each peer last said about one key: node -> (window, count).
+type Heard = HashMap<CompactString, (u64, u64)>;
+
+#[derive(Default)]
+pub struct GossipCounts {
+    local: DashMap<Key, Local, foldhash::fast::RandomState>,
+    remote: DashMap<Key, Heard, foldhash::fast::RandomState>,
+    /// Serializes `take_dirty` so two syncs cannot both send and clear.
+    syncing: Mutex<()>,
+}
+
+fn window_of(now: Nanos, window_ns: u64) -> u64 {
+    now / window_ns.max(1)
+}
+
+impl GossipCounts {
+    /// The cost peers reported admitting for this key in the window holding `now`.
+    pub fn heard(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64) -> u64 {
+        let w = window_of(now, window_ns);
+        self.remote
+            .get(&(rule.clone(), CompactString::new(key)))
+            .map_or(0, |h| {
+                h.values()
+                    .filter(|(win, _)| *win == w)
+                    .map(|(_, c)| c)
+                    .sum()
+            })
+    }
+
+    /// Adds what this node admitted; it goes out with the next sync.
+    pub fn admitted(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64, cost: u64) {
+        let w = window_of(now, window_ns);
+        let mut slot = self
+            .local
+            .entry((rule.clone(), CompactString::new(key)))
+            .or_default();
+        if slot.window != w {
+            *slot = Local {
+                window: w,
+                count: 0,
+                dirty: true,
+            };
+        }
+        slot.count += cost;
+        slot.dirty = true;
+    }
+
+    /// The counts changed since the last call, as absolute per-window totals:
+    /// a lost sync is repaired by the next one instead of being lost forever.
+    pub fn take_dirty(&self) -> Vec<CountDelta> {
+        let _one = self.syncing.lock();
+        let mut out = Vec::new();
+        for mut e in self.local.iter_mut() {
+            if e.dirty {
+                e.dirty = false;
+                out.push(CountDelta {
+                    rule: e.key().0.to_string(),
+                    key: e.key().1.to_string(),
+                    window: e.window,
+                    count: e.count,
+                });
+            }
+        }
+        out
+    }
+
+    /// Records what `from` reported.
+    pub fn apply(&self, from: &str, deltas: &[CountDelta]) -> usize {
+        for d in deltas {
+            let mut heard = self
+                .remote
+                .entry((Arc::from(d.rule.as_str()), CompactString::new(&d.key)))
+                .or_default();
+            let slot = heard.entry(CompactString::new(from)).or_insert((0, 0));
+            // Newer windows replace older ones; within a window counts only grow.
+            if d.window > slot.0 || (d.window == slot.0 && d.count > slot.1) {
+                *slot = (d.window, d.count);
+            }
+        }
+        deltas.len()
+    }
+
+    /// Drops counts of windows that ended before `now`'s previous one.
+    pub fn sweep(&self, now: Nanos, window_of_rule: impl Fn(&str) -> Option<u64>) {
+        let current = |rule: &str| window_of_rule(rule).map(|w| window_of(now, w));
+        self.local
+            .retain(|k, l| current(&k.0).is_some_and(|c| l.window + 1 >= c));
+        self.remote.retain(|k, h| {
+            let Some(c) = current(&k.0) else { return false };
+            h.retain(|_, (w, _)| *w + 1 >= c);
+            !h.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heard_counts_sum_peers_in_the_current_window_only() {
+        let g = GossipCounts::default();
+        let rule: Arc<str> = Arc::from("r");
+        let w = 60_000_000_000;
+        let d = |window, count| CountDelta {
+            rule: "r".into(),
+            key: "k".into(),
+            window,
+            count,
+        };
+        g.apply("a", &[d(10, 3)]);
+        g.apply("b", &[d(10, 4)]);
+        g.apply("c", &[d(9, 50)]);
+        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
+        // A stale, smaller count from the same peer never lowers what was heard.
+        g.apply("a", &[d(10, 1)]);
+        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
+    }
+
+    #[test]
+    fn only_changed_keys_are_sent_once() {
+        let g = GossipCounts::default();
+        let rule: Arc<str> = Arc::from("r");
+        g.admitted(&rule, "k", 5, 10, 2);
+        g.admitted(&rule, "k", 6, 10, 1);
+        let sent = g.take_dirty();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].count, 3);
+        assert!(g.take_dirty().is_empty());
+    }
+}

@@ -1,0 +1,128 @@
+//! The owner strategy (seed 8D): every limit decided by its key's owner on the ring; exact at steady state.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use weir_core::{CheckError, CheckRequest, Limiter, Placed, RuleSet, Verdict};
+
+use super::{Decided, Strategy};
+use crate::owner::gateway::Gateway;
+use crate::owner::handoff::Handoff;
+use crate::owner::local::Local;
+use crate::stats::{FallbackCounts, FallbackStatus};
+use crate::topology::ring::Ring;
+
+pub struct OwnerStrategy {
+    gateway: Gateway,
+    handoff: Handoff,
+    local: Arc<Local>,
+}
+
+impl OwnerStrategy {
+    pub fn new(gateway: Gateway, handoff: Handoff, local: Arc<Local>) -> Self {
+        OwnerStrategy {
+            gateway,
+            handoff,
+            local,
+        }
+    }
+
+    fn limiter(&self) -> &Arc<Limiter> {
+        self.local.limiter()
+    }
+}
+
+impl Strategy for OwnerStrategy {
+    fn name(&self) -> &'static str {
+        "owner"
+    }
+
+    /// A check whose every limit this node owns is decided at once, with no
+    /// future and one ring lookup per limit (on a ring of one, that is every
+    /// check); the rest go to their owners.
+    fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
+        if let Some(rule) = &req.limit {
+            return Decided::Later(Box::pin(self.gateway.check_carried(req, rule)));
+        }
+        let placed = self.gateway.check_here(std::iter::once(req)).pop();
+        match placed.expect("one answer per request") {
+            Ok(Placed::Decided(v)) => Decided::Now(Ok(v)),
+            Ok(Placed::Elsewhere(rules, sel)) => {
+                Decided::Later(Box::pin(self.gateway.check_at_owners(req, rules, sel)))
+            }
+            Err(e) => Decided::Now(Err(e)),
+        }
+    }
+
+    /// Those owned here are decided first, in place; the rest travel
+    /// together, so checks for one owner share Decide calls.
+    fn check_many<'a>(&'a self, reqs: &'a [CheckRequest]) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
+        Box::pin(async move {
+            let rule_set = reqs.iter().filter(|r| r.limit.is_none());
+            let mut placed = self.gateway.check_here(rule_set).into_iter();
+            let mut slots = Vec::with_capacity(reqs.len());
+            let mut waiting = Vec::new();
+            for (i, req) in reqs.iter().enumerate() {
+                let outcome = match &req.limit {
+                    Some(rule) => {
+                        waiting.push(Box::pin(async move {
+                            (i, self.gateway.check_carried(req, rule).await)
+                        }) as BoxFuture<'_, _>);
+                        None
+                    }
+                    None => match placed.next().expect("one answer per request") {
+                        Ok(Placed::Decided(v)) => Some(Ok(v)),
+                        Ok(Placed::Elsewhere(rules, sel)) => {
+                            waiting.push(Box::pin(async move {
+                                (i, self.gateway.check_at_owners(req, rules, sel).await)
+                            }));
+                            None
+                        }
+                        Err(e) => Some(Err(e)),
+                    },
+                };
+                slots.push(outcome);
+            }
+            for (i, outcome) in futures::future::join_all(waiting).await {
+                slots[i] = Some(outcome);
+            }
+            // Every slot is filled; a caller that gets fewer answers than it
+            // asked for treats that as an engine error.
+            slots.into_iter().flatten().collect()
+        })
+    }
+
+    fn on_rules(&self, rules: &RuleSet) {
+        self.gateway.on_rules(rules);
+    }
+
+    fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.gateway.on_ring(old, ring, &self.limiter().rules());
+            self.handoff.rebalance().await;
+        })
+    }
+
+    fn maintain(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.gateway.maintain();
+            if self.local.take_strays() {
+                self.handoff.rebalance().await;
+            }
+        })
+    }
+
+    fn leave(&self, give_up: tokio::time::Instant) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.handoff.leave(give_up).await;
+        })
+    }
+
+    fn fallback_status(&self) -> FallbackStatus {
+        self.gateway.fallback().status()
+    }
+
+    fn fallback_counts(&self) -> FallbackCounts {
+        self.gateway.fallback().counts()
+    }
+}

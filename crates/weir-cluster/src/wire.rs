@@ -1,0 +1,246 @@
+//! weir-core's types to the `weir.v1.Peer` messages and back: the one place the wire format meets the meaning.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use weir_core::{CheckError, CounterSnapshot, Decision, InputField, Nanos, Rule, State, Unavailable};
+use weir_proto::weir::v1::op_result::Outcome;
+use weir_proto::weir::v1::{
+    CarriedLimit, CounterOp, CounterState, Decision as WireDecision, OpKind, OpResult, PeerError,
+    PeerErrorCode,
+};
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+pub fn decision_to_wire(d: &Decision) -> WireDecision {
+    WireDecision {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        retry_after_ns: nanos(d.retry_after),
+        reset_at_ms: d.reset_at,
+        delay_ns: nanos(d.delay),
+        at: d.at,
+    }
+}
+
+pub fn decision_from_wire(d: &WireDecision) -> Decision {
+    Decision {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        retry_after: Duration::from_nanos(d.retry_after_ns),
+        reset_at: d.reset_at_ms,
+        delay: Duration::from_nanos(d.delay_ns),
+        at: d.at,
+    }
+}
+
+/// A consume of `cost` on (rule, hash part). `carried`: the limit is a
+/// request's own (an Envoy override), sent along whole so the owner decides
+/// against it as sent.
+pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> CounterOp {
+    CounterOp {
+        rule: rule.name.to_string(),
+        key: hash_part.to_string(),
+        cost,
+        kind: OpKind::Consume as i32,
+        at: 0,
+        carried: carried.then(|| CarriedLimit {
+            limit: rule.limit,
+            window_ns: nanos(rule.window),
+        }),
+    }
+}
+
+/// Gives back `cost` consumed by a decision the owner took at `at`.
+pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        cost,
+        kind: OpKind::Refund as i32,
+        at,
+        carried: None,
+    }
+}
+
+/// The rule an op carries, rebuilt exactly as the sender built it.
+pub fn carried_rule(op: &CounterOp) -> Option<Result<Rule, CheckError>> {
+    let c = op.carried.as_ref()?;
+    Some(
+        Rule::carried(&op.rule, c.limit, Duration::from_nanos(c.window_ns))
+            .map_err(|e| CheckError::invalid(InputField::Limit, e.reason)),
+    )
+}
+
+pub fn decided(d: &Decision) -> OpResult {
+    OpResult {
+        outcome: Some(Outcome::Decision(decision_to_wire(d))),
+    }
+}
+
+/// The answer to a refund: nothing to report beyond "done".
+pub fn refunded() -> OpResult {
+    OpResult {
+        outcome: Some(Outcome::Decision(WireDecision {
+            allowed: true,
+            ..WireDecision::default()
+        })),
+    }
+}
+
+/// The owner cannot decide this op: it is not (or no longer) the key's owner.
+pub fn not_owner(message: &str) -> OpResult {
+    refusal(PeerErrorCode::NotOwner, "key", message.to_string())
+}
+
+fn refusal(code: PeerErrorCode, field: &str, message: String) -> OpResult {
+    OpResult {
+        outcome: Some(Outcome::Error(PeerError {
+            code: code as i32,
+            field: field.to_string(),
+            message,
+        })),
+    }
+}
+
+pub fn error_to_wire(e: &CheckError) -> OpResult {
+    match e {
+        CheckError::Invalid { field, reason } => refusal(
+            match field {
+                InputField::Key => PeerErrorCode::InvalidKey,
+                InputField::Cost => PeerErrorCode::InvalidCost,
+                _ => PeerErrorCode::InvalidInput,
+            },
+            field.as_str(),
+            reason.to_string(),
+        ),
+        CheckError::CostExceedsLimit { max, .. } => {
+            refusal(PeerErrorCode::CostExceedsLimit, "cost", max.to_string())
+        }
+        CheckError::Unavailable(Unavailable::UnknownRule(rule)) => {
+            refusal(PeerErrorCode::UnknownRule, "rule", rule.clone())
+        }
+        CheckError::Unavailable(Unavailable::StoreFull { max_keys, .. }) => {
+            refusal(PeerErrorCode::StoreFull, "", max_keys.to_string())
+        }
+        CheckError::Unavailable(u) => refusal(PeerErrorCode::NotOwner, "", u.to_string()),
+    }
+}
+
+/// What an owner's answer to one op means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Decided(Decision),
+    /// The request is wrong or the owner's store refused it: the check's answer.
+    Refused(CheckError),
+    /// The owner cannot decide this op (its rules lag behind ours, it is
+    /// leaving, or the answer is empty): treat as no answer.
+    Undecided(String),
+}
+
+/// Reads an owner's answer to a consume of `cost` on `rule`.
+pub fn answer(result: OpResult, rule: &Rule, cost: u64) -> Answer {
+    let e = match result.outcome {
+        Some(Outcome::Decision(d)) => return Answer::Decided(decision_from_wire(&d)),
+        Some(Outcome::Error(e)) => e,
+        None => return Answer::Undecided("empty answer".into()),
+    };
+    let input = |field: InputField| {
+        Answer::Refused(CheckError::invalid(field, Cow::Owned(e.message.clone())))
+    };
+    match PeerErrorCode::try_from(e.code).unwrap_or(PeerErrorCode::Unspecified) {
+        PeerErrorCode::CostExceedsLimit => Answer::Refused(CheckError::CostExceedsLimit {
+            rule: rule.name.to_string(),
+            cost,
+            max: rule.policy.max_cost(),
+        }),
+        PeerErrorCode::InvalidCost => input(InputField::Cost),
+        PeerErrorCode::InvalidKey => input(InputField::Key),
+        PeerErrorCode::InvalidInput => input(InputField::parse(&e.field).unwrap_or(InputField::Key)),
+        PeerErrorCode::StoreFull => Answer::Refused(
+            Unavailable::StoreFull {
+                rule: rule.name.to_string(),
+                max_keys: e.message.parse().unwrap_or(0),
+            }
+            .into(),
+        ),
+        // The owner's rules lag behind ours (it pulls ours from the version
+        // the call carried), or it is leaving.
+        PeerErrorCode::UnknownRule | PeerErrorCode::NotOwner | PeerErrorCode::Unspecified => {
+            Answer::Undecided(e.message)
+        }
+    }
+}
+
+pub fn snapshot_to_wire(snap: &CounterSnapshot) -> Option<CounterState> {
+    match postcard::to_allocvec(&snap.state) {
+        Ok(state) => Some(CounterState {
+            rule: snap.rule.clone(),
+            key: snap.hash_part.clone(),
+            state,
+        }),
+        Err(e) => {
+            tracing::error!(rule = %snap.rule, error = %e, "cannot encode a counter for handoff");
+            None
+        }
+    }
+}
+
+pub fn snapshot_from_wire(c: CounterState) -> Option<CounterSnapshot> {
+    let state: State = postcard::from_bytes(&c.state).ok()?;
+    Some(CounterSnapshot {
+        rule: c.rule,
+        hash_part: c.key,
+        state,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule() -> Rule {
+        Rule::carried("r", 5, Duration::from_secs(60)).unwrap()
+    }
+
+    #[test]
+    fn every_refusal_reads_back_as_the_error_that_caused_it() {
+        let errors = [
+            CheckError::invalid(InputField::Ip, "is not an address"),
+            CheckError::invalid(InputField::Key, "must not be empty"),
+            CheckError::invalid(InputField::Cost, "must be at least 1"),
+            CheckError::CostExceedsLimit {
+                rule: "r".into(),
+                cost: 9,
+                max: 5,
+            },
+            Unavailable::StoreFull {
+                rule: "r".into(),
+                max_keys: 12,
+            }
+            .into(),
+        ];
+        for e in errors {
+            assert_eq!(answer(error_to_wire(&e), &rule(), 9), Answer::Refused(e.clone()), "{e}");
+        }
+        let unknown = Unavailable::UnknownRule("r".into()).into();
+        assert!(matches!(answer(error_to_wire(&unknown), &rule(), 1), Answer::Undecided(_)));
+    }
+
+    #[test]
+    fn a_decision_survives_the_wire() {
+        let d = Decision::deny(5, Duration::from_nanos(1_234_567_891), 42);
+        assert_eq!(answer(decided(&d), &rule(), 1), Answer::Decided(d));
+    }
+
+    #[test]
+    fn a_carried_rule_is_rebuilt_exactly() {
+        let op = consume(&rule(), "k", 1, true);
+        assert_eq!(carried_rule(&op).unwrap().unwrap(), rule());
+        assert!(carried_rule(&consume(&rule(), "k", 1, false)).is_none());
+    }
+}
