@@ -32,6 +32,8 @@ pub struct ClusterOptions {
     pub netns: bool,
     /// How long membership may take to converge.
     pub form_deadline: Duration,
+    /// RUST_LOG for the nodes; None passes this process's own on.
+    pub rust_log: Option<String>,
 }
 
 impl ClusterOptions {
@@ -54,6 +56,7 @@ impl ClusterOptions {
             log_dir,
             netns: false,
             form_deadline: Duration::from_secs(30),
+            rust_log: None,
         }
     }
 }
@@ -185,6 +188,11 @@ impl Cluster {
         self.up[i]
     }
 
+    /// Node `i`'s process id while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.children[i].as_ref().map(Child::id)
+    }
+
     fn log_path(&self, i: usize) -> PathBuf {
         self.opts.log_dir.join(format!("{}.log", self.nodes[i].id))
     }
@@ -226,6 +234,9 @@ impl Cluster {
         }
         if let Some(d) = o.owner_deadline {
             cmd.args(["--owner-deadline", &format!("{}ms", d.as_millis())]);
+        }
+        if let Some(filter) = &o.rust_log {
+            cmd.env("RUST_LOG", filter);
         }
         let log = OpenOptions::new()
             .create(true)

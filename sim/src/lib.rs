@@ -1,8 +1,10 @@
 //! weir-sim: runs an N-node weir cluster on this machine and scores every verdict against an exact reference limiter.
-// deny, not forbid: signal.rs needs kill(2) and prctl(2) from libc, and
-// allows unsafe for those two calls alone.
+// deny, not forbid: signal.rs needs kill(2) and prctl(2) and
+// bench/machine.rs sysconf(3) from libc, and each allows unsafe for those
+// calls alone.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod error;

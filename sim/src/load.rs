@@ -80,6 +80,12 @@ pub struct Driver {
     pub clock: Arc<SystemClock>,
 }
 
+/// Generator `i` of the streams a run seeded with `seed` draws from: each
+/// stream differs from the others and is reproducible from the pair.
+pub fn stream_rng<R: SeedableRng>(seed: u64, i: u64) -> R {
+    R::seed_from_u64(seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
 /// When a plan starts: now plus a short lead, moved later if the plan asks
 /// for a window boundary at a given offset.
 pub fn start_time(plan: &Plan, clock: &SystemClock) -> (Instant, u64) {
@@ -171,9 +177,7 @@ impl Driver {
             Retry::Never => None,
             Retry::Literal => Some(retry_after),
             Retry::FullJitter => {
-                let mut rng = StdRng::seed_from_u64(
-                    self.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                );
+                let mut rng: StdRng = stream_rng(self.seed, i as u64);
                 Some(weir_client::retry::honor_retry_after(retry_after, &mut rng))
             }
         }

@@ -1,6 +1,9 @@
 //! The rules every simulated cluster and the reference limiter share, one per workload route.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use crate::error::SimError;
 
 /// One rule as the sim writes it into the rules file: keyed by client,
 /// matched by an exact route so each workload has its own counters.
@@ -56,6 +59,17 @@ pub fn rules_toml(specs: &[RuleSpec]) -> String {
     out
 }
 
+/// Writes `toml` to `dir/rules.toml`, creating `dir`, and returns the file's
+/// full path: nodes run from another directory (and namespace).
+pub fn write_file(dir: &Path, toml: &str) -> Result<PathBuf, SimError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| SimError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join("rules.toml");
+    std::fs::write(&path, toml)
+        .map_err(|e| SimError::io(format!("writing {}", path.display()), e))?;
+    std::path::absolute(&path).map_err(|e| SimError::io("resolving the rules path", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +89,16 @@ mod tests {
         let set = weir_core::RuleSet::from_toml(&rules_toml(&specs)).expect("valid rules");
         assert_eq!(set.rules().len(), 2);
         assert_eq!(set.rules()[1].window, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_written_rules_file_has_a_full_path_in_a_new_dir() {
+        let dir = std::env::temp_dir()
+            .join(format!("weir-sim-rules-test-{}", std::process::id()))
+            .join("nested");
+        let path = write_file(&dir, "# none\n").expect("written");
+        assert!(path.is_absolute() && path.starts_with(&dir));
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "# none\n");
+        std::fs::remove_dir_all(dir.parent().expect("parent")).expect("cleaned up");
     }
 }

@@ -1,13 +1,12 @@
 //! The comparison: which runs happen under which strategy, in what order, on which clusters.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::{Cli, StrategyName};
 use crate::cluster::ClusterOptions;
 use crate::error::SimError;
 use crate::faults::FaultKind;
-use crate::rules::rules_toml;
+use crate::rules::{self, rules_toml};
 use crate::score::RunResult;
 use crate::session::{LoadOptions, Session};
 use crate::target::Endpoint;
@@ -67,16 +66,6 @@ pub fn all_rules() -> String {
     rules_toml(&specs)
 }
 
-fn write_rules(out: &Path) -> Result<PathBuf, SimError> {
-    std::fs::create_dir_all(out)
-        .map_err(|e| SimError::io(format!("creating {}", out.display()), e))?;
-    let path = out.join("rules.toml");
-    std::fs::write(&path, all_rules())
-        .map_err(|e| SimError::io(format!("writing {}", path.display()), e))?;
-    // Nodes run from another directory (and namespace): give them a full path.
-    std::path::absolute(&path).map_err(|e| SimError::io("resolving the rules path", e))
-}
-
 fn say(quiet: bool, line: &str) {
     if !quiet {
         eprintln!("{line}");
@@ -102,7 +91,7 @@ fn summary(r: &RunResult) -> String {
 
 /// Runs everything the command line asks for and returns every result.
 pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
-    let rules_file = write_rules(&cli.out)?;
+    let rules_file = rules::write_file(&cli.out, &all_rules())?;
     let load = LoadOptions {
         concurrency: cli.concurrency,
         seed: cli.seed,

@@ -1,4 +1,4 @@
-//! Signals to child nodes (kill, stop, continue, terminate) and dying with the sim; the crate's only unsafe code.
+//! Signals to child nodes (kill, stop, continue, terminate) and dying with the sim; with bench/machine.rs's sysconf, the crate's only unsafe code.
 
 use std::io;
 use std::process::Command;
