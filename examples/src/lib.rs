@@ -11,7 +11,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use weir_client::{Backend, FailureMode, KeyExtractor, RateLimitLayer};
+use weir_client::{Decide, FailureMode, KeyExtractor, RateLimitLayer};
 use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 
 /// The rules both modes use: in-process by default, and the sidecar's file.
@@ -33,7 +33,7 @@ pub struct App {
 /// The two limits: `pre_auth` keyed on the peer IP (tier `pre-auth`),
 /// `post_auth` keyed on the authenticated client id (tier `authenticated`).
 pub fn layers(
-    backend: impl Backend + Clone,
+    backend: impl Decide + Clone,
     failure: FailureMode,
 ) -> (RateLimitLayer, RateLimitLayer) {
     let pre = RateLimitLayer::new(backend.clone(), KeyExtractor::PeerIp)

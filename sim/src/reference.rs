@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use weir_core::{FakeClock, Limiter, LimiterConfig, Request, RuleSet};
+use weir_core::{CheckRequest, FakeClock, Limiter, LimiterConfig, RuleSet};
 
 use crate::load::Record;
 use crate::rules::rules_toml;
@@ -27,7 +27,7 @@ pub fn replay(plan: &Plan, records: &[Record]) -> Vec<bool> {
             let key = &plan.keys[r.key as usize];
             let route = &plan.rules[r.rule as usize].route;
             limiter
-                .check(&Request::new(key, route, 1))
+                .check(&CheckRequest::new(key, route))
                 .map(|v| v.allowed)
                 .unwrap_or(false)
         })

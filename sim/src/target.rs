@@ -166,8 +166,7 @@ async fn grpc_check(mut client: RateLimiterClient<Channel>, key: &str, route: &s
             key: key.to_string(),
             route: route.to_string(),
             cost: Some(1),
-            tier: String::new(),
-            ip: String::new(),
+            ..CheckItem::default()
         }],
     };
     let res = match client.check(req).await {

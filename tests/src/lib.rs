@@ -224,7 +224,7 @@ pub fn proptest_cases(default: u32) -> u32 {
 /// generous so a slow debug build never falls back by accident.
 pub fn cluster_member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
     c.node_id = Some(id.to_string());
-    c.seeds = seed.map(|s| s.to_string()).into_iter().collect();
-    c.gossip_profile = weir_cluster::GossipProfile::Fast;
-    c.owner_deadline = Duration::from_secs(1);
+    c.cluster.seeds = seed.map(|s| s.to_string()).into_iter().collect();
+    c.cluster.gossip_profile = weir_cluster::GossipProfile::Fast;
+    c.cluster.owner_deadline = Duration::from_secs(1);
 }

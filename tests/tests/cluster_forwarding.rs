@@ -25,7 +25,7 @@ fn member_failing(
     on_failure: OwnerFailure,
 ) {
     cluster_member(c, id, seed);
-    c.on_owner_failure = on_failure;
+    c.cluster.on_owner_failure = on_failure;
     c.admin_token = Some(ADMIN.to_string());
 }
 

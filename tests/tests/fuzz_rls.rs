@@ -79,6 +79,7 @@ fn item() -> impl Strategy<Value = CheckItem> {
             cost,
             tier,
             ip,
+            limit: None,
         })
 }
 

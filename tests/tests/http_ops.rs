@@ -106,11 +106,11 @@ async fn the_cluster_view_shows_the_advertised_addresses_with_bound_ports() {
 
 #[tokio::test]
 async fn a_cluster_node_bound_to_every_interface_without_an_advertised_address_does_not_start() {
-    let config = weir_node::ServeConfig {
+    let mut config = weir_node::ServeConfig {
         grpc: "0.0.0.0:0".parse().unwrap(),
-        seeds: vec!["127.0.0.1:9".into()],
         ..weir_node::ServeConfig::ephemeral()
     };
+    config.cluster.seeds = vec!["127.0.0.1:9".into()];
     let e = weir_node::Node::start(config).await.err().expect("refused");
     assert!(e.to_string().contains("--advertise-grpc"), "{e}");
 }

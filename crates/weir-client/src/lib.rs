@@ -8,14 +8,13 @@
 //!   before the service runs.
 #![forbid(unsafe_code)]
 
-mod check;
 mod client;
 mod error;
 pub mod layer;
 pub mod retry;
 
-pub use check::{CheckRequest, CheckResponse};
 pub use client::{Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_MAX_BATCH};
 pub use error::ClientError;
-pub use layer::{Backend, FailureMode, HeaderSet, KeyExtractor, RateLimitLayer};
+pub use layer::{FailureMode, HeaderSet, KeyExtractor, RateLimitLayer};
 pub use retry::{retry, BudgetError, RetryBudget, RetryPolicy};
+pub use weir_core::{CheckRequest, CheckResponse, Decide};

@@ -77,12 +77,12 @@ const SECRET: &str = "embed-test-secret";
 fn member(id: &str, seeds: &[SocketAddr], rules: &Path) -> ServeConfig {
     let mut config = ServeConfig::ephemeral();
     config.node_id = Some(id.into());
-    config.seeds = seeds.iter().map(|s| s.to_string()).collect();
-    config.cluster_secret = Some(SECRET.into());
-    config.gossip_profile = GossipProfile::Fast;
+    config.cluster.seeds = seeds.iter().map(|s| s.to_string()).collect();
+    config.cluster.secret = Some(SECRET.into());
+    config.cluster.gossip_profile = GossipProfile::Fast;
     config.rules_file = Some(rules.to_path_buf());
     // Generous, so a slow debug build never falls back to deciding locally.
-    config.owner_deadline = Duration::from_secs(1);
+    config.cluster.owner_deadline = Duration::from_secs(1);
     config
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{cluster, key_owned_by, TestNode};
 use hdrhistogram::Histogram;
 use weir_cluster::BatchConfig;
-use weir_core::Request;
+use weir_core::CheckRequest;
 
 /// Admits everything: the benchmark measures the path, not denials.
 const RULES: &str = r#"
@@ -66,7 +66,10 @@ async fn throughput(gateway: &TestNode, keys: Arc<Vec<String>>) -> (f64, f64) {
                 let mut i = w;
                 while !stop.load(Ordering::Relaxed) {
                     let key = &keys[i % keys.len()];
-                    let v = engine.check(&Request::new(key, "GET /", 1)).await.unwrap();
+                    let v = engine
+                        .check(&CheckRequest::new(key.as_str(), "GET /"))
+                        .await
+                        .unwrap();
                     assert!(v.allowed);
                     done.fetch_add(1, Ordering::Relaxed);
                     i += CONCURRENCY;

@@ -85,7 +85,8 @@ pub async fn reseed(
             continue;
         }
         let (resolver, names) = (resolver.clone(), names.clone());
-        let Ok(addrs) = tokio::task::spawn_blocking(move || resolver.resolve_all(&names)).await else {
+        let Ok(addrs) = tokio::task::spawn_blocking(move || resolver.resolve_all(&names)).await
+        else {
             continue;
         };
         if !addrs.is_empty() {

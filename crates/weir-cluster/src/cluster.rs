@@ -27,8 +27,8 @@ use crate::owner::serve::OwnerService;
 use crate::stats::{ClusterStats, FallbackStatus, MemberStatus, Stats};
 use crate::strategy::{self, Parts, Strategy};
 use crate::topology::membership::{
-    Datagrams, Membership, MembershipConfig, MembershipError, MembershipStats,
-    NodeIdentity, UdpDatagrams,
+    Datagrams, Membership, MembershipConfig, MembershipError, MembershipStats, NodeIdentity,
+    UdpDatagrams,
 };
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
@@ -90,13 +90,17 @@ impl Cluster {
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
         config.validate().map_err(ClusterError::Config)?;
-        let datagrams = UdpDatagrams::bind(gossip_bind)
-            .await
-            .map_err(|source| MembershipError::Bind {
-                addr: gossip_bind,
-                source,
-            })?;
-        let token = config.secret.as_deref().and_then(|s| PeerToken::new(s.as_bytes()));
+        let datagrams =
+            UdpDatagrams::bind(gossip_bind)
+                .await
+                .map_err(|source| MembershipError::Bind {
+                    addr: gossip_bind,
+                    source,
+                })?;
+        let token = config
+            .secret
+            .as_deref()
+            .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
             datagrams: Arc::new(datagrams),
             link: Arc::new(TonicLink::new(token)),
@@ -112,7 +116,10 @@ impl Cluster {
         t: Transport,
     ) -> Result<Cluster, ClusterError> {
         config.validate().map_err(ClusterError::Config)?;
-        let seeds = t.resolver.resolve_patiently(&config.seeds, SEED_PATIENCE).await;
+        let seeds = t
+            .resolver
+            .resolve_patiently(&config.seeds, SEED_PATIENCE)
+            .await;
         let mut mc = match config.gossip_profile {
             GossipProfile::Lan => MembershipConfig::new(identity, seeds),
             GossipProfile::Fast => MembershipConfig::fast(identity, seeds),
@@ -175,7 +182,10 @@ impl Cluster {
             membership.clone(),
             stats.clone(),
         ));
-        let token = config.secret.as_deref().and_then(|s| PeerToken::new(s.as_bytes()));
+        let token = config
+            .secret
+            .as_deref()
+            .and_then(|s| PeerToken::new(s.as_bytes()));
         let inner = Arc::new(Inner {
             config,
             limiter,
@@ -262,13 +272,22 @@ impl Cluster {
     /// of this node's ring.
     pub fn members_status(&self) -> Vec<MemberStatus> {
         let shares = self.inner.routing.ring().shares();
-        let share = |id: &str| shares.iter().find(|(i, _)| i == id).map_or(0.0, |(_, s)| *s);
+        let share = |id: &str| {
+            shares
+                .iter()
+                .find(|(i, _)| i == id)
+                .map_or(0.0, |(_, s)| *s)
+        };
         self.inner
             .membership
             .members()
             .into_iter()
             .map(|m| MemberStatus {
-                ring_share: if m.state.is_live() { share(&m.identity.id) } else { 0.0 },
+                ring_share: if m.state.is_live() {
+                    share(&m.identity.id)
+                } else {
+                    0.0
+                },
                 id: m.identity.id,
                 gossip: m.identity.gossip,
                 grpc: m.identity.grpc,
@@ -284,7 +303,9 @@ impl Cluster {
     }
 
     pub fn stats(&self) -> ClusterStats {
-        self.inner.stats.snapshot(&self.inner.strategy.fallback_counts())
+        self.inner
+            .stats
+            .snapshot(&self.inner.strategy.fallback_counts())
     }
 
     pub fn fallback_status(&self) -> FallbackStatus {
@@ -369,7 +390,6 @@ impl Inner {
         self.abort_tasks();
     }
 }
-
 
 fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> AbortHandle {
     tokio::spawn(task).abort_handle()

@@ -45,7 +45,11 @@ pub enum OwnerFailure {
 }
 
 impl OwnerFailure {
-    pub const ALL: [OwnerFailure; 3] = [OwnerFailure::Local, OwnerFailure::Open, OwnerFailure::Closed];
+    pub const ALL: [OwnerFailure; 3] = [
+        OwnerFailure::Local,
+        OwnerFailure::Open,
+        OwnerFailure::Closed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -250,10 +254,13 @@ mod tests {
             ..ClusterConfig::default()
         };
         assert!(empty.validate().unwrap_err().contains("secret"));
-        let shown = format!("{:?}", ClusterConfig {
-            secret: Some("hunter2".into()),
-            ..ClusterConfig::default()
-        });
+        let shown = format!(
+            "{:?}",
+            ClusterConfig {
+                secret: Some("hunter2".into()),
+                ..ClusterConfig::default()
+            }
+        );
         assert!(!shown.contains("hunter2"), "{shown}");
     }
 }

@@ -76,7 +76,12 @@ impl Divided {
 
     /// A limit a request carried (an Envoy override), decided at limit/N in
     /// tables of its own.
-    pub fn consume_carried(&self, rule: &Rule, hash_part: &str, cost: u64) -> Result<Decision, CheckError> {
+    pub fn consume_carried(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         let share = rule.divided(self.members() as u64);
         if cost > share.policy.max_cost() {
             return Ok(over_share(&share, self.limiter.now()));
@@ -144,16 +149,23 @@ window = "60s"
         let rules = RuleSet::from_toml(RULES).unwrap();
         let clock = Arc::new(FakeClock::at_secs(1000.0));
         let full = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
-        (Divided::new(&rules, n, clock, LimiterConfig::default()), full)
+        (
+            Divided::new(&rules, n, clock, LimiterConfig::default()),
+            full,
+        )
     }
 
     #[test]
     fn each_limit_is_divided_by_the_member_count() {
         let (d, _) = divided(3);
-        let admitted = (0..10).filter(|_| d.consume("r", "k", 1).unwrap().allowed).count();
+        let admitted = (0..10)
+            .filter(|_| d.consume("r", "k", 1).unwrap().allowed)
+            .count();
         assert_eq!(admitted, 3, "9 / 3 members");
         d.rebuild(&RuleSet::from_toml(RULES).unwrap(), 2);
-        let admitted = (0..10).filter(|_| d.consume("r", "k2", 1).unwrap().allowed).count();
+        let admitted = (0..10)
+            .filter(|_| d.consume("r", "k2", 1).unwrap().allowed)
+            .count();
         assert_eq!(admitted, 5, "ceil(9 / 2)");
     }
 
@@ -161,7 +173,9 @@ window = "60s"
     fn a_cost_over_the_share_is_denied_for_a_window_on_every_path() {
         let (d, full) = divided(3);
         let one = d.consume("r", "k", 5).unwrap();
-        let whole = d.check(&full, &CheckRequest::new("k", "/").cost(5)).unwrap();
+        let whole = d
+            .check(&full, &CheckRequest::new("k", "/").cost(5))
+            .unwrap();
         let carried = Arc::new(Rule::carried("o", 9, std::time::Duration::from_secs(60)).unwrap());
         let over = d.consume_carried(&carried, "k", 5).unwrap();
         for decision in [one, whole.applied[0].decision, over] {
@@ -170,10 +184,13 @@ window = "60s"
             assert_eq!(decision.retry_after, std::time::Duration::from_secs(60));
         }
         assert!(!whole.allowed);
-        assert!(matches!(
-            d.check(&full, &CheckRequest::new("k", "/").cost(10)),
-            Err(CheckError::CostExceedsLimit { .. })
-        ), "over the full limit is still bad input");
+        assert!(
+            matches!(
+                d.check(&full, &CheckRequest::new("k", "/").cost(10)),
+                Err(CheckError::CostExceedsLimit { .. })
+            ),
+            "over the full limit is still bad input"
+        );
     }
 
     #[test]
@@ -181,7 +198,9 @@ window = "60s"
         let (d, full) = divided(3);
         let rule = Arc::new(Rule::carried("o", 6, std::time::Duration::from_secs(60)).unwrap());
         let req = CheckRequest::new("k", "/").carrying(rule);
-        let admitted = (0..5).filter(|_| d.check(&full, &req).unwrap().allowed).count();
+        let admitted = (0..5)
+            .filter(|_| d.check(&full, &req).unwrap().allowed)
+            .count();
         assert_eq!(admitted, 2, "6 / 3 members");
     }
 }

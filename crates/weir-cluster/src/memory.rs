@@ -47,6 +47,8 @@ struct State {
     latency: Duration,
     loss: f64,
     hosts: u32,
+    /// Seed names that are not `ip:port`, as a test's DNS would answer.
+    names: Option<SeedResolver>,
 }
 
 impl State {
@@ -101,16 +103,26 @@ impl MemoryNet {
                 net: self.clone(),
                 from: host,
             }),
-            resolver: SeedResolver::new(|name| {
-                name.parse::<SocketAddr>()
-                    .map(|a| vec![a])
-                    .map_err(io::Error::other)
-            }),
+            resolver: {
+                let state = self.state.clone();
+                SeedResolver::new(move |name| match name.parse::<SocketAddr>() {
+                    Ok(a) => Ok(vec![a]),
+                    Err(e) => match state.lock().names.clone() {
+                        Some(names) => names.resolve(name),
+                        None => Err(io::Error::other(e)),
+                    },
+                })
+            },
         };
         let cluster = Cluster::assemble(config, identity, limiter, transport).await?;
         let handler = Arc::downgrade(cluster.handler());
         self.state.lock().handlers.insert(host, handler);
         Ok(cluster)
+    }
+
+    /// Seed names that are not `ip:port` are resolved by `names`.
+    pub fn resolve_names(&self, names: SeedResolver) {
+        self.state.lock().names = Some(names);
     }
 
     /// Nothing gets between the hosts of `a` and those of `b`, either way.
@@ -187,12 +199,20 @@ impl Datagrams for MemorySocket {
         self.local
     }
 
-    fn send_to<'a>(&'a self, payload: &'a [u8], to: SocketAddr) -> BoxFuture<'a, io::Result<usize>> {
+    fn send_to<'a>(
+        &'a self,
+        payload: &'a [u8],
+        to: SocketAddr,
+    ) -> BoxFuture<'a, io::Result<usize>> {
         let (target, delay) = {
             let s = self.net.state.lock();
             let lost = s.blocked(self.local.ip(), to.ip())
                 || (s.loss > 0.0 && rand::rng().random_bool(s.loss));
-            let target = if lost { None } else { s.sockets.get(&to).cloned() };
+            let target = if lost {
+                None
+            } else {
+                s.sockets.get(&to).cloned()
+            };
             (target, s.delay(self.local.ip(), to.ip()))
         };
         if let Some(tx) = target {
@@ -206,7 +226,10 @@ impl Datagrams for MemorySocket {
         Box::pin(async move { Ok(n) })
     }
 
-    fn recv_from<'a>(&'a self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>> {
+    fn recv_from<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+    ) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>> {
         Box::pin(async move {
             let mut rx = self.rx.lock().await;
             let (data, from) = rx
@@ -228,7 +251,12 @@ struct MemoryLink {
 impl MemoryLink {
     /// One call: the request travels, the handler answers, the answer
     /// travels back, all within `deadline`.
-    fn call<T, F, Fut>(&self, to: &NodeIdentity, deadline: Duration, f: F) -> BoxFuture<'static, Result<T, PeerFailure>>
+    fn call<T, F, Fut>(
+        &self,
+        to: &NodeIdentity,
+        deadline: Duration,
+        f: F,
+    ) -> BoxFuture<'static, Result<T, PeerFailure>>
     where
         T: Send + 'static,
         F: FnOnce(Arc<PeerHandler>) -> Fut + Send + 'static,
@@ -238,7 +266,9 @@ impl MemoryLink {
         Box::pin(async move {
             let (handler, delay) = match route {
                 Route::To(h, d) => (h, d),
-                Route::Refused => return Err(PeerFailure::Unreachable("connection refused".into())),
+                Route::Refused => {
+                    return Err(PeerFailure::Unreachable("connection refused".into()))
+                }
                 Route::Lost => {
                     tokio::time::sleep(deadline).await;
                     return Err(PeerFailure::Timeout(deadline));
@@ -258,31 +288,62 @@ impl MemoryLink {
 }
 
 impl Link for MemoryLink {
-    fn decide(&self, to: &NodeIdentity, req: DecideRequest, deadline: Duration) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+    fn decide(
+        &self,
+        to: &NodeIdentity,
+        req: DecideRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move { Ok(h.decide(req).await) })
     }
 
-    fn handoff(&self, to: &NodeIdentity, req: HandoffRequest, deadline: Duration) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
+    fn handoff(
+        &self,
+        to: &NodeIdentity,
+        req: HandoffRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move { Ok(h.handoff(req).await) })
     }
 
-    fn push_rules(&self, to: &NodeIdentity, set: WireRuleSet, deadline: Duration) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
+    fn push_rules(
+        &self,
+        to: &NodeIdentity,
+        set: WireRuleSet,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move {
-            h.push_rules(set).map_err(|e| PeerFailure::Refused(e.to_string()))
+            h.push_rules(set)
+                .map_err(|e| PeerFailure::Refused(e.to_string()))
         })
     }
 
-    fn pull_rules(&self, to: &NodeIdentity, _have: u64, deadline: Duration) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+    fn pull_rules(
+        &self,
+        to: &NodeIdentity,
+        _have: u64,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
         self.call(to, deadline, |h| async move { Ok(h.pull_rules()) })
     }
 
-    fn sync_counts(&self, to: &NodeIdentity, req: SyncRequest, deadline: Duration) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
+    fn sync_counts(
+        &self,
+        to: &NodeIdentity,
+        req: SyncRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move {
-            h.sync_counts(req).map_err(|e| PeerFailure::Refused(e.to_string()))
+            h.sync_counts(req)
+                .map_err(|e| PeerFailure::Refused(e.to_string()))
         })
     }
 
-    fn members(&self, to: &NodeIdentity, deadline: Duration) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
+    fn members(
+        &self,
+        to: &NodeIdentity,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move { Ok(h.members()) })
     }
 

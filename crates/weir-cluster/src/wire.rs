@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use weir_core::{CheckError, CounterSnapshot, Decision, InputField, Nanos, Rule, State, Unavailable};
+use weir_core::{
+    CheckError, CounterSnapshot, Decision, InputField, Nanos, Rule, State, Unavailable,
+};
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::{
     CarriedLimit, CounterOp, CounterState, Decision as WireDecision, OpKind, OpResult, PeerError,
@@ -160,7 +162,9 @@ pub fn answer(result: OpResult, rule: &Rule, cost: u64) -> Answer {
         }),
         PeerErrorCode::InvalidCost => input(InputField::Cost),
         PeerErrorCode::InvalidKey => input(InputField::Key),
-        PeerErrorCode::InvalidInput => input(InputField::parse(&e.field).unwrap_or(InputField::Key)),
+        PeerErrorCode::InvalidInput => {
+            input(InputField::parse(&e.field).unwrap_or(InputField::Key))
+        }
         PeerErrorCode::StoreFull => Answer::Refused(
             Unavailable::StoreFull {
                 rule: rule.name.to_string(),
@@ -225,10 +229,17 @@ mod tests {
             .into(),
         ];
         for e in errors {
-            assert_eq!(answer(error_to_wire(&e), &rule(), 9), Answer::Refused(e.clone()), "{e}");
+            assert_eq!(
+                answer(error_to_wire(&e), &rule(), 9),
+                Answer::Refused(e.clone()),
+                "{e}"
+            );
         }
         let unknown = Unavailable::UnknownRule("r".into()).into();
-        assert!(matches!(answer(error_to_wire(&unknown), &rule(), 1), Answer::Undecided(_)));
+        assert!(matches!(
+            answer(error_to_wire(&unknown), &rule(), 1),
+            Answer::Undecided(_)
+        ));
     }
 
     #[test]

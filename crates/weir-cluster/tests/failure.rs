@@ -5,7 +5,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use weir_cluster::{CheckFailure, OwnerFailure};
+use weir_cluster::memory::MemoryNet;
+use weir_cluster::OwnerFailure;
+use weir_core::{CheckError, CheckRequest, Unavailable};
 
 /// Stated bound on crash detection with the fast gossip profile (probe
 /// every 250 ms, suspect-to-down 1 s): measured 1.3-1.8 s on loopback,
@@ -73,9 +75,10 @@ async fn fail_open_admits_and_fail_closed_answers_unavailable_never_a_denial() {
         for _ in 0..(2 * LIMIT) {
             match (mode, nodes[0].check(&key).await) {
                 (OwnerFailure::Open, Ok(v)) => assert!(v.allowed, "open admits"),
-                (OwnerFailure::Closed, Err(CheckFailure::Unavailable(why))) => {
-                    assert!(why.contains("node-2"), "{why}")
-                }
+                (
+                    OwnerFailure::Closed,
+                    Err(CheckError::Unavailable(Unavailable::OwnerUnreachable { owner })),
+                ) => assert_eq!(owner, "node-2"),
                 (mode, other) => panic!("{mode:?}: unexpected {other:?}"),
             }
         }
@@ -85,7 +88,8 @@ async fn fail_open_admits_and_fail_closed_answers_unavailable_never_a_denial() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit() {
-    let nodes = cluster(5, RULES, |c| {
+    let net = MemoryNet::new();
+    let nodes = memory_cluster(&net, 5, RULES, |c| {
         c.on_owner_failure = OwnerFailure::Local;
         c.owner_deadline = Duration::from_millis(100);
     })
@@ -136,9 +140,7 @@ async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit(
 
     // Healing merges the sides; counters handed over on the ring change
     // add up, so the key's spent budget survives and nothing is re-granted.
-    for n in &nodes {
-        n.blackhole.clear();
-    }
+    net.heal();
     let healed = wait_until("all five rejoin", || {
         nodes.iter().all(|n| n.ring_ids().len() == 5)
     })
@@ -161,8 +163,8 @@ async fn a_carried_limit_whose_owner_is_lost_is_divided_on_the_local_fallback() 
     nodes.pop().unwrap().kill().await;
     let mut admitted = 0;
     for _ in 0..5 {
-        let d = nodes[0].engine.check_adhoc(&rule, &key, 1).await.unwrap();
-        admitted += usize::from(d.allowed);
+        let req = CheckRequest::new(&key, "").carrying(rule.clone());
+        admitted += usize::from(nodes[0].engine.check(&req).await.unwrap().allowed);
     }
     // Checked while node-3 still counted: had the ring dropped it, the key
     // would have a live owner and a whole budget.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use rand::Rng;
-use weir_core::{Request, Rule};
+use weir_core::{CheckRequest, Rule};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_names_the_same_owner_for_ten_thousand_random_keys() {
@@ -120,8 +120,7 @@ async fn a_request_one_limit_denies_consumes_nothing_from_the_others() {
     let check = |ip: String| {
         let client = client.clone();
         async move {
-            let mut r = Request::new(&client, "GET /", 1);
-            r.ip = Some(&ip);
+            let r = CheckRequest::new(&client, "GET /").ip(ip);
             gateway.engine.check(&r).await.unwrap().allowed
         }
     };
@@ -147,7 +146,7 @@ async fn concurrent_checks_for_one_owner_share_decide_calls() {
     let keys: Vec<String> = (0..200)
         .map(|i| key_owned_by(gateway, &nodes[1].id, &format!("batch{i}")))
         .collect();
-    let reqs: Vec<Request<'_>> = keys.iter().map(|k| Request::new(k, "GET /", 1)).collect();
+    let reqs: Vec<CheckRequest> = keys.iter().map(|k| CheckRequest::new(k, "GET /")).collect();
     let before = gateway.cluster.stats();
     let verdicts = gateway.engine.check_many(&reqs).await;
     assert!(verdicts.iter().all(|v| v.as_ref().unwrap().allowed));
@@ -179,7 +178,7 @@ async fn with_batching_off_each_op_is_its_own_call() {
     let keys: Vec<String> = (0..50)
         .map(|i| key_owned_by(gateway, &nodes[1].id, &format!("solo{i}")))
         .collect();
-    let reqs: Vec<Request<'_>> = keys.iter().map(|k| Request::new(k, "GET /", 1)).collect();
+    let reqs: Vec<CheckRequest> = keys.iter().map(|k| CheckRequest::new(k, "GET /")).collect();
     let verdicts = gateway.engine.check_many(&reqs).await;
     assert!(verdicts.iter().all(|v| v.as_ref().unwrap().allowed));
     let s = gateway.cluster.stats();
@@ -197,7 +196,7 @@ async fn a_batch_of_local_and_remote_keys_answers_each_in_order_forwarding_only_
         .collect();
     let mut reqs = Vec::new();
     for _ in 0..=LIMIT {
-        reqs.extend(keys.iter().map(|k| Request::new(k, "GET /", 1)));
+        reqs.extend(keys.iter().map(|k| CheckRequest::new(k, "GET /")));
     }
     let before = gateway.cluster.stats();
     let verdicts = gateway.engine.check_many(&reqs).await;
@@ -231,8 +230,8 @@ async fn a_limit_the_request_carries_is_decided_by_its_owner_exactly_across_gate
     let mut admitted = 0;
     for i in 0..12 {
         let gateway = &nodes[i % 2];
-        let d = gateway.engine.check_adhoc(&rule, &key, 1).await.unwrap();
-        admitted += usize::from(d.allowed);
+        let req = CheckRequest::new(&key, "").carrying(rule.clone());
+        admitted += usize::from(gateway.engine.check(&req).await.unwrap().allowed);
     }
     // Decided at each gateway, two gateways would admit 5 each.
     assert_eq!(admitted, 5);

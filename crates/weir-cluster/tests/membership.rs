@@ -24,11 +24,13 @@ fn ident(name: &str) -> NodeIdentity {
 }
 
 fn config(name: &str, seeds: &[SocketAddr]) -> MembershipConfig {
-    MembershipConfig::fast(ident(name), loopback0(), seeds.to_vec())
+    MembershipConfig::fast(ident(name), seeds.to_vec())
 }
 
 async fn start(name: &str, seeds: &[SocketAddr]) -> Membership {
-    Membership::start(config(name, seeds)).await.unwrap()
+    Membership::start(config(name, seeds), loopback0())
+        .await
+        .unwrap()
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes; returns how
@@ -128,7 +130,7 @@ async fn joiner_keeps_announcing_until_a_late_seed_starts() {
     assert!(early.is_some(), "joiner did not retry its announce");
     assert_eq!(live_ids(&joiner), ids(&["joiner"]));
 
-    let seed = Membership::start(MembershipConfig::fast(ident("seed"), seed_addr, vec![]))
+    let seed = Membership::start(MembershipConfig::fast(ident("seed"), vec![]), seed_addr)
         .await
         .unwrap();
     let both = ids(&["joiner", "seed"]);
@@ -170,10 +172,10 @@ async fn crash_is_detected_and_a_restart_with_the_same_identity_rejoins() {
     // the cluster still holds it as Down, so this exercises the automatic
     // renew-and-rejoin path. The aborted task releases the port
     // asynchronously, so retry the bind briefly.
-    let cfg = MembershipConfig::fast(old.clone(), addr, vec![nodes[0].local_addr()]);
+    let cfg = MembershipConfig::fast(old.clone(), vec![nodes[0].local_addr()]);
     let deadline = Instant::now() + Duration::from_secs(5);
     let restarted = loop {
-        match Membership::start(cfg.clone()).await {
+        match Membership::start(cfg.clone(), addr).await {
             Ok(m) => break m,
             Err(MembershipError::Bind { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -234,12 +236,15 @@ async fn graceful_leave_is_noticed_faster_than_a_crash() {
 #[tokio::test]
 async fn nodes_without_the_secret_never_join() {
     let secret = b"correct horse battery staple".to_vec();
-    let a = Membership::start(config("a", &[]).with_secret(secret.clone()))
+    let a = Membership::start(config("a", &[]).with_secret(secret.clone()), loopback0())
         .await
         .unwrap();
-    let b = Membership::start(config("b", &[a.local_addr()]).with_secret(secret))
-        .await
-        .unwrap();
+    let b = Membership::start(
+        config("b", &[a.local_addr()]).with_secret(secret),
+        loopback0(),
+    )
+    .await
+    .unwrap();
     let ab = ids(&["a", "b"]);
     assert!(
         wait_until(CONVERGE, || live_ids(&a) == ab && live_ids(&b) == ab)
@@ -248,10 +253,12 @@ async fn nodes_without_the_secret_never_join() {
         "nodes sharing the secret did not join"
     );
 
-    let wrong =
-        Membership::start(config("wrong", &[a.local_addr()]).with_secret(b"guess".to_vec()))
-            .await
-            .unwrap();
+    let wrong = Membership::start(
+        config("wrong", &[a.local_addr()]).with_secret(b"guess".to_vec()),
+        loopback0(),
+    )
+    .await
+    .unwrap();
     let none = start("plain", &[a.local_addr()]).await;
     // Each intruder announces every 200 ms; wait for several rejections.
     let rejected = wait_until(Duration::from_secs(10), || a.stats().bad_mac_dropped >= 10).await;
@@ -282,13 +289,14 @@ async fn nodes_without_the_secret_never_join() {
 async fn default_lan_config_detects_a_crash_in_a_few_seconds() {
     // The production profile (probe 500 ms, suspicion 2 s): expected ~3 s.
     const BOUND: Duration = Duration::from_secs(8);
-    let lan =
-        |name: &str, seeds: Vec<SocketAddr>| MembershipConfig::new(ident(name), loopback0(), seeds);
-    let seed = Membership::start(lan("a", vec![])).await.unwrap();
+    let lan = |name: &str, seeds: Vec<SocketAddr>| MembershipConfig::new(ident(name), seeds);
+    let seed = Membership::start(lan("a", vec![]), loopback0())
+        .await
+        .unwrap();
     let mut nodes = vec![seed];
     for name in ["b", "c", "d"] {
         let cfg = lan(name, vec![nodes[0].local_addr()]);
-        nodes.push(Membership::start(cfg).await.unwrap());
+        nodes.push(Membership::start(cfg, loopback0()).await.unwrap());
     }
     let all = ids(&["a", "b", "c", "d"]);
     assert!(

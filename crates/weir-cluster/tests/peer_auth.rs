@@ -4,12 +4,12 @@ mod common;
 
 use common::*;
 use tonic::metadata::MetadataValue;
-use weir_cluster::cluster::PEER_AUTH_HEADER;
+use weir_cluster::net::auth::PEER_AUTH_HEADER;
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpKind, PullRulesRequest};
 
 fn secret(s: &str) -> impl Fn(&mut weir_cluster::ClusterConfig) + '_ {
-    move |c| c.secret = Some(s.as_bytes().to_vec())
+    move |c| c.secret = Some(s.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,7 +32,7 @@ async fn a_node_without_the_secret_is_never_a_member_and_its_peer_calls_are_refu
 
     // Peer calls straight to a member's port: refused without the token,
     // with a token from the wrong secret, and accepted with the right one.
-    let mut client = PeerClient::connect(format!("http://{}", nodes[1].grpc))
+    let mut client = PeerClient::connect(format!("http://{}", nodes[1].grpc()))
         .await
         .unwrap();
     let decide = || DecideRequest {

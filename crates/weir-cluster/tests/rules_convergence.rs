@@ -54,7 +54,8 @@ async fn a_node_that_joins_late_pulls_the_rules_in_force() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_of_one_version_settle_on_one_set_everywhere() {
-    let nodes = cluster(3, RULES, |c| {
+    let net = weir_cluster::memory::MemoryNet::new();
+    let nodes = memory_cluster(&net, 3, RULES, |c| {
         c.rules_sync_interval = Duration::from_millis(200)
     })
     .await;
@@ -66,9 +67,7 @@ async fn concurrent_writes_of_one_version_settle_on_one_set_everywhere() {
     let va = nodes[0].engine.replace_tier(None, a).unwrap().version();
     let vb = nodes[2].engine.replace_tier(None, b).unwrap().version();
     assert_eq!(va, vb, "both wrote the same next version");
-    for n in &nodes {
-        n.blackhole.clear();
-    }
+    net.heal();
     wait_until("one set everywhere", || {
         nodes.iter().all(|n| n.engine.rules().rules()[0].limit == 4)
     })

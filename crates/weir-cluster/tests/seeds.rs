@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use weir_cluster::memory::MemoryNet;
 use weir_cluster::SeedResolver;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,20 +20,21 @@ async fn a_node_alone_joins_once_its_seed_name_resolves() {
     let resolver = {
         let (record, lookups) = (record.clone(), lookups.clone());
         SeedResolver::new(move |name| {
-            assert_eq!(name, "peers.weir.test:7946");
+            assert_eq!(name, "peers.weir.test:7946", "ip:port seeds need no lookup");
             *lookups.lock().unwrap() += 1;
             record.lock().unwrap().map(|a| vec![a]).ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such host yet")
             })
         })
     };
-    let late = TestNode::start("node-1", &[], RULES, |c| {
-        c.seed_names = vec!["peers.weir.test:7946".into()];
+    let net = MemoryNet::new();
+    net.resolve_names(resolver);
+    let late = TestNode::start_in(&net, "node-1", &[], RULES, |c| {
+        c.seeds = vec!["peers.weir.test:7946".into()];
         c.reseed_interval = Duration::from_millis(100);
-        c.resolver = resolver;
     })
     .await;
-    let other = TestNode::start("node-2", &[], RULES, |_| {}).await;
+    let other = TestNode::start_in(&net, "node-2", &[], RULES, |_| {}).await;
     // Both alone: neither knows the other's address.
     wait_until("the alone node keeps resolving", || {
         *lookups.lock().unwrap() >= 2

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{cluster, TestNode};
-use weir_cluster::{Engine, Strategy};
-use weir_core::Request;
+use weir_cluster::strategy::gossip::GossipStrategy;
+use weir_cluster::{Engine, StrategyKind};
+use weir_core::CheckRequest;
 
 /// Fixed windows a day long: the gossip strategy counts in aligned windows,
 /// and a test must not straddle a boundary.
@@ -22,16 +23,26 @@ window = "24h"
 "#;
 const L: usize = 20;
 
-fn engine(node: &TestNode, strategy: Strategy) -> Arc<Engine> {
-    let limiter = node.cluster.limiter().clone();
-    Arc::new(Engine::clustered(limiter, node.cluster.clone()).with_strategy(strategy))
+fn engine(node: &TestNode, strategy: StrategyKind) -> Arc<Engine> {
+    assert_eq!(node.engine.strategy(), strategy.as_str());
+    node.engine.clone()
+}
+
+/// What a gossip node last heard its peers admit for `key`.
+fn heard(node: &TestNode, key: &str) -> u64 {
+    let gossip = node
+        .cluster
+        .strategy()
+        .as_any()
+        .downcast_ref::<GossipStrategy>();
+    gossip.expect("a gossip node").heard("per-client", key)
 }
 
 async fn admitted(engine: &Engine, key: &str, n: usize) -> usize {
     let mut ok = 0;
     for _ in 0..n {
         if engine
-            .check(&Request::new(key, "GET /", 1))
+            .check(&CheckRequest::new(key, "GET /"))
             .await
             .unwrap()
             .allowed
@@ -44,8 +55,11 @@ async fn admitted(engine: &Engine, key: &str, n: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
-    let nodes = cluster(5, RULES, |c| c.strategy = Strategy::Divide).await;
-    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Divide)).collect();
+    let nodes = cluster(5, RULES, |c| c.strategy = StrategyKind::Divide).await;
+    let engines: Vec<_> = nodes
+        .iter()
+        .map(|n| engine(n, StrategyKind::Divide))
+        .collect();
     // Single connection: every request lands on node 1. L/N = 4, a 5x
     // under-admission on the best-behaved client shape.
     assert_eq!(admitted(&engines[0], "one-conn", 3 * L).await, L / 5);
@@ -59,12 +73,17 @@ async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn divide_keeps_what_a_client_spent_when_a_member_joins() {
-    let mut nodes = cluster(2, RULES, |c| c.strategy = Strategy::Divide).await;
-    let first = engine(&nodes[0], Strategy::Divide);
+    let mut nodes = cluster(2, RULES, |c| c.strategy = StrategyKind::Divide).await;
+    let first = engine(&nodes[0], StrategyKind::Divide);
     // L/2 = 10 on node 1, all of it spent.
     assert_eq!(admitted(&first, "steady", 3 * L).await, L / 2);
     let seed = nodes[0].gossip();
-    nodes.push(TestNode::start("node-3", &[seed], RULES, |c| c.strategy = Strategy::Divide).await);
+    nodes.push(
+        TestNode::start("node-3", &[seed], RULES, |c| {
+            c.strategy = StrategyKind::Divide
+        })
+        .await,
+    );
     common::wait_until("node 1 sees three members", || {
         nodes[0].ring_ids().len() == 3
     })
@@ -73,7 +92,7 @@ async fn divide_keeps_what_a_client_spent_when_a_member_joins() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let v = first
-            .check(&Request::new("probe", "GET /", 1))
+            .check(&CheckRequest::new("probe", "GET /"))
             .await
             .unwrap();
         if v.binding().unwrap().decision.limit == 7 {
@@ -96,11 +115,14 @@ async fn divide_keeps_what_a_client_spent_when_a_member_joins() {
 async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync() {
     let n = 3;
     let nodes = cluster(n, RULES, |c| {
-        c.strategy = Strategy::Gossip;
+        c.strategy = StrategyKind::Gossip;
         c.sync_interval = Duration::from_millis(200);
     })
     .await;
-    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Gossip)).collect();
+    let engines: Vec<_> = nodes
+        .iter()
+        .map(|n| engine(n, StrategyKind::Gossip))
+        .collect();
     // A burst on every node before any of them hears the others: each
     // admits its full L locally.
     let bursts = engines.iter().map(|e| admitted(e, "burst", 2 * L));
@@ -111,7 +133,7 @@ async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync(
     // the next sync, so a node that admitted nothing for the key denies it.
     assert_eq!(admitted(&engines[0], "steady", L).await, L);
     common::wait_until("node 2 hears node 1's spend", || {
-        nodes[1].cluster.heard("per-client", "steady") == L as u64
+        heard(&nodes[1], "steady") == L as u64
     })
     .await;
     assert_eq!(admitted(&engines[1], "steady", 5).await, 0);
@@ -121,11 +143,14 @@ async fn gossip_burst_admits_above_l_never_above_n_l_and_converges_after_a_sync(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gossip_keeps_its_own_counters_when_the_ring_changes() {
     let mut nodes = cluster(3, RULES, |c| {
-        c.strategy = Strategy::Gossip;
+        c.strategy = StrategyKind::Gossip;
         c.sync_interval = Duration::from_secs(3600);
     })
     .await;
-    let engines: Vec<_> = nodes.iter().map(|n| engine(n, Strategy::Gossip)).collect();
+    let engines: Vec<_> = nodes
+        .iter()
+        .map(|n| engine(n, StrategyKind::Gossip))
+        .collect();
     // A key node-2 owns on the ring: under the owner strategy its counter
     // would be handed to node-2 on any ring change.
     let key = common::key_owned_by(&nodes[0], "node-2", "mine");

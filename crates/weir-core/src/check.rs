@@ -194,7 +194,11 @@ impl CheckResponse {
             rule: Some(a.rule.name.clone()),
             limit: d.limit,
             remaining: d.remaining,
-            retry_after: if allowed { Duration::ZERO } else { d.retry_after },
+            retry_after: if allowed {
+                Duration::ZERO
+            } else {
+                d.retry_after
+            },
             reset_at_ms: d.reset_at,
             delay: if allowed { d.delay } else { Duration::ZERO },
             window: Some(a.rule.window),

@@ -125,6 +125,9 @@ mod tests {
         let d = Decision::uncounted(10, 3, Duration::from_secs(60), 0);
         assert!(d.allowed);
         assert_eq!((d.remaining, d.reset_at), (7, 60_000));
-        assert_eq!(Decision::uncounted(2, 3, Duration::from_secs(1), 0).remaining, 0);
+        assert_eq!(
+            Decision::uncounted(2, 3, Duration::from_secs(1), 0).remaining,
+            0
+        );
     }
 }

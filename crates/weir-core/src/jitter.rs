@@ -64,3 +64,11 @@ fn uniform_below<R: Rng + ?Sized>(limit_ns: u128, rng: &mut R) -> Duration {
     let subsec = u32::try_from(ns % NANOS_PER_SEC).unwrap_or(0);
     Duration::new(secs, subsec)
 }
+
+/// A denial's wait in whole milliseconds with server-side jitter
+/// ([`server_jitter`]): what a node or a layer shows instead of the bare
+/// wait when asked to spread its callers.
+pub fn jittered_retry_after_ms<R: Rng + ?Sized>(r: &crate::CheckResponse, rng: &mut R) -> u64 {
+    let base = Duration::from_millis(r.retry_after_ms());
+    u64::try_from(server_jitter(base, rng).as_millis()).unwrap_or(u64::MAX)
+}

@@ -276,10 +276,16 @@ impl Limiter {
         if !sel.iter().all(|s| here(&s.hash_part)) {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
-        self.decide_selected(&t, &sel, req.cost).map(Placed::Decided)
+        self.decide_selected(&t, &sel, req.cost)
+            .map(Placed::Decided)
     }
 
-    fn decide_selected(&self, t: &Tables, sel: &Selection, cost: u64) -> Result<Verdict, CheckError> {
+    fn decide_selected(
+        &self,
+        t: &Tables,
+        sel: &Selection,
+        cost: u64,
+    ) -> Result<Verdict, CheckError> {
         let now = self.clock.now();
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {

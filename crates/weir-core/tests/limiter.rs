@@ -139,7 +139,9 @@ fn bad_input_is_refused_and_moves_nothing() {
             other => panic!("{field}: {other:?}"),
         }
     }
-    let e = l.check(&CheckRequest::new("k", "GET /").cost(6)).unwrap_err();
+    let e = l
+        .check(&CheckRequest::new("k", "GET /").cost(6))
+        .unwrap_err();
     assert!(
         matches!(e, CheckError::CostExceedsLimit { max: 5, .. }),
         "{e}"
@@ -302,5 +304,9 @@ fn a_carried_rule_whose_limit_changed_is_decided_not_deadlocked() {
     let remaining = finished
         .recv_timeout(Duration::from_secs(10))
         .expect("the second check returned instead of hanging");
-    assert_eq!(remaining, (4, 5), "the changed limit starts a table of its own");
+    assert_eq!(
+        remaining,
+        (4, 5),
+        "the changed limit starts a table of its own"
+    );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use weir_cluster::{OwnerFailure, Strategy};
+use weir_cluster::{ClusterConfig, OwnerFailure, StrategyKind};
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
 use crate::tls::TlsFiles;
@@ -73,17 +73,35 @@ pub struct ServeArgs {
     /// TOML rules file, reloaded when it changes [default: built-in rules].
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
-    /// Which strategy decides checks [default: owner].
-    #[arg(long, value_enum)]
-    pub strategy: Option<StrategyArg>,
-    /// Gossip strategy: how often deltas are broadcast [default: 100ms].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    #[arg(
+        long,
+        value_parser = names(&StrategyKind::ALL.map(StrategyKind::as_str)),
+        help = with_default("Which strategy decides checks", |c| c.strategy.to_string())
+    )]
+    pub strategy: Option<String>,
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = humantime::parse_duration,
+        help = with_default("Gossip strategy: how often deltas are broadcast", |c| {
+            duration(c.sync_interval)
+        })
+    )]
     pub sync_interval: Option<Duration>,
-    /// What to do when a key's owner does not answer in time [default: local].
-    #[arg(long, value_enum)]
-    pub on_owner_failure: Option<OwnerFailureArg>,
-    /// How long to wait for a key's owner [default: 5ms].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    #[arg(
+        long,
+        value_parser = names(&OwnerFailure::ALL.map(OwnerFailure::as_str)),
+        help = with_default("What to do when a key's owner does not answer in time", |c| {
+            c.on_owner_failure.to_string()
+        })
+    )]
+    pub on_owner_failure: Option<String>,
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = humantime::parse_duration,
+        help = with_default("How long to wait for a key's owner", |c| duration(c.owner_deadline))
+    )]
     pub owner_deadline: Option<Duration>,
     /// Token for rule writes (PUT /v1/limits); writes are refused without one.
     #[arg(
@@ -134,18 +152,19 @@ pub struct ServeArgs {
     pub threads: Option<u16>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    Owner,
-    Gossip,
-    Divide,
+/// Help text that ends in the default [`ClusterConfig`] holds, so the help
+/// and the library cannot disagree.
+fn with_default(what: &str, default: impl Fn(&ClusterConfig) -> String) -> String {
+    format!("{what} [default: {}]", default(&ClusterConfig::default()))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OwnerFailureArg {
-    Local,
-    Open,
-    Closed,
+fn duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Accepts exactly these names, and lists them in the help.
+fn names(names: &[&'static str]) -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(names.iter().copied())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -174,9 +193,15 @@ pub struct CheckArgs {
     pub timeout: Duration,
 }
 
+/// A name clap has already checked against the accepted ones, or the default.
+fn parsed<T: std::str::FromStr<Err = String>>(v: Option<&str>, default: T) -> Result<T, String> {
+    v.map_or(Ok(default), str::parse)
+}
+
 /// The node configuration `weir serve` would run with, or why it cannot run.
 pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
     let d = ServeConfig::default();
+    let c = &d.cluster;
     let positive = |flag: &str, v: Option<usize>, default: usize| match v {
         Some(0) => Err(format!("{flag} must be at least 1")),
         Some(n) => Ok(n),
@@ -210,25 +235,17 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         },
         advertise_grpc: args.advertise_grpc,
         advertise_gossip: args.advertise_gossip,
-        seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
         rules_file: args.rules.clone(),
-        strategy: args.strategy.map_or(d.strategy, |s| match s {
-            StrategyArg::Owner => Strategy::Owner,
-            StrategyArg::Gossip => Strategy::Gossip,
-            StrategyArg::Divide => Strategy::Divide,
-        }),
-        sync_interval: nonzero("--sync-interval", args.sync_interval, d.sync_interval)?,
-        on_owner_failure: args
-            .on_owner_failure
-            .map_or(d.on_owner_failure, |f| match f {
-                OwnerFailureArg::Local => OwnerFailure::Local,
-                OwnerFailureArg::Open => OwnerFailure::Open,
-                OwnerFailureArg::Closed => OwnerFailure::Closed,
-            }),
-        owner_deadline: nonzero("--owner-deadline", args.owner_deadline, d.owner_deadline)?,
         admin_token: secret("--admin-token", &args.admin_token)?,
-        cluster_secret: secret("--cluster-secret", &args.cluster_secret)?,
-        gossip_profile: d.gossip_profile,
+        cluster: ClusterConfig {
+            seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
+            strategy: parsed(args.strategy.as_deref(), c.strategy)?,
+            sync_interval: nonzero("--sync-interval", args.sync_interval, c.sync_interval)?,
+            on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
+            owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
+            secret: secret("--cluster-secret", &args.cluster_secret)?,
+            ..c.clone()
+        },
         retry_jitter: args.retry_jitter,
         limits: InputLimits {
             max_body_bytes: positive(

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_cluster::{GossipProfile, OwnerFailure, Strategy};
+use weir_cluster::ClusterConfig;
 
 use crate::tls::TlsFiles;
 
@@ -66,18 +66,12 @@ pub struct ServeConfig {
     pub advertise_grpc: Option<SocketAddr>,
     /// The gossip address peers are told to probe; None: the bound one.
     pub advertise_gossip: Option<SocketAddr>,
-    pub seeds: Vec<String>,
     /// None: the built-in default rules.
     pub rules_file: Option<PathBuf>,
-    pub strategy: Strategy,
-    pub sync_interval: Duration,
-    pub on_owner_failure: OwnerFailure,
-    pub owner_deadline: Duration,
     pub admin_token: Option<String>,
-    pub cluster_secret: Option<String>,
-    /// Membership timings: `Lan` in production, `Fast` for loopback tests
-    /// (a crash is noticed in ~1.5 s instead of ~3.5 s).
-    pub gossip_profile: GossipProfile,
+    /// How the node decides with its peers: strategy, seeds, secret,
+    /// owner deadline and failure policy, gossip timings.
+    pub cluster: ClusterConfig,
     /// Server-side Retry-After jitter (seed 9: base + uniform(0, base)).
     pub retry_jitter: bool,
     pub limits: InputLimits,
@@ -97,15 +91,9 @@ impl Default for ServeConfig {
             tls: None,
             advertise_grpc: None,
             advertise_gossip: None,
-            seeds: Vec::new(),
             rules_file: None,
-            strategy: Strategy::Owner,
-            sync_interval: Duration::from_millis(100),
-            on_owner_failure: OwnerFailure::Local,
-            owner_deadline: Duration::from_millis(5),
             admin_token: None,
-            cluster_secret: None,
-            gossip_profile: GossipProfile::Lan,
+            cluster: ClusterConfig::default(),
             retry_jitter: false,
             limits: InputLimits::default(),
             max_keys_per_rule: 1_000_000,
@@ -138,6 +126,7 @@ impl ServeConfig {
 
     /// Why this config cannot run, in one line.
     pub fn validate(&self) -> Result<(), String> {
+        self.cluster.validate().map_err(str::to_string)?;
         if self.tls.is_some() && self.peer_grpc.is_none() {
             return Err(
                 "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
@@ -182,7 +171,7 @@ impl ServeConfig {
                 Some(a) if a.ip().is_unspecified() => {
                     return Err(format!("{advertise} {a} is not an address peers can reach"));
                 }
-                None if !self.seeds.is_empty() && bound.ip().is_unspecified() => {
+                None if !self.cluster.seeds.is_empty() && bound.ip().is_unspecified() => {
                     return Err(format!(
                         "{flag} {bound} binds every interface, which peers cannot be told to reach; \
                          with --seeds, give {advertise} ADDR"

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_cluster::{GossipProfile, OwnerFailure, Strategy};
+use weir_cluster::{GossipProfile, OwnerFailure, StrategyKind};
 
 use crate::config::{InputLimits, ServeConfig};
 use crate::node::{Node, NodeError};
@@ -112,7 +112,7 @@ impl NodeBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.config.seeds = seeds.into_iter().map(Into::into).collect();
+        self.config.cluster.seeds = seeds.into_iter().map(Into::into).collect();
         self
     }
 
@@ -123,26 +123,26 @@ impl NodeBuilder {
     }
 
     /// `--strategy`
-    pub fn strategy(mut self, strategy: Strategy) -> Self {
-        self.config.strategy = strategy;
+    pub fn strategy(mut self, strategy: StrategyKind) -> Self {
+        self.config.cluster.strategy = strategy;
         self
     }
 
     /// `--sync-interval`
     pub fn sync_interval(mut self, interval: Duration) -> Self {
-        self.config.sync_interval = interval;
+        self.config.cluster.sync_interval = interval;
         self
     }
 
     /// `--on-owner-failure`
     pub fn on_owner_failure(mut self, on_failure: OwnerFailure) -> Self {
-        self.config.on_owner_failure = on_failure;
+        self.config.cluster.on_owner_failure = on_failure;
         self
     }
 
     /// `--owner-deadline`
     pub fn owner_deadline(mut self, deadline: Duration) -> Self {
-        self.config.owner_deadline = deadline;
+        self.config.cluster.owner_deadline = deadline;
         self
     }
 
@@ -154,13 +154,13 @@ impl NodeBuilder {
 
     /// `--cluster-secret`
     pub fn cluster_secret(mut self, secret: impl Into<String>) -> Self {
-        self.config.cluster_secret = Some(secret.into());
+        self.config.cluster.secret = Some(secret.into());
         self
     }
 
     /// Membership timings: `Lan` (the default) in production, `Fast` on loopback.
     pub fn gossip_profile(mut self, profile: GossipProfile) -> Self {
-        self.config.gossip_profile = profile;
+        self.config.cluster.gossip_profile = profile;
         self
     }
 
@@ -214,7 +214,7 @@ mod tests {
             .gossip(addr(3))
             .seeds(["10.0.0.2:7946", "10.0.0.3:7946"])
             .rules_file("rules.toml")
-            .strategy(Strategy::Gossip)
+            .strategy(StrategyKind::Gossip)
             .sync_interval(Duration::from_millis(250))
             .on_owner_failure(OwnerFailure::Closed)
             .owner_deadline(Duration::from_millis(7))
@@ -227,15 +227,15 @@ mod tests {
             .into_config();
         assert_eq!(c.node_id.as_deref(), Some("n1"));
         assert_eq!((c.http, c.grpc, c.gossip), (addr(1), addr(2), addr(3)));
-        assert_eq!(c.seeds, ["10.0.0.2:7946", "10.0.0.3:7946"]);
+        assert_eq!(c.cluster.seeds, ["10.0.0.2:7946", "10.0.0.3:7946"]);
         assert_eq!(c.rules_file, Some(PathBuf::from("rules.toml")));
-        assert_eq!(c.strategy, Strategy::Gossip);
-        assert_eq!(c.sync_interval, Duration::from_millis(250));
-        assert_eq!(c.on_owner_failure, OwnerFailure::Closed);
-        assert_eq!(c.owner_deadline, Duration::from_millis(7));
+        assert_eq!(c.cluster.strategy, StrategyKind::Gossip);
+        assert_eq!(c.cluster.sync_interval, Duration::from_millis(250));
+        assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
+        assert_eq!(c.cluster.owner_deadline, Duration::from_millis(7));
         assert_eq!(c.admin_token.as_deref(), Some("admin"));
-        assert_eq!(c.cluster_secret.as_deref(), Some("secret"));
-        assert_eq!(c.gossip_profile, GossipProfile::Fast);
+        assert_eq!(c.cluster.secret.as_deref(), Some("secret"));
+        assert_eq!(c.cluster.gossip_profile, GossipProfile::Fast);
         assert!(c.retry_jitter);
         assert_eq!(c.max_keys_per_rule, 10);
         assert_eq!(c.drain_timeout, Duration::from_secs(1));

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use weir_cluster::CheckFailure;
-use weir_core::Verdict;
+use weir_core::{CheckError, Verdict};
 
 pub mod scrape;
 
@@ -105,14 +104,13 @@ impl Metrics {
         bump(&self.checks, (Arc::from(OVERRIDE_LABEL), v));
     }
 
-    pub fn record_failure(&self, failure: &CheckFailure, elapsed: Duration) {
+    pub fn record_failure(&self, failure: &CheckError, elapsed: Duration) {
         self.observe(elapsed, 1);
-        match failure {
-            CheckFailure::Input(e) => {
-                bump(&self.checks, (Arc::from(""), "invalid"));
-                bump(&self.rejected_inputs, e.field().unwrap_or("request"));
-            }
-            CheckFailure::Unavailable(_) => bump(&self.checks, (Arc::from(""), "unavailable")),
+        if failure.is_input() {
+            bump(&self.checks, (Arc::from(""), "invalid"));
+            bump(&self.rejected_inputs, failure.field().unwrap_or("request"));
+        } else {
+            bump(&self.checks, (Arc::from(""), "unavailable"));
         }
     }
 
@@ -226,7 +224,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use weir_core::{FakeClock, Limiter, LimiterConfig, Request, RuleSet};
+    use weir_core::{CheckRequest, FakeClock, Limiter, LimiterConfig, RuleSet};
 
     use super::Metrics;
 
@@ -248,7 +246,7 @@ mod tests {
             ("k3", "GET /b"),
         ]
         .iter()
-        .map(|(k, r)| limiter.check(&Request::new(k, r, 1)).unwrap())
+        .map(|(k, r)| limiter.check(&CheckRequest::new(*k, *r)).unwrap())
         .collect();
         let m = Metrics::default();
         m.record_verdicts(&verdicts, Duration::from_micros(20));

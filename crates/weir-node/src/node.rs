@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use weir_cluster::membership::NodeIdentity;
-use weir_cluster::{resolve_seeds, Cluster, ClusterConfig, ClusterError, Engine};
+use weir_cluster::{Cluster, ClusterError, Engine};
 use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 
 use crate::config::ServeConfig;
@@ -43,9 +43,6 @@ pub enum NodeError {
 
 /// How often idle keys are dropped.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// How long start waits for seed names to resolve (a DNS record may appear
-/// a little after the pod it names).
-const SEED_PATIENCE: Duration = Duration::from_secs(5);
 
 /// A running node. Dropping it does not stop it; call [`Node::shutdown`].
 pub struct Node {
@@ -86,7 +83,7 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
-        if !config.seeds.is_empty() && config.cluster_secret.is_none() {
+        if !config.cluster.seeds.is_empty() && config.cluster.secret.is_none() {
             tracing::warn!(
                 "joining a cluster without --cluster-secret: anyone who can reach the gossip \
                  and gRPC ports can join the ring and change the rules (docs/security.md)"
@@ -128,8 +125,7 @@ impl Node {
         // cluster of one until another joins through it.
         let cluster = Arc::new(start_cluster(&config, &node_id, limiter.clone()).await?);
         config.gossip = cluster.gossip_addr();
-        let engine =
-            Arc::new(Engine::clustered(limiter.clone(), cluster).with_strategy(config.strategy));
+        let engine = Arc::new(Engine::clustered(cluster));
         let state = Arc::new(NodeState {
             node_id,
             engine,
@@ -246,22 +242,7 @@ async fn start_cluster(
         grpc.set_port(config.peer_listener().port());
     }
     let identity = NodeIdentity::new(node_id, config.advertised_gossip(), grpc);
-    let mut cc = ClusterConfig::new(identity, config.gossip);
-    cc.seeds = resolve_seeds(&config.seeds, SEED_PATIENCE).await;
-    cc.seed_names = config.seeds.clone();
-    cc.secret = config
-        .cluster_secret
-        .as_ref()
-        .map(|s| s.as_bytes().to_vec());
-    cc.owner_deadline = config.owner_deadline;
-    cc.on_owner_failure = config.on_owner_failure;
-    cc.gossip_profile = config.gossip_profile;
-    cc.limiter = LimiterConfig {
-        max_keys_per_rule: config.max_keys_per_rule,
-    };
-    cc.strategy = config.strategy;
-    cc.sync_interval = config.sync_interval;
-    Ok(Cluster::start(cc, limiter).await?)
+    Ok(Cluster::start(config.cluster.clone(), identity, config.gossip, limiter).await?)
 }
 
 /// Resolves when the stop flag is raised.

@@ -371,7 +371,7 @@ fn compose_commands_are_accepted_and_advertise_their_own_address() {
         );
         assert_eq!(c.advertised_grpc().port(), c.grpc.port(), "{}", n.name);
         assert_eq!(c.advertised_gossip().port(), c.gossip.port(), "{}", n.name);
-        for seed in &c.seeds {
+        for seed in &c.cluster.seeds {
             let (host, port) = seed.rsplit_once(':').expect("host:port seed");
             assert!(
                 names.contains(&host),
@@ -450,7 +450,7 @@ fn kubernetes_args_are_accepted_and_probes_secrets_and_grace_match() {
     let expected: Vec<String> = (0..replicas)
         .map(|i| format!("{name}-{i}.{service}:{}", c.gossip.port()))
         .collect();
-    assert_eq!(c.seeds, expected);
+    assert_eq!(c.cluster.seeds, expected);
     let headless = k8s_docs(&text)
         .into_iter()
         .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == service)

@@ -3,10 +3,14 @@
 //! - [`weir::v1`]: the public `RateLimiter` API and the node-to-node `Peer` protocol.
 //! - [`envoy::service::ratelimit::v3`]: Envoy's rate limit service (RLS), wire-compatible
 //!   with Envoy, plus the Envoy packages it depends on.
+//! - [`convert`]: the public API's messages to weir-core's check contract and back,
+//!   one mapping shared by the node and the client.
 //!
 //! Well-known types (`google.protobuf.Duration`, `Struct`, `Timestamp`) are
 //! [`prost_types`]; `google.protobuf.UInt64Value` maps to `Option<u64>`.
 #![forbid(unsafe_code)]
+
+pub mod convert;
 
 pub use prost;
 pub use prost_types;

@@ -23,6 +23,7 @@ fn check_request_round_trips() {
                 cost: Some(3),
                 tier: "free".into(),
                 ip: "203.0.113.9".into(),
+                limit: None,
             },
             CheckItem {
                 key: "cust_7".into(),
@@ -30,6 +31,7 @@ fn check_request_round_trips() {
                 cost: None,
                 tier: String::new(),
                 ip: String::new(),
+                limit: None,
             },
         ],
     };
@@ -60,6 +62,7 @@ fn check_response_round_trips() {
             delay_ms: 0,
             limited: true,
             error: None,
+            window_ms: 60_000,
         }],
     };
     let decoded = CheckResponse::decode(response.encode_to_vec().as_slice()).expect("decode");

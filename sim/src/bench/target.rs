@@ -140,12 +140,12 @@ async fn spawn(bin: &Path, dir: &Path) -> Result<Cluster, SimError> {
     let mut opts = ClusterOptions::new(
         bin.to_path_buf(),
         1,
-        serve.strategy.as_str(),
+        serve.cluster.strategy.as_str(),
         rules::write_file(dir, RULES)?,
         dir.to_path_buf(),
     );
     // The node's own default: the launcher always passes the flag.
-    opts.sync_interval = serve.sync_interval;
+    opts.sync_interval = serve.cluster.sync_interval;
     // Warnings only, whatever RUST_LOG this process has: a node logging
     // more would spend the measured CPU on it.
     opts.rust_log = Some("warn".into());

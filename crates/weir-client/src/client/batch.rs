@@ -16,8 +16,8 @@ use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::CheckItem;
 
 use super::grpc;
-use crate::check::CheckResponse;
 use crate::error::ClientError;
+use weir_core::CheckResponse;
 
 pub(crate) type Reply = Result<CheckResponse, ClientError>;
 

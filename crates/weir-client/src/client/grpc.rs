@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
+use weir_core::{CheckError, CheckResponse};
+use weir_proto::convert;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-use weir_proto::weir::v1::{CheckItem, CheckResult, ErrorCode};
+use weir_proto::weir::v1::{CheckItem, CheckResult};
 
-use crate::check::{CheckRequest, CheckResponse};
 use crate::error::ClientError;
 
 /// A lazily connected channel: built without I/O, so a client for a node
@@ -22,16 +23,6 @@ pub(crate) fn channel(url: &str, connect_timeout: Duration) -> Result<Channel, C
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .connect_lazy())
-}
-
-pub(crate) fn item(req: &CheckRequest) -> CheckItem {
-    CheckItem {
-        key: req.key.clone(),
-        route: req.route.clone(),
-        cost: Some(req.cost),
-        tier: req.tier.clone().unwrap_or_default(),
-        ip: req.ip.clone().unwrap_or_default(),
-    }
 }
 
 /// One Check call carrying `items`; one answer per item, in order.
@@ -78,33 +69,36 @@ fn status_error(status: &tonic::Status, deadline: Duration) -> ClientError {
 }
 
 fn result(r: CheckResult) -> Result<CheckResponse, ClientError> {
-    if let Some(e) = r.error {
-        return Err(match ErrorCode::try_from(e.code) {
-            Ok(ErrorCode::InvalidArgument | ErrorCode::CostExceedsLimit) => {
-                ClientError::InvalidArgument {
-                    field: e.field,
-                    message: e.message,
-                }
-            }
-            Ok(ErrorCode::Unavailable) => ClientError::Unavailable(e.message),
-            _ => ClientError::Protocol(format!("item error code {}: {}", e.code, e.message)),
-        });
+    let code = r.error.as_ref().map(|e| e.code);
+    match convert::response(r) {
+        Some(Ok(answer)) => Ok(answer),
+        Some(Err(e)) => Err(ClientError::from(e)),
+        None => Err(ClientError::Protocol(format!(
+            "unknown item error code {code:?}"
+        ))),
     }
-    Ok(CheckResponse {
-        allowed: r.allowed,
-        limit: r.limit,
-        remaining: r.remaining,
-        retry_after: Duration::from_millis(r.retry_after_ms),
-        reset_at_ms: r.reset_at_ms,
-        rule: (!r.rule.is_empty()).then_some(r.rule),
-        limited: r.limited,
-    })
+}
+
+impl From<CheckError> for ClientError {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Unavailable(u) => ClientError::Unavailable(u.to_string()),
+            CheckError::Invalid { ref reason, .. } => ClientError::InvalidArgument {
+                field: e.field().unwrap_or("request").to_string(),
+                message: reason.to_string(),
+            },
+            CheckError::CostExceedsLimit { .. } => ClientError::InvalidArgument {
+                field: "cost".into(),
+                message: e.to_string(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_proto::weir::v1::ItemError;
+    use weir_proto::weir::v1::{ErrorCode, ItemError};
 
     #[test]
     fn item_error_names_the_field() {

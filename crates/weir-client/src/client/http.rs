@@ -5,8 +5,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use crate::check::{CheckRequest, CheckResponse};
 use crate::error::ClientError;
+use weir_core::{CheckRequest, CheckResponse};
 
 pub(crate) struct HttpTransport {
     client: reqwest::Client,
@@ -38,6 +38,8 @@ struct Verdict {
     reset_at: u64,
     #[serde(default)]
     rule: Option<String>,
+    #[serde(default)]
+    delay_ms: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -105,7 +107,10 @@ impl HttpTransport {
                     remaining: v.remaining,
                     retry_after: Duration::from_millis(v.retry_after_ms),
                     reset_at_ms: v.reset_at,
-                    rule: v.rule,
+                    rule: v.rule.map(Into::into),
+                    delay: Duration::from_millis(v.delay_ms),
+                    // The body does not carry the window.
+                    window: None,
                 })
             }
             StatusCode::SERVICE_UNAVAILABLE => {

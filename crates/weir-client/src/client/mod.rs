@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::check::{CheckRequest, CheckResponse};
+use weir_core::{
+    CheckError, CheckRequest, CheckResponse, Clock, Decide, Nanos, SystemClock, Unavailable,
+};
+
 use crate::error::ClientError;
 use batch::{BatchConfig, Pending};
 use http::HttpTransport;
@@ -160,11 +163,15 @@ impl Client {
     ) -> Result<CheckResponse, ClientError> {
         req.validate()?;
         match &self.inner.transport {
+            Transport::Http(_) if req.limit.is_some() => Err(ClientError::InvalidArgument {
+                field: "limit".into(),
+                message: "a carried limit needs the gRPC API".into(),
+            }),
             Transport::Http(t) => t.check(&req, deadline).await,
             Transport::Grpc(queue) => {
                 let (reply, answer) = oneshot::channel();
                 let pending = Pending {
-                    item: grpc::item(&req),
+                    item: weir_proto::convert::item(&req),
                     deadline,
                     reply,
                 };
@@ -181,6 +188,36 @@ impl Client {
                     .await
                     .map_err(|_| ClientError::Timeout(deadline))?
             }
+        }
+    }
+}
+
+/// A remote node as a [`Decide`]: what the tower layer and the simulator
+/// use. Reset times come back as unix times, so they are read against this
+/// process's wall clock.
+impl Decide for Client {
+    async fn decide(&self, req: &CheckRequest) -> Result<CheckResponse, CheckError> {
+        self.check(req.clone()).await.map_err(CheckError::from)
+    }
+
+    fn now(&self) -> Nanos {
+        SystemClock::new().now()
+    }
+}
+
+impl From<ClientError> for CheckError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::InvalidArgument { field, message } => {
+                match weir_core::InputField::parse(&field) {
+                    Some(f) => CheckError::invalid(f, message),
+                    // A whole-call refusal ("items: ..."): the limiter, not
+                    // this request, is at odds with the client.
+                    None => Unavailable::Unreachable(message).into(),
+                }
+            }
+            ClientError::Timeout(d) => Unavailable::Timeout(d).into(),
+            other => Unavailable::Unreachable(other.to_string()).into(),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! request gets a 429 from the layer and never reaches the service; a
 //! rejection must cost less than an acceptance (seed 13).
 
-mod backend;
+mod decider;
 mod key;
 mod response;
 mod stats;
@@ -17,18 +17,21 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::Either;
 use tower::{Layer, Service};
 
-pub use backend::{Backend, BackendError, Checked};
 pub use key::{peer_ip, KeyError, KeyExtractor, KeyFn};
-pub use response::{remote_headers, LayerBody, PROBLEM_JSON};
+pub use response::LayerBody;
 pub use stats::{LayerStats, StatsSnapshot};
 pub use weir_core::headers::HeaderSet;
+pub use weir_core::render::PROBLEM_JSON;
 
-use crate::check::CheckRequest;
+use decider::Erased;
 use stats::Outcome;
+use weir_core::jitter::jittered_retry_after_ms;
+use weir_core::render::Problem;
+use weir_core::{CheckRequest, Decide};
 
 /// What to do when the limiter cannot decide (unreachable, timed out, or
 /// failing closed itself).
@@ -47,7 +50,7 @@ type RouteFn = Arc<dyn Fn(&Parts) -> String + Send + Sync>;
 
 #[derive(Clone)]
 struct Config {
-    backend: Arc<dyn Backend>,
+    decider: Arc<dyn Erased>,
     key: KeyExtractor,
     route: Option<RouteFn>,
     tier: Option<String>,
@@ -58,7 +61,9 @@ struct Config {
     stats: Arc<LayerStats>,
 }
 
-/// Checks each request against a [`Backend`] before the inner service.
+/// Checks each request against a [`Decide`] (an in-process limiter, an
+/// embedded node's engine, or a remote node's [`crate::Client`]) before the
+/// inner service.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     config: Arc<Config>,
@@ -66,10 +71,10 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     /// Cost 1, no tier, route `"METHOD /path"`, failing open.
-    pub fn new(backend: impl Backend, key: KeyExtractor) -> Self {
+    pub fn new(decider: impl Decide, key: KeyExtractor) -> Self {
         RateLimitLayer {
             config: Arc::new(Config {
-                backend: Arc::new(backend),
+                decider: Arc::new(decider),
                 key,
                 route: None,
                 tier: None,
@@ -154,13 +159,7 @@ impl<S> RateLimit<S> {
 /// The checked request, or the layer's own answer when it cannot be checked.
 enum Prepared {
     Check(CheckRequest),
-    Refuse(
-        StatusCode,
-        &'static str,
-        &'static str,
-        String,
-        Option<String>,
-    ),
+    Refuse(Problem),
 }
 
 impl Config {
@@ -168,24 +167,15 @@ impl Config {
         let (key, ip) = match key::extract(&self.key, parts) {
             Ok(k) => k,
             Err(KeyError::Missing { field, detail }) => {
-                return Prepared::Refuse(
-                    StatusCode::BAD_REQUEST,
-                    "invalid-input",
-                    "Invalid request",
-                    detail,
-                    Some(field),
-                )
+                return Prepared::Refuse(Problem::invalid(field, detail))
             }
             Err(KeyError::NoPeerAddress) => {
-                return Prepared::Refuse(
-                    StatusCode::INTERNAL_SERVER_ERROR,
+                return Prepared::Refuse(Problem::misconfigured(
                     "no-peer-address",
                     "Peer address unknown",
                     "the server records no peer address; serve axum with \
-                     into_make_service_with_connect_info::<SocketAddr>()"
-                        .into(),
-                    None,
-                )
+                     into_make_service_with_connect_info::<SocketAddr>()",
+                ))
             }
         };
         let route = match &self.route {
@@ -198,6 +188,7 @@ impl Config {
             cost: self.cost,
             tier: self.tier.clone(),
             ip,
+            limit: None,
         })
     }
 }
@@ -232,59 +223,40 @@ where
             let stats = &config.stats;
             let check = match prepared {
                 Prepared::Check(c) => c,
-                Prepared::Refuse(status, kind, title, detail, field) => {
+                Prepared::Refuse(p) => {
                     stats.record(Outcome::Invalid);
-                    return Ok(response::problem(
-                        status,
-                        kind,
-                        title,
-                        &detail,
-                        field.as_deref(),
-                        grpc,
-                    ));
+                    return Ok(response::problem(&p, grpc));
                 }
             };
-            match config.backend.check(&check).await {
-                Ok(checked) if checked.response.allowed => {
+            let decider = &config.decider;
+            match decider.decide(&check).await {
+                Ok(r) if r.allowed => {
                     stats.record(Outcome::Allowed);
                     let mut res = inner.call(req).await?;
                     let set = config.allowed_headers;
-                    response::add_allowed_headers(res.headers_mut(), checked, set);
+                    response::add_allowed_headers(res.headers_mut(), &r, decider.now(), set);
                     Ok(res.map(Either::Left))
                 }
-                Ok(checked) => {
+                Ok(r) => {
                     stats.record(Outcome::Denied);
-                    let retry_after = config
+                    let wait = config
                         .jitter
-                        .then(|| response::jittered_secs(&checked.response));
-                    Ok(response::too_many(checked, retry_after, grpc))
+                        .then(|| jittered_retry_after_ms(&r, &mut rand::rng()));
+                    Ok(response::too_many(&r, decider.now(), wait, grpc))
                 }
-                Err(BackendError::Input { field, message }) => {
+                Err(e) if e.is_input() => {
                     stats.record(Outcome::Invalid);
-                    Ok(response::problem(
-                        StatusCode::BAD_REQUEST,
-                        "invalid-input",
-                        "Invalid request",
-                        &message,
-                        Some(&field),
-                        grpc,
-                    ))
+                    Ok(response::problem(&Problem::of_check(&e), grpc))
                 }
-                Err(BackendError::Unavailable(reason)) => match config.failure {
+                Err(e) => match config.failure {
                     FailureMode::Open => {
                         stats.record(Outcome::UnavailableOpen);
                         Ok(inner.call(req).await?.map(Either::Left))
                     }
                     FailureMode::Closed => {
                         stats.record(Outcome::UnavailableClosed);
-                        Ok(response::problem(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "unavailable",
-                            "Limiter unavailable",
-                            &format!("the rate limiter cannot decide: {reason}"),
-                            None,
-                            grpc,
-                        ))
+                        let detail = format!("the rate limiter cannot decide: {e}");
+                        Ok(response::problem(&Problem::unavailable(detail), grpc))
                     }
                 },
             }

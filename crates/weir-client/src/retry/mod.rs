@@ -6,5 +6,5 @@ mod policy;
 
 pub use budget::{BudgetError, RetryBudget};
 pub use classify::{Attempt, Classify};
-pub use weir_core::jitter::{full_jitter, honor_retry_after, server_jitter};
 pub use policy::{retry, Outcome, RetryPolicy, Stop};
+pub use weir_core::jitter::{full_jitter, honor_retry_after, server_jitter};

@@ -19,8 +19,8 @@ use tokio::task::AbortHandle;
 use weir_core::Limiter;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
-use crate::link::Link;
 use crate::config::BatchConfig;
+use crate::link::Link;
 use crate::owner::peers::{PeerFailure, Peers};
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;

@@ -179,7 +179,11 @@ impl Link for TonicLink {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
         let req = self.request(req, deadline);
-        self.call(to, deadline, |mut c| async move { c.sync_counts(req).await })
+        self.call(
+            to,
+            deadline,
+            |mut c| async move { c.sync_counts(req).await },
+        )
     }
 
     fn members(

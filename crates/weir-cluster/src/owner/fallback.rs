@@ -247,7 +247,9 @@ window = "60s"
             .filter(|_| local.decide(&rule(), "k", 1, false, "b").unwrap().0.allowed)
             .count();
         assert_eq!(admitted, 3, "9 / 3 members");
-        let (d, how) = fallback(OwnerFailure::Open).decide(&rule(), "k", 4, false, "b").unwrap();
+        let (d, how) = fallback(OwnerFailure::Open)
+            .decide(&rule(), "k", 4, false, "b")
+            .unwrap();
         assert!(d.allowed && how == Substitute::Open);
         assert_eq!(d.remaining, 5);
         let closed = fallback(OwnerFailure::Closed).decide(&rule(), "k", 1, false, "b");

@@ -25,11 +25,11 @@ use super::deny_cache::DenyCache;
 use super::fallback::{Fallback, Substitute};
 use super::local::{Consumed, Local};
 use super::peers::Peers;
-use crate::wire::{self, Answer};
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
+use crate::wire::{self, Answer};
 
 /// Where one limit was decided, so a refund goes back to the same place.
 enum Via {
@@ -177,15 +177,25 @@ impl Gateway {
     /// A request against a limit it carries itself (an Envoy descriptor's
     /// override), decided by the key's owner like any rule's limit. There
     /// is nothing to refund: such a limit is never one of several.
-    pub async fn check_carried(&self, req: &CheckRequest, rule: &Arc<Rule>) -> Result<Verdict, CheckError> {
+    pub async fn check_carried(
+        &self,
+        req: &CheckRequest,
+        rule: &Arc<Rule>,
+    ) -> Result<Verdict, CheckError> {
         req.validate()?;
         let decision = match self.routing.remote_owner(&req.key) {
-            Some(owner) => self.ask_owner(rule, &req.key, req.cost, owner, true).await?.0,
+            Some(owner) => {
+                self.ask_owner(rule, &req.key, req.cost, owner, true)
+                    .await?
+                    .0
+            }
             None => match self.local.consume_carried(rule, &req.key, req.cost) {
                 Consumed::Decided(d) => d?,
                 Consumed::Moved => {
                     let owner = self.owner_after_handover(&req.key).await?;
-                    self.ask_owner(rule, &req.key, req.cost, owner, true).await?.0
+                    self.ask_owner(rule, &req.key, req.cost, owner, true)
+                        .await?
+                        .0
                 }
             },
         };
@@ -272,7 +282,9 @@ impl Gateway {
         owner: &str,
         carried: bool,
     ) -> Result<(Decision, Via), CheckError> {
-        let (d, how) = self.fallback.decide(rule, hash_part, cost, carried, owner)?;
+        let (d, how) = self
+            .fallback
+            .decide(rule, hash_part, cost, carried, owner)?;
         if how == Substitute::Divided {
             bump(&self.stats.fallback_decisions, 1);
         }
@@ -307,7 +319,8 @@ impl Gateway {
             self.fallback.rebuild(rules, ring.len());
         }
         let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
-        self.fallback.retain_members(is_member, self.local.limiter().now());
+        self.fallback
+            .retain_members(is_member, self.local.limiter().now());
         self.peers.retain(&is_member);
     }
 
@@ -319,6 +332,7 @@ impl Gateway {
         self.deny.purge(now);
         self.fallback.sweep();
         let routing = &self.routing;
-        self.fallback.retain_members(|id| routing.is_member(id), now);
+        self.fallback
+            .retain_members(|id| routing.is_member(id), now);
     }
 }

@@ -48,7 +48,12 @@ pub struct Handoff {
 }
 
 impl Handoff {
-    pub fn new(local: Arc<Local>, routing: Arc<Routing>, link: Arc<dyn Link>, stats: Arc<Stats>) -> Self {
+    pub fn new(
+        local: Arc<Local>,
+        routing: Arc<Routing>,
+        link: Arc<dyn Link>,
+        stats: Arc<Stats>,
+    ) -> Self {
         Handoff {
             local,
             routing,
@@ -132,7 +137,11 @@ impl Handoff {
     }
 
     /// Sends `snaps` to one owner in chunks; returns those not delivered.
-    async fn send_to(&self, owner: &NodeIdentity, snaps: Vec<CounterSnapshot>) -> Vec<CounterSnapshot> {
+    async fn send_to(
+        &self,
+        owner: &NodeIdentity,
+        snaps: Vec<CounterSnapshot>,
+    ) -> Vec<CounterSnapshot> {
         let mut failed = Vec::new();
         let mut chunk: Vec<(CounterSnapshot, CounterState)> = Vec::new();
         let mut bytes = 0;
@@ -145,7 +154,8 @@ impl Handoff {
             if bytes < CHUNK_BYTES && snaps.peek().is_some() {
                 continue;
             }
-            let (originals, counters): (Vec<_>, Vec<_>) = std::mem::take(&mut chunk).into_iter().unzip();
+            let (originals, counters): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut chunk).into_iter().unzip();
             bytes = 0;
             if counters.is_empty() {
                 continue;

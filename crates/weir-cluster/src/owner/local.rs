@@ -147,7 +147,11 @@ mod tests {
         )
         .unwrap();
         let clock = Arc::new(FakeClock::at_secs(100.0));
-        Local::new(Arc::new(Limiter::new(rules, clock, LimiterConfig::default())))
+        Local::new(Arc::new(Limiter::new(
+            rules,
+            clock,
+            LimiterConfig::default(),
+        )))
     }
 
     #[test]

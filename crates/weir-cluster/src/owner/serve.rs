@@ -8,10 +8,10 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 
 use super::local::{Consumed, Local};
 use super::peers::Peers;
-use crate::wire;
 use crate::stats::{bump, Stats};
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
+use crate::wire;
 
 pub struct OwnerService {
     local: Arc<Local>,
@@ -57,7 +57,10 @@ impl OwnerService {
                 // The sender's ring is behind ours: decide anyway (bouncing
                 // could loop between two stale views) and sweep the counter
                 // to its owner shortly.
-                if ring.owner_id(&op.key).is_some_and(|o| o != self.routing.me()) {
+                if ring
+                    .owner_id(&op.key)
+                    .is_some_and(|o| o != self.routing.me())
+                {
                     bump(&self.stats.strays, 1);
                     self.local.mark_stray();
                 }
@@ -100,7 +103,9 @@ impl OwnerService {
             },
             OpKind::Refund if self.local.is_leaving() => return None,
             OpKind::Refund => {
-                self.local.limiter().refund(&op.rule, &op.key, op.at, op.cost);
+                self.local
+                    .limiter()
+                    .refund(&op.rule, &op.key, op.at, op.cost);
                 return Some(wire::refunded());
             }
         };

@@ -26,6 +26,10 @@ impl Strategy for DivideStrategy {
         "divide"
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.divided.check(&self.limiter, req))
     }

@@ -134,6 +134,10 @@ impl Strategy for GossipStrategy {
         "gossip"
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.decide(req))
     }

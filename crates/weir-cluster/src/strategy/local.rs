@@ -21,6 +21,10 @@ impl Strategy for LocalStrategy {
         "local"
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.limiter.check(req))
     }

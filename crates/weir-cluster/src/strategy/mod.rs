@@ -44,11 +44,18 @@ pub trait Strategy: Send + Sync + 'static {
     /// The name `GET /v1/cluster` shows (`owner`, `gossip`, `divide`, `local`).
     fn name(&self) -> &'static str;
 
+    /// The strategy itself, for a caller that knows which it is (a test
+    /// reading what a gossip node has heard).
+    fn as_any(&self) -> &dyn std::any::Any;
+
     /// Decides one check against every limit it meets (or the one it carries).
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict>;
 
     /// Many checks, each with its own verdict, in order.
-    fn check_many<'a>(&'a self, reqs: &'a [CheckRequest]) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
+    fn check_many<'a>(
+        &'a self,
+        reqs: &'a [CheckRequest],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
         Box::pin(async move {
             let mut out = Vec::with_capacity(reqs.len());
             for r in reqs {
@@ -111,17 +118,28 @@ pub struct Parts {
 pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::config::StrategyKind;
     use crate::divided::Divided;
-    use crate::owner::{deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff};
+    use crate::owner::{
+        deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff,
+    };
     use std::sync::Arc;
 
     let limiter = p.local.limiter().clone();
     let divided = || {
         let n = p.routing.ring().len();
-        Divided::new(&limiter.rules(), n, limiter.clock().clone(), limiter.config())
+        Divided::new(
+            &limiter.rules(),
+            n,
+            limiter.clock().clone(),
+            limiter.config(),
+        )
     };
     match p.config.strategy {
         StrategyKind::Owner => {
-            let fallback = Fallback::new(p.config.on_owner_failure, divided(), p.config.fallback_probe);
+            let fallback = Fallback::new(
+                p.config.on_owner_failure,
+                divided(),
+                p.config.fallback_probe,
+            );
             let gateway = Gateway::new(
                 p.local.clone(),
                 p.routing.clone(),

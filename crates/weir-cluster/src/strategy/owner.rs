@@ -37,6 +37,10 @@ impl Strategy for OwnerStrategy {
         "owner"
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     /// A check whose every limit this node owns is decided at once, with no
     /// future and one ring lookup per limit (on a ring of one, that is every
     /// check); the rest go to their owners.
@@ -56,7 +60,10 @@ impl Strategy for OwnerStrategy {
 
     /// Those owned here are decided first, in place; the rest travel
     /// together, so checks for one owner share Decide calls.
-    fn check_many<'a>(&'a self, reqs: &'a [CheckRequest]) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
+    fn check_many<'a>(
+        &'a self,
+        reqs: &'a [CheckRequest],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
         Box::pin(async move {
             let rule_set = reqs.iter().filter(|r| r.limit.is_none());
             let mut placed = self.gateway.check_here(rule_set).into_iter();

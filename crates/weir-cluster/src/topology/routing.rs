@@ -59,7 +59,11 @@ impl Routing {
     /// The other live members.
     pub fn peers(&self) -> Vec<NodeIdentity> {
         let ring = self.ring.load();
-        ring.members().iter().filter(|m| m.id != self.me).cloned().collect()
+        ring.members()
+            .iter()
+            .filter(|m| m.id != self.me)
+            .cloned()
+            .collect()
     }
 
     /// The owner of `hash_part` when it is another node, on the routing ring.
@@ -95,8 +99,14 @@ mod tests {
             .expect("a owns some key");
         let after = r.leave();
         assert_eq!(after.len(), 2);
-        let new_owner = r.remote_owner(&mine).expect("a key of a leaving node has another owner");
+        let new_owner = r
+            .remote_owner(&mine)
+            .expect("a key of a leaving node has another owner");
         assert_ne!(new_owner.id, "a");
-        assert_eq!(r.ring().len(), 3, "the member ring still holds a until it is gone");
+        assert_eq!(
+            r.ring().len(),
+            3,
+            "the member ring still holds a until it is gone"
+        );
     }
 }

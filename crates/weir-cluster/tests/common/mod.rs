@@ -1,8 +1,8 @@
-//! In-process cluster members on loopback: a limiter, a Cluster, and the Peer service on a real port.
+//! Cluster members for tests: on real sockets (UDP gossip, the Peer service on a real port) or on the in-memory network, where partitions and crashes are injected.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,9 +11,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
-use weir_cluster::membership::{Blackhole, NodeIdentity};
-use weir_cluster::{CheckFailure, Cluster, ClusterConfig, Engine, GossipProfile};
-use weir_core::{Limiter, LimiterConfig, Request, RuleSet, SystemClock, Verdict};
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::memory::MemoryNet;
+use weir_cluster::{Cluster, ClusterConfig, Engine, GossipProfile};
+use weir_core::{CheckError, CheckRequest, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict};
 
 /// One limit: 20 per 60 s per client, exact (sliding log).
 pub const RULES: &str = r#"
@@ -29,25 +30,54 @@ pub const LIMIT: usize = 20;
 /// once; this is only how long a failing test hangs.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
+/// Where a member's traffic goes.
+enum Wire {
+    /// Real sockets: the Peer service on its own port, stopped on exit.
+    Sockets {
+        grpc: SocketAddr,
+        stop: Option<oneshot::Sender<()>>,
+        server: Option<JoinHandle<()>>,
+    },
+    /// The in-memory network, where this member has a host of its own.
+    Memory { net: MemoryNet, host: IpAddr },
+}
+
 pub struct TestNode {
     pub id: String,
     pub engine: Arc<Engine>,
     pub cluster: Arc<Cluster>,
-    pub grpc: SocketAddr,
-    /// This node's own fault injector: addresses it cannot reach or hear.
-    pub blackhole: Blackhole,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
+    wire: Wire,
 }
 
 pub fn loopback0() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
+fn limiter(rules: &str) -> Arc<Limiter> {
+    Arc::new(Limiter::new(
+        RuleSet::from_toml(rules).unwrap(),
+        Arc::new(SystemClock::new()),
+        LimiterConfig::default(),
+    ))
+}
+
+/// The fast gossip profile and a 1 s owner deadline (generous: a debug
+/// build on a loaded machine must not fall back by accident), seeded with
+/// `seeds`; `tweak` may change any of it.
+fn config(seeds: &[SocketAddr], tweak: impl FnOnce(&mut ClusterConfig)) -> ClusterConfig {
+    let mut config = ClusterConfig {
+        seeds: seeds.iter().map(ToString::to_string).collect(),
+        gossip_profile: GossipProfile::Fast,
+        owner_deadline: Duration::from_secs(1),
+        rules_sync_interval: Duration::from_millis(500),
+        ..ClusterConfig::default()
+    };
+    tweak(&mut config);
+    config
+}
+
 impl TestNode {
-    /// Starts a member with the fast gossip profile and a 1 s owner
-    /// deadline (generous: a debug build on a loaded machine must not fall
-    /// back by accident); `tweak` may change any of it.
+    /// A member on real sockets on loopback.
     pub async fn start(
         id: &str,
         seeds: &[SocketAddr],
@@ -56,20 +86,11 @@ impl TestNode {
     ) -> TestNode {
         let listener = TcpListener::bind(loopback0()).await.unwrap();
         let grpc = listener.local_addr().unwrap();
-        let limiter = Arc::new(Limiter::new(
-            RuleSet::from_toml(rules).unwrap(),
-            Arc::new(SystemClock::new()),
-            LimiterConfig::default(),
-        ));
-        let blackhole = Blackhole::new();
-        let mut config = ClusterConfig::new(NodeIdentity::new(id, loopback0(), grpc), loopback0());
-        config.seeds = seeds.to_vec();
-        config.gossip_profile = GossipProfile::Fast;
-        config.owner_deadline = Duration::from_secs(1);
-        config.rules_sync_interval = Duration::from_millis(500);
-        config.blackhole = Some(blackhole.clone());
-        tweak(&mut config);
-        let cluster = Arc::new(Cluster::start(config, limiter.clone()).await.unwrap());
+        let identity = NodeIdentity::new(id, loopback0(), grpc);
+        let cluster = Cluster::start(config(seeds, tweak), identity, loopback0(), limiter(rules))
+            .await
+            .unwrap();
+        let cluster = Arc::new(cluster);
         let (stop, stopped) = oneshot::channel::<()>();
         let service = cluster.peer_service();
         // Without TCP_NODELAY a small answer can wait on a delayed ACK.
@@ -84,17 +105,47 @@ impl TestNode {
         });
         TestNode {
             id: id.to_string(),
-            engine: Arc::new(Engine::clustered(limiter, cluster.clone())),
+            engine: Arc::new(Engine::clustered(cluster.clone())),
             cluster,
-            grpc,
-            blackhole,
-            stop: Some(stop),
-            server: Some(server),
+            wire: Wire::Sockets {
+                grpc,
+                stop: Some(stop),
+                server: Some(server),
+            },
+        }
+    }
+
+    /// A member on the in-memory network `net`.
+    pub async fn start_in(
+        net: &MemoryNet,
+        id: &str,
+        seeds: &[SocketAddr],
+        rules: &str,
+        tweak: impl FnOnce(&mut ClusterConfig),
+    ) -> TestNode {
+        let cluster = net
+            .start(id, config(seeds, tweak), limiter(rules))
+            .await
+            .unwrap();
+        let cluster = Arc::new(cluster);
+        TestNode {
+            id: id.to_string(),
+            engine: Arc::new(Engine::clustered(cluster.clone())),
+            wire: Wire::Memory {
+                net: net.clone(),
+                host: cluster.identity().gossip.ip(),
+            },
+            cluster,
         }
     }
 
     pub fn gossip(&self) -> SocketAddr {
-        self.cluster.gossip_addr()
+        self.cluster.identity().gossip
+    }
+
+    /// Where peers call this member.
+    pub fn grpc(&self) -> SocketAddr {
+        self.cluster.identity().grpc
     }
 
     pub fn ring_ids(&self) -> Vec<String> {
@@ -106,13 +157,16 @@ impl TestNode {
             .collect()
     }
 
-    pub async fn check(&self, key: &str) -> Result<Verdict, CheckFailure> {
-        self.engine.check(&Request::new(key, "GET /", 1)).await
+    pub async fn check(&self, key: &str) -> Result<Verdict, CheckError> {
+        self.engine.check(&CheckRequest::new(key, "GET /")).await
     }
 
     /// Dies without a goodbye: gossip stops, the peer port closes.
     pub async fn kill(mut self) {
         self.cluster.kill();
+        if let Wire::Memory { net, host } = &self.wire {
+            net.crash(*host);
+        }
         self.stop_server().await;
     }
 
@@ -123,33 +177,48 @@ impl TestNode {
     }
 
     async fn stop_server(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            let _ = server.await;
+        if let Wire::Sockets { stop, server, .. } = &mut self.wire {
+            if let Some(stop) = stop.take() {
+                let _ = stop.send(());
+            }
+            if let Some(server) = server.take() {
+                let _ = server.await;
+            }
         }
     }
 
-    /// Cuts this node off from `others` both ways (gossip and peer calls).
-    pub fn partition_from(&self, others: &[&TestNode]) {
-        for o in others {
-            self.blackhole.block(o.gossip());
-            self.blackhole.block(o.grpc);
-            o.blackhole.block(self.gossip());
-            o.blackhole.block(self.grpc);
+    fn memory(&self) -> (&MemoryNet, IpAddr) {
+        match &self.wire {
+            Wire::Memory { net, host } => (net, *host),
+            Wire::Sockets { .. } => panic!("partitions need members on the in-memory network"),
         }
+    }
+
+    /// Cuts this member off from `others` both ways (gossip and peer calls).
+    pub fn partition_from(&self, others: &[&TestNode]) {
+        let (net, me) = self.memory();
+        let hosts: Vec<IpAddr> = others.iter().map(|o| o.memory().1).collect();
+        net.partition(&[me], &hosts);
+    }
+
+    /// Every partition of this member's network heals.
+    pub fn heal(&self) {
+        self.memory().0.heal();
     }
 }
 
-/// `n` members joined through the first, each with `tweak` applied; returns
+/// `n` members joined through the first, each made by `start`; returns
 /// once every node's ring holds all of them.
-pub async fn cluster(n: usize, rules: &str, tweak: impl Fn(&mut ClusterConfig)) -> Vec<TestNode> {
-    let first = TestNode::start("node-1", &[], rules, &tweak).await;
+async fn assemble<F, Fut>(n: usize, start: F) -> Vec<TestNode>
+where
+    F: Fn(String, Vec<SocketAddr>) -> Fut,
+    Fut: Future<Output = TestNode>,
+{
+    let first = start("node-1".into(), Vec::new()).await;
     let seed = first.gossip();
     let mut nodes = vec![first];
     for i in 2..=n {
-        nodes.push(TestNode::start(&format!("node-{i}"), &[seed], rules, &tweak).await);
+        nodes.push(start(format!("node-{i}"), vec![seed]).await);
     }
     let took = wait_until("every ring holds every member", || {
         nodes.iter().all(|node| node.ring_ids().len() == n)
@@ -157,6 +226,29 @@ pub async fn cluster(n: usize, rules: &str, tweak: impl Fn(&mut ClusterConfig)) 
     .await;
     println!("{n} members converged in {took:?}");
     nodes
+}
+
+/// `n` members on real sockets, each with `tweak` applied.
+pub async fn cluster(n: usize, rules: &str, tweak: impl Fn(&mut ClusterConfig)) -> Vec<TestNode> {
+    let tweak = &tweak;
+    assemble(n, |id, seeds| async move {
+        TestNode::start(&id, &seeds, rules, tweak).await
+    })
+    .await
+}
+
+/// `n` members on the in-memory network `net`, each with `tweak` applied.
+pub async fn memory_cluster(
+    net: &MemoryNet,
+    n: usize,
+    rules: &str,
+    tweak: impl Fn(&mut ClusterConfig),
+) -> Vec<TestNode> {
+    let tweak = &tweak;
+    assemble(n, |id, seeds| async move {
+        TestNode::start_in(net, &id, &seeds, rules, tweak).await
+    })
+    .await
 }
 
 /// Polls `cond` every 10 ms; panics naming `what` after [`DEADLINE`].

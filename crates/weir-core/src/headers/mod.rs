@@ -170,7 +170,12 @@ mod tests {
 
     const NOW: Nanos = 1_738_368_054 * NANOS_PER_SEC + 300 * NANOS_PER_MS;
 
-    fn applied(allowed: bool, remaining: u64, retry_after: Duration, reset_at: u64) -> CheckResponse {
+    fn applied(
+        allowed: bool,
+        remaining: u64,
+        retry_after: Duration,
+        reset_at: u64,
+    ) -> CheckResponse {
         let set = RuleSet::from_toml(
             r#"
             [[rule]]
@@ -265,7 +270,10 @@ mod tests {
         let mut r = applied(true, 1, Duration::ZERO, NOW / NANOS_PER_MS);
         r.window = None;
         let h = rate_limit_headers(&r, NOW, None);
-        assert_eq!(get(&h, RATELIMIT_POLICY), Some("\"charges-per-client\";q=100"));
+        assert_eq!(
+            get(&h, RATELIMIT_POLICY),
+            Some("\"charges-per-client\";q=100")
+        );
     }
 
     #[test]

@@ -75,7 +75,10 @@ pub fn answer(
             detail: format!("over the limit of rule \"{rule}\""),
             decision,
         };
-        (Rendered::json(status, PROBLEM_JSON, &denied), HeaderSet::All)
+        (
+            Rendered::json(status, PROBLEM_JSON, &denied),
+            HeaderSet::All,
+        )
     };
     let retry_after_secs = retry_after_ms.map(|ms| ms.div_ceil(1000));
     if let Some(h) = RateLimitHeaders::of(r, now, retry_after_secs) {

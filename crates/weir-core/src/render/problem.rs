@@ -109,6 +109,21 @@ impl Problem {
         )
     }
 
+    /// A 500: the service around the limiter is set up wrong (`kind` and
+    /// `title` say how); nothing about the request.
+    pub fn misconfigured(
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            kind,
+            title,
+            detail.into(),
+        )
+    }
+
     pub fn not_found(detail: impl Into<String>) -> Self {
         Problem::new(
             StatusCode::NOT_FOUND,

@@ -31,7 +31,10 @@ fn a_denial_is_a_429_problem_with_the_decision_and_every_header() {
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.headers[CONTENT_TYPE], PROBLEM_JSON);
     assert_eq!(r.headers["retry-after"], "6");
-    assert_eq!(r.headers["x-ratelimit-reset"], "1738368060", "a denial carries every header");
+    assert_eq!(
+        r.headers["x-ratelimit-reset"], "1738368060",
+        "a denial carries every header"
+    );
     let b = body(&r);
     assert_eq!(b["type"], "urn:weir:problem:rate-limited");
     assert_eq!(b["status"], 429);
@@ -58,10 +61,20 @@ fn an_admission_is_a_200_with_the_chosen_headers_and_any_delay() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.headers[CONTENT_TYPE], "application/json");
     assert_eq!(r.headers.get("retry-after"), None);
-    assert_eq!(r.headers.get("ratelimit-remaining"), None, "IETF fields only");
+    assert_eq!(
+        r.headers.get("ratelimit-remaining"),
+        None,
+        "IETF fields only"
+    );
     let b = body(&r);
-    assert_eq!((b["remaining"].as_u64(), b["delay_ms"].as_u64()), (Some(4), Some(2)));
-    assert_eq!(b["retry_after_ms"], 0, "jitter never applies to an admission");
+    assert_eq!(
+        (b["remaining"].as_u64(), b["delay_ms"].as_u64()),
+        (Some(4), Some(2))
+    );
+    assert_eq!(
+        b["retry_after_ms"], 0,
+        "jitter never applies to an admission"
+    );
 }
 
 #[test]
@@ -74,7 +87,10 @@ fn unlimited_is_a_200_without_headers() {
 
 #[test]
 fn failures_are_400_naming_the_field_or_503() {
-    let bad = failure(&CheckError::invalid(crate::InputField::Ip, "is not an address"));
+    let bad = failure(&CheckError::invalid(
+        crate::InputField::Ip,
+        "is not an address",
+    ));
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(body(&bad)["field"], "ip");
     let over = failure(&CheckError::CostExceedsLimit {
@@ -82,7 +98,10 @@ fn failures_are_400_naming_the_field_or_503() {
         cost: 9,
         max: 5,
     });
-    assert_eq!((body(&over)["field"].as_str(), body(&over)["rule"].as_str()), (Some("cost"), Some("r")));
+    assert_eq!(
+        (body(&over)["field"].as_str(), body(&over)["rule"].as_str()),
+        (Some("cost"), Some("r"))
+    );
     let down = failure(&Unavailable::Leaving.into());
     assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(down.headers[CONTENT_TYPE], PROBLEM_JSON);

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_cluster::CheckFailure;
-use weir_core::{Request, Verdict};
+use weir_core::{CheckError, Verdict};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
@@ -26,10 +25,11 @@ impl EnvoyRls {
     }
 }
 
-fn failure_status(i: usize, f: &CheckFailure) -> Status {
-    match f {
-        CheckFailure::Input(e) => Status::invalid_argument(MapError::descriptor(i, e).to_string()),
-        CheckFailure::Unavailable(m) => Status::unavailable(format!("descriptors[{i}]: {m}")),
+fn failure_status(i: usize, f: &CheckError) -> Status {
+    if f.is_input() {
+        Status::invalid_argument(MapError::descriptor(i, f).to_string())
+    } else {
+        Status::unavailable(format!("descriptors[{i}]: {f}"))
     }
 }
 
@@ -52,36 +52,17 @@ impl RateLimitService for EnvoyRls {
             if c.limit.is_none() {
                 engine
                     .limiter()
-                    .select(&c.request())
+                    .select(c)
                     .map_err(|e| self.refuse(MapError::descriptor(i, &e)))?;
             }
         }
 
         // Latency is for metrics only, never for a decision.
         let started = tokio::time::Instant::now();
-        let shared: Vec<Request<'_>> = checks
-            .iter()
-            .filter(|c| c.limit.is_none())
-            .map(|c| c.request())
-            .collect();
-        let mut shared = engine.check_many(&shared).await.into_iter();
-        let mut outcomes: Vec<Result<Verdict, CheckFailure>> = Vec::with_capacity(checks.len());
-        for c in &checks {
-            outcomes.push(match &c.limit {
-                None => shared.next().unwrap_or_else(|| {
-                    Err(CheckFailure::Unavailable(
-                        "no verdict for this descriptor".into(),
-                    ))
-                }),
-                Some(rule) => engine
-                    .check_adhoc(rule, &c.key, c.cost)
-                    .await
-                    .map(|d| envoy_map::adhoc_verdict(rule.clone(), &c.key, d)),
-            });
-        }
+        let outcomes = engine.check_many(&checks).await;
         let per_item = started.elapsed() / u32::try_from(checks.len()).unwrap_or(u32::MAX);
 
-        let mut verdicts = Vec::with_capacity(outcomes.len());
+        let mut verdicts: Vec<Verdict> = Vec::with_capacity(outcomes.len());
         let mut failed = None;
         for (i, (o, c)) in outcomes.into_iter().zip(&checks).enumerate() {
             match o {

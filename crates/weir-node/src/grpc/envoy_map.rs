@@ -7,7 +7,9 @@ use thiserror::Error;
 use weir_core::headers::{
     rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-use weir_core::{Applied, CheckError, Decision, Request, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS};
+use weir_core::{
+    Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,
+};
 use weir_proto::envoy::config::core::v3::HeaderValue;
 use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -37,30 +39,6 @@ const UNITS: [(Unit, RateLimitUnit, &str, u64); 6] = [
     (Unit::Month, RateLimitUnit::Month, "month", 30 * DAY),
     (Unit::Year, RateLimitUnit::Year, "year", 365 * DAY),
 ];
-
-/// One descriptor as one weir check.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DescriptorCheck {
-    pub key: String,
-    pub route: String,
-    pub tier: Option<String>,
-    pub ip: Option<String>,
-    pub cost: u64,
-    /// The descriptor's own limit: decided against this rule alone, not the rule set.
-    pub limit: Option<Arc<Rule>>,
-}
-
-impl DescriptorCheck {
-    pub fn request(&self) -> Request<'_> {
-        Request {
-            key: &self.key,
-            route: &self.route,
-            cost: self.cost,
-            tier: self.tier.as_deref(),
-            ip: self.ip.as_deref(),
-        }
-    }
-}
 
 /// A request refused as bad input. Nothing was decided for any descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -105,7 +83,7 @@ impl MapError {
 pub fn to_checks(
     req: &RateLimitRequest,
     max_descriptors: usize,
-) -> Result<Vec<DescriptorCheck>, MapError> {
+) -> Result<Vec<CheckRequest>, MapError> {
     if req.domain.is_empty() {
         return Err(MapError::request("domain", "must not be empty"));
     }
@@ -140,7 +118,7 @@ fn descriptor_check(
     domain: &str,
     request_hits: u32,
     d: &RateLimitDescriptor,
-) -> Result<DescriptorCheck, MapError> {
+) -> Result<CheckRequest, MapError> {
     let key = match entry(d, &CLIENT_KEYS) {
         Some(client) => client.to_string(),
         None => derived_key(domain, d).ok_or_else(|| MapError {
@@ -166,7 +144,7 @@ fn descriptor_check(
             message,
         })?)),
     };
-    let check = DescriptorCheck {
+    let check = CheckRequest {
         key,
         route: entry(d, &ROUTE_KEYS).unwrap_or(domain).to_string(),
         tier: entry(d, &TIER_KEYS).map(str::to_string),
@@ -174,21 +152,8 @@ fn descriptor_check(
         cost,
         limit,
     };
-    check
-        .request()
-        .validate()
-        .map_err(|e| MapError::descriptor(i, &e))?;
-    if let Some(rule) = &check.limit {
-        let max = rule.policy.max_cost();
-        if check.cost > max {
-            let e = CheckError::CostExceedsLimit {
-                rule: rule.name.to_string(),
-                cost: check.cost,
-                max,
-            };
-            return Err(MapError::descriptor(i, &e));
-        }
-    }
+    // Validation covers a carried limit's cost ceiling too.
+    check.validate().map_err(|e| MapError::descriptor(i, &e))?;
     Ok(check)
 }
 
@@ -222,19 +187,6 @@ pub fn override_rule(o: &RateLimitOverride) -> Result<Rule, String> {
     let limit = u64::from(o.requests_per_unit);
     let name = format!("override:{limit}-per-{unit_name}");
     Rule::carried(&name, limit, Duration::from_secs(secs)).map_err(|e| e.reason)
-}
-
-/// An override's decision in the shape rule-set checks produce, so one
-/// response path (and one metrics path) serves both.
-pub fn adhoc_verdict(rule: Arc<Rule>, key: &str, decision: Decision) -> Verdict {
-    Verdict {
-        allowed: decision.allowed,
-        applied: vec![Applied {
-            rule,
-            hash_part: key.into(),
-            decision,
-        }],
-    }
 }
 
 /// A rule's rate as Envoy states it. Windows of exactly one unit keep it;
@@ -311,7 +263,8 @@ pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
     let Some(applied) = most_restrictive(verdicts) else {
         return Vec::new();
     };
-    rate_limit_headers(applied, applied.decision.at, None)
+    let answer = CheckResponse::of(applied.decision.allowed, applied);
+    rate_limit_headers(&answer, applied.decision.at, None)
         .into_iter()
         .filter(|(name, _)| {
             ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(name)

@@ -3,12 +3,10 @@
 use std::sync::Arc;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_cluster::CheckFailure;
-use weir_core::{CheckError, Request, Verdict};
+use weir_core::{CheckError, CheckRequest};
+use weir_proto::convert;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_proto::weir::v1::{
-    CheckItem, CheckRequest, CheckResponse, CheckResult, ErrorCode, ItemError,
-};
+use weir_proto::weir::v1::{CheckRequest as CheckCall, CheckResponse, CheckResult};
 
 use crate::state::NodeState;
 
@@ -22,67 +20,11 @@ impl RateLimiterService {
     }
 }
 
-/// An item as the core reads it; empty `tier`/`ip` are proto3's "not set".
-/// An explicit cost of 0 is passed on: the core refuses it naming `cost`,
-/// the same words every API uses.
-fn to_request(item: &CheckItem) -> Request<'_> {
-    Request {
-        key: &item.key,
-        route: &item.route,
-        cost: item.cost.unwrap_or(1),
-        tier: present(&item.tier),
-        ip: present(&item.ip),
-    }
-}
-
-fn present(s: &str) -> Option<&str> {
-    (!s.is_empty()).then_some(s)
-}
-
-pub(crate) fn item_error(failure: &CheckFailure) -> ItemError {
-    match failure {
-        CheckFailure::Input(e) => ItemError {
-            code: match e {
-                CheckError::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
-                _ => ErrorCode::InvalidArgument,
-            } as i32,
-            field: e.field().unwrap_or_default().into(),
-            message: e.to_string(),
-        },
-        CheckFailure::Unavailable(m) => ItemError {
-            code: ErrorCode::Unavailable as i32,
-            field: String::new(),
-            message: m.clone(),
-        },
-    }
-}
-
-pub(crate) fn check_result(verdict: &Verdict) -> CheckResult {
-    match verdict.binding() {
-        Some(a) => CheckResult {
-            allowed: verdict.allowed,
-            limit: a.decision.limit,
-            remaining: a.decision.remaining,
-            retry_after_ms: a.decision.retry_after_ms(),
-            reset_at_ms: a.decision.reset_at,
-            rule: a.rule.name.to_string(),
-            delay_ms: a.decision.delay_ms(),
-            limited: true,
-            error: None,
-        },
-        None => CheckResult {
-            allowed: verdict.allowed,
-            limited: false,
-            ..CheckResult::default()
-        },
-    }
-}
-
 #[tonic::async_trait]
 impl RateLimiter for RateLimiterService {
     async fn check(
         &self,
-        request: GrpcRequest<CheckRequest>,
+        request: GrpcRequest<CheckCall>,
     ) -> Result<Response<CheckResponse>, Status> {
         let items = request.into_inner().items;
         let max = self.state.config.limits.max_batch_items;
@@ -99,10 +41,24 @@ impl RateLimiter for RateLimiterService {
             )));
         }
 
-        let requests: Vec<Request<'_>> = items.iter().map(to_request).collect();
+        // An item whose carried limit cannot limit is refused alone, like
+        // any other bad item; the rest are decided together.
+        let (requests, refused): (Vec<CheckRequest>, Vec<Option<CheckError>>) = items
+            .into_iter()
+            .map(|item| match convert::request(item) {
+                Ok(r) => (r, None),
+                // A placeholder the engine refuses at once (empty key), moving nothing.
+                Err(e) => (CheckRequest::new("", ""), Some(e)),
+            })
+            .unzip();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
-        let verdicts = self.state.engine.check_many(&requests).await;
+        let mut verdicts = self.state.engine.check_many(&requests).await;
+        for (v, e) in verdicts.iter_mut().zip(refused) {
+            if let Some(e) = e {
+                *v = Err(e);
+            }
+        }
         // One pass decides the whole batch; each item is charged its share so
         // the latency histogram stays per check.
         let per_item = started.elapsed() / u32::try_from(requests.len()).unwrap_or(u32::MAX);
@@ -118,16 +74,13 @@ impl RateLimiter for RateLimiterService {
         let results = verdicts
             .iter()
             .map(|outcome| match outcome {
-                Ok(v) => check_result(v),
+                Ok(v) => convert::result(&v.response()),
                 Err(f) => {
                     metrics.record_failure(f, per_item);
-                    CheckResult {
-                        error: Some(item_error(f)),
-                        ..CheckResult::default()
-                    }
+                    convert::error_result(f)
                 }
             })
-            .collect();
+            .collect::<Vec<CheckResult>>();
         Ok(Response::new(CheckResponse { results }))
     }
 }

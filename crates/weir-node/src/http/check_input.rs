@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use weir_core::Request;
+use weir_core::CheckRequest;
 
 /// Integers above 2^53 do not survive a float round trip, so a float cost
 /// past it cannot be trusted to be the number the client meant.
@@ -30,15 +30,8 @@ struct Fast<'a> {
     ip: Option<Cow<'a, str>>,
 }
 
-/// A check as the body asked it, owning its strings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckInput {
-    pub key: String,
-    pub route: String,
-    pub cost: u64,
-    pub tier: Option<String>,
-    pub ip: Option<String>,
-}
+/// Reads a `POST /v1/check` body into a [`CheckRequest`].
+pub struct CheckInput;
 
 /// Why a body was refused: the field as the client wrote it, the label it is
 /// counted under in metrics (bounded, so a client cannot mint label values),
@@ -64,23 +57,24 @@ impl CheckInput {
     /// again through `serde_json::Value` by [`CheckInput::parse_checked`],
     /// whose errors name the field: serde's own name a line and column, and
     /// a client fixing a 400 needs the field.
-    pub fn parse(body: &[u8]) -> Result<CheckInput, InputError> {
+    pub fn parse(body: &[u8]) -> Result<CheckRequest, InputError> {
         // A derived struct would also read an array, in field order.
         let object = body.trim_ascii_start().starts_with(b"{");
         match serde_json::from_slice::<Fast<'_>>(body) {
-            Ok(f) if object && !f.key.is_empty() && f.cost != Some(0) => Ok(CheckInput {
+            Ok(f) if object && !f.key.is_empty() && f.cost != Some(0) => Ok(CheckRequest {
                 key: f.key.into_owned(),
                 route: f.route.map(Cow::into_owned).unwrap_or_default(),
                 cost: f.cost.unwrap_or(1),
                 tier: f.tier.map(Cow::into_owned),
                 ip: f.ip.map(Cow::into_owned),
+                limit: None,
             }),
             _ => CheckInput::parse_checked(body),
         }
     }
 
     /// The field-by-field reading, for bodies the fast path refused.
-    pub fn parse_checked(body: &[u8]) -> Result<CheckInput, InputError> {
+    pub fn parse_checked(body: &[u8]) -> Result<CheckRequest, InputError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| err("body", format!("the body is not valid JSON: {e}")))?;
         let Value::Object(obj) = value else {
@@ -103,23 +97,14 @@ impl CheckInput {
             Some("") => return Err(err("key", "must not be empty")),
             Some(k) => k.to_string(),
         };
-        Ok(CheckInput {
+        Ok(CheckRequest {
             key,
             route: optional_str(&obj, "route")?.unwrap_or("").to_string(),
             cost: cost(obj.get("cost"))?,
             tier: optional_str(&obj, "tier")?.map(str::to_string),
             ip: optional_str(&obj, "ip")?.map(str::to_string),
+            limit: None,
         })
-    }
-
-    pub fn request(&self) -> Request<'_> {
-        Request {
-            key: &self.key,
-            route: &self.route,
-            cost: self.cost,
-            tier: self.tier.as_deref(),
-            ip: self.ip.as_deref(),
-        }
     }
 }
 

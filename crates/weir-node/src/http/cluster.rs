@@ -20,7 +20,7 @@ pub fn cluster_view(state: &NodeState) -> Value {
         let config = &state.config;
         return json!({
             "node_id": state.node_id,
-            "strategy": engine.strategy().as_str(),
+            "strategy": engine.strategy(),
             "rules_version": engine.rules().version(),
             "fallback": {"active": false, "owners": [], "entered_total": 0},
             "members": [{
@@ -49,7 +49,7 @@ pub fn cluster_view(state: &NodeState) -> Value {
     let s = cluster.stats();
     json!({
         "node_id": state.node_id,
-        "strategy": engine.strategy().as_str(),
+        "strategy": engine.strategy(),
         "rules_version": engine.rules().version(),
         "fallback": {
             "active": fallback.active,

@@ -13,7 +13,7 @@ use weir_core::{RuleSet, RulesError, MAX_TIER_LEN};
 
 use super::auth::authorize;
 use super::body::read_capped;
-use super::problem::Problem;
+use super::problem::{Problem, ProblemResponse};
 use crate::state::NodeState;
 
 /// The path tier `*` names the rules that apply to any tier (no `tier` field).

@@ -23,7 +23,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
@@ -31,7 +30,7 @@ use tokio::net::TcpListener;
 use crate::accept;
 pub use crate::accept::CappedListener;
 use crate::state::NodeState;
-use problem::Problem;
+use problem::{Problem, ProblemResponse};
 
 /// Every endpoint. Handlers turn the wire format into one core request and
 /// hand it to the engine; no limiting logic lives in them.

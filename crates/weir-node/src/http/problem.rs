@@ -1,177 +1,25 @@
-//! RFC 9457 problem documents: every 4xx and 5xx the HTTP API sends.
+//! weir-core's one HTTP rendering (answers and RFC 9457 problems) as axum responses.
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
+use axum::body::Body;
+use axum::response::Response;
+pub use weir_core::render::{Problem, Rendered, PROBLEM_JSON};
 
-pub const PROBLEM_JSON: &str = "application/problem+json";
-
-/// One refusal, naming what was wrong so a client can fix it without guessing.
-#[derive(Debug, Clone)]
-pub struct Problem {
-    pub status: StatusCode,
-    /// Stable machine-readable kind; becomes the `type` URI.
-    pub kind: &'static str,
-    pub title: &'static str,
-    pub detail: String,
-    /// The request field at fault (`cost`, `key`, `body`...).
-    pub field: Option<String>,
-    /// The rule at fault, when one is.
-    pub rule: Option<String>,
-    /// `WWW-Authenticate: Bearer` on 401, as RFC 6750 requires.
-    pub bearer_challenge: bool,
+/// An answer rendered by weir-core, as axum sends it.
+pub fn respond(r: Rendered) -> Response {
+    let mut res = Response::new(Body::from(r.body));
+    *res.status_mut() = r.status;
+    *res.headers_mut() = r.headers;
+    res
 }
 
-impl Problem {
-    fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: String) -> Self {
-        Problem {
-            status,
-            kind,
-            title,
-            detail,
-            field: None,
-            rule: None,
-            bearer_challenge: false,
-        }
-    }
-
-    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-input",
-            "Invalid request",
-            detail.into(),
-        )
-        .with_field(field)
-    }
-
-    pub fn too_large(max: usize) -> Self {
-        Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "Request body too large",
-            format!("the request body is larger than the {max} bytes this node accepts"),
-        )
-        .with_field("body")
-    }
-
-    pub fn request_timeout(after: std::time::Duration) -> Self {
-        Problem::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request-timeout",
-            "Request Timeout",
-            format!("the request body did not arrive within {after:?}"),
-        )
-        .with_field("body")
-    }
-
-    pub fn unauthorized() -> Self {
-        let mut p = Problem::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Unauthorized",
-            "this endpoint needs \"Authorization: Bearer <admin token>\"".into(),
-        );
-        p.bearer_challenge = true;
-        p
-    }
-
-    pub fn forbidden(detail: impl Into<String>) -> Self {
-        Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "Forbidden",
-            detail.into(),
-        )
-    }
-
-    pub fn invalid_rules(rule: Option<String>, field: Option<String>, detail: String) -> Self {
-        let mut p = Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-rules",
-            "Invalid rule set",
-            detail,
-        );
-        p.rule = rule;
-        p.field = field;
-        p
-    }
-
-    pub fn unavailable(detail: impl Into<String>) -> Self {
-        Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "Limiter unavailable",
-            detail.into(),
-        )
-    }
-
-    pub fn not_found(detail: impl Into<String>) -> Self {
-        Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "Not Found",
-            detail.into(),
-        )
-    }
-
-    pub fn method_not_allowed() -> Self {
-        Problem::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            "Method Not Allowed",
-            "this path does not accept that method".into(),
-        )
-    }
-
-    pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
-        self
-    }
-
-    pub fn with_rule(mut self, rule: impl Into<String>) -> Self {
-        self.rule = Some(rule.into());
-        self
-    }
-
-    pub fn to_json(&self) -> Map<String, Value> {
-        let mut m = problem_members(self.status, self.kind, self.title);
-        m.insert("detail".into(), self.detail.clone().into());
-        if let Some(f) = &self.field {
-            m.insert("field".into(), f.clone().into());
-        }
-        if let Some(r) = &self.rule {
-            m.insert("rule".into(), r.clone().into());
-        }
-        m
-    }
+/// `into_response` for weir-core's [`Problem`], which axum's trait cannot
+/// be implemented for here.
+pub trait ProblemResponse {
+    fn into_response(self) -> Response;
 }
 
-/// The members every problem document starts with; the 429 body reuses them.
-pub fn problem_members(status: StatusCode, kind: &str, title: &str) -> Map<String, Value> {
-    let Value::Object(m) = json!({
-        "type": format!("urn:weir:problem:{kind}"),
-        "title": title,
-        "status": status.as_u16(),
-    }) else {
-        unreachable!("json! of an object literal is an object")
-    };
-    m
-}
-
-impl IntoResponse for Problem {
+impl ProblemResponse for Problem {
     fn into_response(self) -> Response {
-        let body = Value::Object(self.to_json()).to_string();
-        let mut res = (
-            self.status,
-            [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON))],
-            body,
-        )
-            .into_response();
-        if self.bearer_challenge {
-            res.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        res
+        respond(self.render())
     }
 }

@@ -11,10 +11,12 @@ use tokio::net::UdpSocket;
 pub trait Datagrams: Send + Sync + 'static {
     /// The address peers reach this socket at.
     fn local_addr(&self) -> SocketAddr;
-    fn send_to<'a>(&'a self, payload: &'a [u8], to: SocketAddr) -> BoxFuture<'a, io::Result<usize>>;
+    fn send_to<'a>(&'a self, payload: &'a [u8], to: SocketAddr)
+        -> BoxFuture<'a, io::Result<usize>>;
     /// The next datagram and its sender. Cancel-safe: dropping the future
     /// loses no datagram.
-    fn recv_from<'a>(&'a self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>>;
+    fn recv_from<'a>(&'a self, buf: &'a mut [u8])
+        -> BoxFuture<'a, io::Result<(usize, SocketAddr)>>;
 }
 
 /// Gossip over a real UDP socket.
@@ -36,11 +38,18 @@ impl Datagrams for UdpDatagrams {
         self.local
     }
 
-    fn send_to<'a>(&'a self, payload: &'a [u8], to: SocketAddr) -> BoxFuture<'a, io::Result<usize>> {
+    fn send_to<'a>(
+        &'a self,
+        payload: &'a [u8],
+        to: SocketAddr,
+    ) -> BoxFuture<'a, io::Result<usize>> {
         Box::pin(self.socket.send_to(payload, to))
     }
 
-    fn recv_from<'a>(&'a self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>> {
+    fn recv_from<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+    ) -> BoxFuture<'a, io::Result<(usize, SocketAddr)>> {
         Box::pin(self.socket.recv_from(buf))
     }
 }

@@ -37,7 +37,7 @@ fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest 
     }
 }
 
-fn one(r: RateLimitRequest) -> DescriptorCheck {
+fn one(r: RateLimitRequest) -> CheckRequest {
     let mut checks = to_checks(&r, 10).expect("valid request");
     assert_eq!(checks.len(), 1);
     checks.remove(0)
@@ -261,7 +261,7 @@ fn verdict_waiting(
         delay: Duration::ZERO,
         at: at_ms * NANOS_PER_MS,
     };
-    adhoc_verdict(Arc::new(rule), "c", decision)
+    Verdict::single(Arc::new(rule), "c", decision)
 }
 
 #[test]
