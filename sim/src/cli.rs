@@ -70,9 +70,9 @@ pub struct Cli {
     /// Fault to inject.
     #[arg(long, value_enum)]
     pub fault: Option<FaultKind>,
-    /// Gossip strategy sync interval, passed to every node.
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, default_value = "100ms")]
-    pub sync_interval: Duration,
+    /// Gossip strategy sync interval, passed to every node [default: weir's].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub sync_interval: Option<Duration>,
     /// What a node does when a key's owner does not answer (passed through).
     #[arg(long, value_name = "local|open|closed")]
     pub on_owner_failure: Option<String>,

@@ -20,7 +20,8 @@ pub struct ClusterOptions {
     pub bin: PathBuf,
     pub nodes: usize,
     pub strategy: String,
-    pub sync_interval: Duration,
+    /// Passed as `--sync-interval` when set; otherwise the node's default.
+    pub sync_interval: Option<Duration>,
     pub rules_file: PathBuf,
     /// `weir serve --retry-jitter`.
     pub retry_jitter: bool,
@@ -48,7 +49,7 @@ impl ClusterOptions {
             bin,
             nodes,
             strategy: strategy.to_string(),
-            sync_interval: Duration::from_millis(100),
+            sync_interval: None,
             rules_file,
             retry_jitter: false,
             on_owner_failure: None,
@@ -216,10 +217,6 @@ impl Cluster {
             .arg("--rules")
             .arg(&o.rules_file)
             .args(["--strategy", &o.strategy])
-            .args([
-                "--sync-interval",
-                &format!("{}ms", o.sync_interval.as_millis()),
-            ])
             // A rolling restart waits on each drain; nothing is in flight for long.
             .args(["--drain-timeout", "2s"]);
         if !seeds.is_empty() {
@@ -231,6 +228,9 @@ impl Cluster {
         }
         if let Some(f) = &o.on_owner_failure {
             cmd.args(["--on-owner-failure", f]);
+        }
+        if let Some(d) = o.sync_interval {
+            cmd.args(["--sync-interval", &format!("{}ms", d.as_millis())]);
         }
         if let Some(d) = o.owner_deadline {
             cmd.args(["--owner-deadline", &format!("{}ms", d.as_millis())]);

@@ -57,8 +57,7 @@ impl PeerHandler {
         let n = req.counters.len();
         let limiter = self.limiter.clone();
         let counters = req.counters;
-        // Folding in many counters is a sweep: off the runtime's workers.
-        let accepted = tokio::task::spawn_blocking(move || handoff::absorb(&limiter, counters))
+        let accepted = handoff::sweep(n, move || handoff::absorb(&limiter, counters))
             .await
             .unwrap_or(0);
         bump(&self.stats.handoffs_received, 1);

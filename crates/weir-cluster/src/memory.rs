@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rand::Rng;
 use tokio::sync::mpsc;
-use weir_core::Limiter;
+use weir_core::{Clock, Limiter, Nanos};
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
     PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
@@ -64,17 +64,32 @@ impl State {
 }
 
 /// The network; clone it freely, every clone is the same network.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryNet {
     state: Arc<Mutex<State>>,
+    clock: Arc<VirtualClock>,
+}
+
+impl Default for MemoryNet {
+    fn default() -> Self {
+        MemoryNet::new()
+    }
 }
 
 impl MemoryNet {
     /// A network with a one-way latency of 100 us, about a LAN hop on loopback.
     pub fn new() -> Self {
-        let net = MemoryNet::default();
+        let net = MemoryNet {
+            state: Arc::default(),
+            clock: Arc::new(VirtualClock::new()),
+        };
         net.state.lock().latency = Duration::from_micros(100);
         net
+    }
+
+    /// One clock for every member's limiter: the network's virtual time.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
     }
 
     /// Starts a member named `id` on a host of its own.
@@ -177,6 +192,38 @@ impl MemoryNet {
             Some(h) => Route::To(h, s.delay(from, host)),
             None => Route::Refused,
         }
+    }
+}
+
+/// Unix time that moves with tokio's clock: under a paused runtime it
+/// advances only as timers do, so windows and buckets follow the cluster's
+/// virtual time. Starts at a fixed instant, so runs repeat.
+#[derive(Debug, Clone)]
+pub struct VirtualClock {
+    origin: tokio::time::Instant,
+    at_origin: Nanos,
+}
+
+impl VirtualClock {
+    /// 2026-01-01T00:00:00Z at the moment of the call.
+    pub fn new() -> Self {
+        VirtualClock {
+            origin: tokio::time::Instant::now(),
+            at_origin: 1_767_225_600 * weir_core::NANOS_PER_SEC,
+        }
+    }
+}
+
+impl Default for VirtualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Nanos {
+        let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.at_origin.saturating_add(elapsed)
     }
 }
 

@@ -144,8 +144,6 @@ async fn spawn(bin: &Path, dir: &Path) -> Result<Cluster, SimError> {
         rules::write_file(dir, RULES)?,
         dir.to_path_buf(),
     );
-    // The node's own default: the launcher always passes the flag.
-    opts.sync_interval = serve.cluster.sync_interval;
     // Warnings only, whatever RUST_LOG this process has: a node logging
     // more would spend the measured CPU on it.
     opts.rust_log = Some("warn".into());

@@ -267,8 +267,8 @@ window = "60s"
         f.failed("b", 10, "timeout");
         assert_eq!(f.status().owners, vec!["b".to_string()]);
         assert!(f.bypass("b", 50), "within the probe interval");
-        assert!(!f.bypass("b", 100_000_000), "one probe after the interval");
-        assert!(f.bypass("b", 100_000_001), "and only one");
+        assert!(!f.bypass("b", 200_000_000), "one probe after the interval");
+        assert!(f.bypass("b", 200_000_001), "and only one");
         f.answered("b", 300_000_000);
         let s = f.status();
         assert!(!s.active);

@@ -24,6 +24,21 @@ use crate::wire;
 /// so a large handoff is several calls rather than one refused one.
 const CHUNK_BYTES: usize = 1 << 20;
 const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
+/// Sweeps over at most this many counters run in place (well under a
+/// millisecond); larger ones go to the blocking pool, off the workers that
+/// answer checks.
+const INLINE_COUNTERS: usize = 4096;
+
+/// Runs `f`, a sweep over about `n` counters, where it belongs.
+pub async fn sweep<T: Send + 'static>(
+    n: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if n <= INLINE_COUNTERS {
+        return Some(f());
+    }
+    tokio::task::spawn_blocking(f).await.ok()
+}
 
 /// Folds received counters into `limiter`; returns how many were taken.
 /// Counters of rules this node does not know (or that changed algorithm)
@@ -70,8 +85,8 @@ impl Handoff {
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();
         let owned = ring.clone();
-        // A sweep over every key: off the runtime's worker threads.
-        let Ok(snaps) = tokio::task::spawn_blocking(move || {
+        let held = limiter.keys();
+        let Some(snaps) = sweep(held, move || {
             limiter.take_unless(|k| owned.owner_id(k).is_none_or(|o| o == me))
         })
         .await

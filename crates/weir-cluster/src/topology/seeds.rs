@@ -51,11 +51,16 @@ impl SeedResolver {
         for name in names {
             let mut wait = Duration::from_millis(100);
             loop {
-                let this = self.clone();
-                let n = name.clone();
-                let found = tokio::task::spawn_blocking(move || this.resolve(&n))
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                let found = match name.parse::<SocketAddr>() {
+                    // An address needs no lookup.
+                    Ok(addr) => Ok(vec![addr]),
+                    Err(_) => {
+                        let (this, n) = (self.clone(), name.clone());
+                        tokio::task::spawn_blocking(move || this.resolve(&n))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    }
+                };
                 match found {
                     Ok(addrs) => {
                         out.extend(addrs);

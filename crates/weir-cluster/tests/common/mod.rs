@@ -14,7 +14,9 @@ use tonic::transport::Server;
 use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::{Cluster, ClusterConfig, Engine, GossipProfile};
-use weir_core::{CheckError, CheckRequest, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict};
+use weir_core::{
+    CheckError, CheckRequest, Clock, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict,
+};
 
 /// One limit: 20 per 60 s per client, exact (sliding log).
 pub const RULES: &str = r#"
@@ -53,10 +55,10 @@ pub fn loopback0() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-fn limiter(rules: &str) -> Arc<Limiter> {
+fn limiter(rules: &str, clock: Arc<dyn Clock>) -> Arc<Limiter> {
     Arc::new(Limiter::new(
         RuleSet::from_toml(rules).unwrap(),
-        Arc::new(SystemClock::new()),
+        clock,
         LimiterConfig::default(),
     ))
 }
@@ -87,7 +89,8 @@ impl TestNode {
         let listener = TcpListener::bind(loopback0()).await.unwrap();
         let grpc = listener.local_addr().unwrap();
         let identity = NodeIdentity::new(id, loopback0(), grpc);
-        let cluster = Cluster::start(config(seeds, tweak), identity, loopback0(), limiter(rules))
+        let limiter = limiter(rules, Arc::new(SystemClock::new()));
+        let cluster = Cluster::start(config(seeds, tweak), identity, loopback0(), limiter)
             .await
             .unwrap();
         let cluster = Arc::new(cluster);
@@ -115,7 +118,7 @@ impl TestNode {
         }
     }
 
-    /// A member on the in-memory network `net`.
+    /// A member on the in-memory network `net`, deciding on its virtual clock.
     pub async fn start_in(
         net: &MemoryNet,
         id: &str,
@@ -124,7 +127,7 @@ impl TestNode {
         tweak: impl FnOnce(&mut ClusterConfig),
     ) -> TestNode {
         let cluster = net
-            .start(id, config(seeds, tweak), limiter(rules))
+            .start(id, config(seeds, tweak), limiter(rules, net.clock()))
             .await
             .unwrap();
         let cluster = Arc::new(cluster);
@@ -155,6 +158,11 @@ impl TestNode {
             .iter()
             .map(|m| m.id.clone())
             .collect()
+    }
+
+    /// This member's host on the in-memory network.
+    pub fn host(&self) -> IpAddr {
+        self.memory().1
     }
 
     pub async fn check(&self, key: &str) -> Result<Verdict, CheckError> {

@@ -17,6 +17,26 @@ fn no_flags_give_the_library_defaults() {
 }
 
 #[test]
+fn the_help_shows_the_defaults_the_library_runs_with() {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let serve = cmd.find_subcommand_mut("serve").expect("serve");
+    let help = serve.render_long_help().to_string();
+    let c = ClusterConfig::default();
+    for shown in [
+        format!("[default: {}]", c.strategy),
+        format!("[default: {}]", humantime::format_duration(c.sync_interval)),
+        format!("[default: {}]", c.on_owner_failure),
+        format!(
+            "[default: {}]",
+            humantime::format_duration(c.owner_deadline)
+        ),
+    ] {
+        assert!(help.contains(&shown), "help lacks {shown}:\n{help}");
+    }
+}
+
+#[test]
 fn every_serve_flag_lands_in_the_config() {
     let c = parse(&[
         "weir",
