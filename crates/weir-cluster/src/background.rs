@@ -1,17 +1,23 @@
 //! The loops a member runs beside its checks: following the member view, periodic chores, rule hints, re-seeding, and the wait at the end of a leave.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use weir_core::Limiter;
+use weir_proto::weir::v1::ReplicateRequest;
 
 use crate::link::Link;
+use crate::owner::replicate::Replicator;
+use crate::stats::{bump, Stats};
 use crate::strategy::Strategy;
 use crate::topology::membership::{MemberView, Membership, NodeIdentity};
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::Rules;
 use crate::topology::seeds::SeedResolver;
+use crate::wire;
 
 /// How often strays, expired denials and idle keys are swept.
 const MAINTENANCE_EVERY: Duration = Duration::from_millis(250);
@@ -25,6 +31,11 @@ pub async fn follow_view(
 ) {
     while views.changed().await.is_ok() {
         let view = views.borrow_and_update().clone();
+        strategy.on_suspects(&view.suspects);
+        let current = routing.ring();
+        if current.members() == Ring::with_default_vnodes(&view.members).members() {
+            continue;
+        }
         let ring = Arc::new(Ring::with_default_vnodes(&view.members));
         let old = routing.install(ring.clone());
         let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
@@ -123,5 +134,84 @@ pub async fn until_forgotten(
             return None;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Deadline of one Replicate call; a holder slower than this gets the
+/// changes again with the next.
+const REPLICATE_DEADLINE: Duration = Duration::from_secs(1);
+/// Pause after a failed Replicate call, so a holder that is down does not
+/// turn the loop into a busy one.
+const REPLICATE_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Copies the counters this node owns to their replica holders as they
+/// change. One call per holder at a time: changes made while a call is in
+/// flight ride the next one, so the batches grow with the load and the lag
+/// stays about one round trip.
+pub async fn replicate(
+    replicator: Arc<Replicator>,
+    limiter: Arc<Limiter>,
+    routing: Arc<Routing>,
+    link: Arc<dyn Link>,
+    stats: Arc<Stats>,
+    boot: u64,
+) {
+    loop {
+        replicator.changed().await;
+        let changed = replicator.take();
+        if changed.is_empty() {
+            continue;
+        }
+        let ring = routing.ring();
+        let me = routing.me();
+        let mut by_holder: HashMap<NodeIdentity, Vec<_>> = HashMap::new();
+        let mut no_copy = 0;
+        for (key, since) in changed {
+            // A key that moved to another owner is that owner's to copy.
+            match ring
+                .replica_of(&key.1)
+                .filter(|_| ring.owner_id(&key.1) == Some(me))
+            {
+                Some(holder) => by_holder
+                    .entry(holder.clone())
+                    .or_default()
+                    .push((key, since)),
+                None => no_copy += 1,
+            }
+        }
+        replicator.copied(no_copy);
+        let calls = by_holder.into_iter().map(|(holder, keys)| {
+            let states = keys
+                .iter()
+                .filter_map(|((rule, key), _)| limiter.snapshot(rule, key))
+                .filter_map(|s| wire::snapshot_to_wire(&s))
+                .collect();
+            let req = ReplicateRequest {
+                from_node: me.to_string(),
+                states,
+                boot,
+            };
+            let call = link.replicate(&holder, req, REPLICATE_DEADLINE);
+            async move { (call.await.is_ok(), keys) }
+        });
+        let mut failed = false;
+        for (ok, keys) in futures::future::join_all(calls).await {
+            if ok {
+                let now = limiter.now();
+                replicator.copied(keys.len());
+                bump(&stats.replicated, keys.len() as u64);
+                for (_, since) in &keys {
+                    stats
+                        .replication_lag
+                        .record(Duration::from_nanos(now.saturating_sub(*since)));
+                }
+            } else {
+                failed = true;
+                replicator.retry(keys);
+            }
+        }
+        if failed {
+            tokio::time::sleep(REPLICATE_BACKOFF).await;
+        }
     }
 }

@@ -23,6 +23,8 @@ use crate::net::batcher::{Batchers, Ctx};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::server::PeerService;
 use crate::owner::local::Local;
+use crate::owner::replica::Replicas;
+use crate::owner::replicate::Replicator;
 use crate::owner::serve::OwnerService;
 use crate::stats::{ClusterStats, FallbackStatus, MemberStatus, Stats};
 use crate::strategy::{self, Parts, Strategy};
@@ -46,6 +48,10 @@ pub enum ClusterError {
 /// The peer service as mounted on a node's gRPC server.
 pub type PeerServiceServer = InterceptedService<PeerServer<PeerService>, PeerAuth>;
 
+/// How long a Decide call may take: answers after a caller's deadline still
+/// arrive within it and are reconciled; one later than this is not.
+const LATE_WINDOW: Duration = Duration::from_secs(1);
+
 /// How long start waits for seed names to resolve (a DNS record may appear
 /// a little after the pod it names).
 const SEED_PATIENCE: Duration = Duration::from_secs(5);
@@ -68,6 +74,7 @@ struct Inner {
     handler: Arc<PeerHandler>,
     link: Arc<dyn Link>,
     stats: Arc<Stats>,
+    replicator: Arc<Replicator>,
     token: Option<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -144,8 +151,12 @@ impl Cluster {
             limiter: limiter.clone(),
             hints: hints.clone(),
             stats: stats.clone(),
-            deadline: config.owner_deadline,
+            late_window: LATE_WINDOW,
         };
+        let replicas = Arc::new(Replicas::new(&limiter));
+        // Only the owner strategy changes counters that others copy; under
+        // the others nothing is marked and the loop stays asleep.
+        let replicator = Arc::new(Replicator::new(config.replicas > 1));
         let peers = Arc::new(Batchers::new(ctx, config.batch));
         let strategy = strategy::build(Parts {
             config: config.clone(),
@@ -154,6 +165,8 @@ impl Cluster {
             peers: peers.clone(),
             link: t.link.clone(),
             stats: stats.clone(),
+            replicas: replicas.clone(),
+            replicator: replicator.clone(),
         });
         let on_rules = {
             let s = strategy.clone();
@@ -166,16 +179,19 @@ impl Cluster {
             stats.clone(),
             on_rules,
         ));
-        let owner = OwnerService::new(
+        let owner = OwnerService {
             local,
-            routing.clone(),
-            peers.clone(),
+            routing: routing.clone(),
+            peers: peers.clone(),
             hints,
-            stats.clone(),
-            config.owner_deadline,
-        );
+            stats: stats.clone(),
+            deadline: config.owner_deadline,
+            replicas: replicas.clone(),
+            replicator: replicator.clone(),
+        };
         let handler = Arc::new(PeerHandler::new(
             owner,
+            replicas,
             rules.clone(),
             strategy.clone(),
             limiter.clone(),
@@ -196,6 +212,7 @@ impl Cluster {
             handler,
             link: t.link,
             stats,
+            replicator: replicator.clone(),
             token,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
@@ -224,6 +241,16 @@ impl Cluster {
                 inner.resolver.clone(),
                 c.seeds.clone(),
                 c.reseed_interval,
+            )));
+        }
+        if replicator.is_on() {
+            tasks.push(spawn(background::replicate(
+                replicator,
+                inner.limiter.clone(),
+                inner.routing.clone(),
+                inner.link.clone(),
+                inner.stats.clone(),
+                inner.membership.identity().boot,
             )));
         }
         tasks.extend(strategy.spawn());
@@ -303,9 +330,12 @@ impl Cluster {
     }
 
     pub fn stats(&self) -> ClusterStats {
-        self.inner
+        let mut s = self
+            .inner
             .stats
-            .snapshot(&self.inner.strategy.fallback_counts())
+            .snapshot(&self.inner.strategy.fallback_counts());
+        s.replication_pending = self.inner.replicator.pending() as u64;
+        s
     }
 
     pub fn fallback_status(&self) -> FallbackStatus {

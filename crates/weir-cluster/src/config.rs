@@ -164,6 +164,11 @@ pub struct ClusterConfig {
     pub leave_timeout: Duration,
     /// Denials cached at most (distinct hash parts).
     pub deny_cache_keys: usize,
+    /// Copies of every counter in all (`--replicas`): 2 streams each
+    /// owner's changes to the next member on the ring, which stands in for
+    /// an unreachable owner and takes over a dead one with its counts; 1
+    /// keeps a single copy, lost with its owner.
+    pub replicas: usize,
 }
 
 impl Default for ClusterConfig {
@@ -182,6 +187,7 @@ impl Default for ClusterConfig {
             fallback_probe: Duration::from_millis(200),
             leave_timeout: Duration::from_secs(3),
             deny_cache_keys: 100_000,
+            replicas: 2,
         }
     }
 }
@@ -194,6 +200,9 @@ impl ClusterConfig {
         }
         if self.sync_interval.is_zero() {
             return Err("sync_interval must be longer than zero");
+        }
+        if !(1..=2).contains(&self.replicas) {
+            return Err("replicas must be 1 or 2 (copies of each counter in all)");
         }
         if self.secret.as_deref() == Some("") {
             return Err("cluster secret must not be empty");
@@ -219,6 +228,7 @@ impl fmt::Debug for ClusterConfig {
             .field("fallback_probe", &self.fallback_probe)
             .field("leave_timeout", &self.leave_timeout)
             .field("deny_cache_keys", &self.deny_cache_keys)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }

@@ -5,18 +5,22 @@ use std::sync::Arc;
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
 };
 
 use crate::owner::handoff;
+use crate::owner::replica::Replicas;
 use crate::owner::serve::OwnerService;
 use crate::stats::{bump, Stats};
 use crate::strategy::{Strategy, SyncRefused};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
+use crate::wire;
 
 pub struct PeerHandler {
     owner: OwnerService,
+    replicas: Arc<Replicas>,
     rules: Arc<Rules>,
     strategy: Arc<dyn Strategy>,
     limiter: Arc<Limiter>,
@@ -27,6 +31,7 @@ pub struct PeerHandler {
 impl PeerHandler {
     pub fn new(
         owner: OwnerService,
+        replicas: Arc<Replicas>,
         rules: Arc<Rules>,
         strategy: Arc<dyn Strategy>,
         limiter: Arc<Limiter>,
@@ -35,6 +40,7 @@ impl PeerHandler {
     ) -> Self {
         PeerHandler {
             owner,
+            replicas,
             rules,
             strategy,
             limiter,
@@ -55,9 +61,9 @@ impl PeerHandler {
     /// Takes over counters handed to this node.
     pub async fn handoff(&self, req: HandoffRequest) -> HandoffResponse {
         let n = req.counters.len();
-        let limiter = self.limiter.clone();
+        let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let counters = req.counters;
-        let accepted = handoff::sweep(n, move || handoff::absorb(&limiter, counters))
+        let accepted = handoff::sweep(n, move || handoff::absorb(&limiter, &replicas, counters))
             .await
             .unwrap_or(0);
         bump(&self.stats.handoffs_received, 1);
@@ -85,11 +91,25 @@ impl PeerHandler {
         })
     }
 
-    /// The members this node counts as live; none once it has stopped gossiping.
+    /// Takes an owner's counters as this node's copies of them.
+    pub fn replicate(&self, req: ReplicateRequest) -> ReplicateResponse {
+        let states = req
+            .states
+            .into_iter()
+            .filter_map(wire::snapshot_from_wire)
+            .collect();
+        let accepted = self.replicas.take(&req.from_node, req.boot, states);
+        ReplicateResponse { accepted }
+    }
+
+    /// The members on the ring this node routes by (a member that left is
+    /// forgotten only once no peer routes to it); none once this node has
+    /// stopped gossiping.
     pub fn members(&self) -> MembersResponse {
         let m = &self.membership;
         let live = if m.is_running() {
-            m.view().members.into_iter().map(|m| m.id).collect()
+            let ring = self.owner.routing.ring();
+            ring.members().iter().map(|m| m.id.clone()).collect()
         } else {
             Vec::new()
         };

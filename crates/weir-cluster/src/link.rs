@@ -5,7 +5,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
 };
 
 use crate::topology::membership::NodeIdentity;
@@ -25,6 +26,9 @@ pub enum PeerFailure {
     /// Too many ops queued for this peer already.
     #[error("too many calls queued for this owner")]
     Overloaded,
+    /// Queued in this gateway past the deadline; never sent.
+    #[error("still queued after {0:?}")]
+    Queued(Duration),
 }
 
 /// One unary call per method, each bounded by `deadline`. A failure says
@@ -70,6 +74,13 @@ pub trait Link: Send + Sync + 'static {
         to: &NodeIdentity,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>>;
+
+    fn replicate(
+        &self,
+        to: &NodeIdentity,
+        req: ReplicateRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>>;
 
     /// Forgets connections to peers `keep` rejects (members that left).
     fn retain(&self, keep: &dyn Fn(&str) -> bool);

@@ -19,7 +19,8 @@ use tokio::sync::mpsc;
 use weir_core::{Clock, Limiter, Nanos};
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
+    SyncResponse,
 };
 
 use crate::cluster::{Cluster, ClusterError, Transport};
@@ -392,6 +393,15 @@ impl Link for MemoryLink {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
         self.call(to, deadline, |h| async move { Ok(h.members()) })
+    }
+
+    fn replicate(
+        &self,
+        to: &NodeIdentity,
+        req: ReplicateRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>> {
+        self.call(to, deadline, |h| async move { Ok(h.replicate(req)) })
     }
 
     fn retain(&self, _keep: &dyn Fn(&str) -> bool) {}

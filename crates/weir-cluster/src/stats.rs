@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::topology::membership::MemberState;
 
@@ -41,7 +42,7 @@ pub struct ClusterStats {
     pub peer_failures: u64,
     /// Checks answered from the deny cache, with no peer call.
     pub deny_cache_hits: u64,
-    /// Limits decided on the local fallback limiter (owner unreachable).
+    /// Limits decided on the local fallback: owner lost, no replica answered.
     pub fallback_decisions: u64,
     pub fallback_entered: u64,
     pub fallback_left: u64,
@@ -69,6 +70,19 @@ pub struct ClusterStats {
     pub sync_messages: u64,
     pub sync_bytes: u64,
     pub sync_deltas: u64,
+    /// Forwarded ops: time queued in this gateway, and time from send to answer.
+    pub queue_wait: TimingSummary,
+    pub call_time: TimingSummary,
+    pub slow_decisions: u64,
+    pub replica_decisions: u64,
+    pub late_refunds: u64,
+    pub charges_owed: u64,
+    pub charges_paid: u64,
+    pub charges_dropped: u64,
+    pub replicated: u64,
+    pub replication_lag: TimingSummary,
+    /// Changes to counters owned here not yet copied to their holder.
+    pub replication_pending: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -93,6 +107,25 @@ pub struct Stats {
     pub sync_messages: AtomicU64,
     pub sync_bytes: AtomicU64,
     pub sync_deltas: AtomicU64,
+    /// Forwarded ops: time queued in this gateway, and time from send to answer.
+    pub queue_wait: Timing,
+    pub call_time: Timing,
+    /// Limits decided here because their owner (or stand-in) did not
+    /// answer in time, though it was not lost.
+    pub slow_decisions: AtomicU64,
+    /// Limits decided by a replica holder standing in for a lost owner.
+    pub replica_decisions: AtomicU64,
+    /// Late owner admissions of checks refused here, refunded there.
+    pub late_refunds: AtomicU64,
+    /// Admissions decided without their owner: owed, charged to the owner
+    /// once it answers, or dropped because too many were owed.
+    pub charges_owed: AtomicU64,
+    pub charges_paid: AtomicU64,
+    pub charges_dropped: AtomicU64,
+    /// Counter states copied to replica holders, and how long a change
+    /// waited to be copied (what a crash can lose).
+    pub replicated: AtomicU64,
+    pub replication_lag: Timing,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -125,6 +158,17 @@ impl Stats {
             sync_messages: get(&self.sync_messages),
             sync_bytes: get(&self.sync_bytes),
             sync_deltas: get(&self.sync_deltas),
+            queue_wait: self.queue_wait.summary(),
+            call_time: self.call_time.summary(),
+            slow_decisions: get(&self.slow_decisions),
+            replica_decisions: get(&self.replica_decisions),
+            late_refunds: get(&self.late_refunds),
+            charges_owed: get(&self.charges_owed),
+            charges_paid: get(&self.charges_paid),
+            charges_dropped: get(&self.charges_dropped),
+            replicated: get(&self.replicated),
+            replication_lag: self.replication_lag.summary(),
+            replication_pending: 0,
         }
     }
 }
@@ -135,4 +179,95 @@ pub struct FallbackCounts {
     pub entered: u64,
     pub left: u64,
     pub active: u64,
+}
+
+/// Upper bounds of the timing buckets, in microseconds; a last bucket takes the rest.
+const TIMING_BOUNDS_US: [u64; 15] = [
+    25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+/// Durations in fixed buckets, lock-free: recorded on the forwarding path,
+/// so one relaxed add per bucket and counter and no allocation.
+#[derive(Debug, Default)]
+pub struct Timing {
+    buckets: [AtomicU64; TIMING_BOUNDS_US.len() + 1],
+    sum_ns: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+/// One reading of a [`Timing`]. Percentiles are the bucket bound they fall
+/// under (so a p99 of 5 ms means "99% took 5 ms or less").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimingSummary {
+    pub count: u64,
+    pub mean: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+}
+
+impl Timing {
+    pub fn record(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let us = ns / 1_000;
+        let i = TIMING_BOUNDS_US.partition_point(|&b| b < us);
+        bump(&self.buckets[i], 1);
+        bump(&self.sum_ns, ns);
+        self.max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    pub fn summary(&self) -> TimingSummary {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let count: u64 = counts.iter().sum();
+        if count == 0 {
+            return TimingSummary::default();
+        }
+        let max = Duration::from_nanos(self.max_ns.load(Ordering::Relaxed));
+        let at = |q: f64| {
+            let rank = (q * count as f64).ceil() as u64;
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    return TIMING_BOUNDS_US
+                        .get(i)
+                        .map_or(max, |&us| Duration::from_micros(us).min(max));
+                }
+            }
+            max
+        };
+        TimingSummary {
+            count,
+            mean: Duration::from_nanos(self.sum_ns.load(Ordering::Relaxed) / count),
+            p50: at(0.5),
+            p99: at(0.99),
+            max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timing_reads_back_its_percentiles_as_bucket_bounds() {
+        let t = Timing::default();
+        assert_eq!(t.summary(), TimingSummary::default());
+        for _ in 0..98 {
+            t.record(Duration::from_micros(80));
+        }
+        t.record(Duration::from_millis(3));
+        t.record(Duration::from_secs(2));
+        let s = t.summary();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.p50, Duration::from_micros(100));
+        assert_eq!(s.p99, Duration::from_millis(5));
+        assert_eq!(s.max, Duration::from_secs(2));
+    }
 }

@@ -54,6 +54,26 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
             limit: rule.limit,
             window_ns: nanos(rule.window),
         }),
+        stand_in_for: String::new(),
+    }
+}
+
+/// The same op, sent to the key's replica holder because `owner` cannot be reached.
+pub fn stand_in(mut op: CounterOp, owner: &str) -> CounterOp {
+    op.stand_in_for = owner.to_string();
+    op
+}
+
+/// Records `cost` admitted without the key's owner, whatever its limit.
+pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        cost,
+        kind: OpKind::Charge as i32,
+        at: 0,
+        carried: None,
+        stand_in_for: String::new(),
     }
 }
 
@@ -66,6 +86,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         kind: OpKind::Refund as i32,
         at,
         carried: None,
+        stand_in_for: String::new(),
     }
 }
 

@@ -15,8 +15,48 @@ use weir_core::{CheckError, CheckRequest, Unavailable};
 const DETECT: Duration = Duration::from_secs(6);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_owner_is_decided_on_the_local_fallback_until_the_ring_drops_it() {
-    let mut nodes = cluster(3, RULES, |c| c.on_owner_failure = OwnerFailure::Local).await;
+async fn a_crashed_owners_keys_keep_their_counts_on_its_replica_holder() {
+    let mut nodes = cluster(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "copied");
+    let holder = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
+    assert_eq!(admitted_round_robin(&[&nodes[0]], &key, 5).await, 5);
+    wait_until("node-3 copied the five to the holder", || {
+        let s = nodes[2].cluster.stats();
+        s.replicated >= 1 && s.replication_pending == 0
+    })
+    .await;
+    nodes.pop().unwrap().kill().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    // Before detection the holder stands in; after it, it owns the key
+    // with the counts it holds. Either way the key has fifteen left.
+    let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
+    assert_eq!(admitted, LIMIT - 5, "the counts survived the crash");
+    wait_until("the holder owns the key", || {
+        survivors
+            .iter()
+            .all(|n| n.cluster.owner_of(&key).is_some_and(|o| o.id == holder))
+    })
+    .await;
+    assert_eq!(admitted_round_robin(&survivors, &key, 5).await, 0);
+    let decided_by_copy: u64 = survivors
+        .iter()
+        .map(|n| n.cluster.stats().replica_decisions)
+        .sum();
+    println!("{decided_by_copy} checks decided by the replica before detection");
+    assert_eq!(
+        nodes[0].cluster.stats().fallback_decisions,
+        0,
+        "no check fell back to L/N"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_copy_a_crashed_owner_is_decided_on_the_local_fallback_until_the_ring_drops_it() {
+    let mut nodes = cluster(3, RULES, |c| {
+        c.on_owner_failure = OwnerFailure::Local;
+        c.replicas = 1;
+    })
+    .await;
     let key = key_owned_by(&nodes[0], "node-3", "crash");
     // Five of the key's twenty spent at its owner before the crash.
     assert_eq!(admitted_round_robin(&[&nodes[0]], &key, 5).await, 5);
@@ -69,7 +109,13 @@ async fn a_crashed_owner_is_decided_on_the_local_fallback_until_the_ring_drops_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_admits_and_fail_closed_answers_unavailable_never_a_denial() {
     for mode in [OwnerFailure::Open, OwnerFailure::Closed] {
-        let mut nodes = cluster(2, RULES, |c| c.on_owner_failure = mode).await;
+        // One copy: with two, the survivor holds the dead owner's copy and
+        // decides on it, and the policy never applies.
+        let mut nodes = cluster(2, RULES, |c| {
+            c.on_owner_failure = mode;
+            c.replicas = 1;
+        })
+        .await;
         let key = key_owned_by(&nodes[0], "node-2", "mode");
         nodes.pop().unwrap().kill().await;
         for _ in 0..(2 * LIMIT) {

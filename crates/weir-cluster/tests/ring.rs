@@ -17,6 +17,7 @@ fn node(i: usize) -> NodeIdentity {
         gossip: format!("127.0.0.1:{}", 7000 + i).parse().unwrap(),
         grpc: format!("127.0.0.1:{}", 8000 + i).parse().unwrap(),
         incarnation: 1,
+        boot: 1,
     }
 }
 
@@ -241,4 +242,25 @@ proptest! {
         prop_assert_eq!(owner, a.owner_id(&key).unwrap());
         prop_assert!(ids.contains(owner));
     }
+}
+
+#[test]
+fn a_keys_replica_holder_is_its_owner_once_the_owner_is_gone() {
+    let members = nodes(5);
+    let ring = Ring::with_default_vnodes(&members);
+    for key in random_keys(7).iter().take(2_000) {
+        let owner = ring.owner(key).unwrap().clone();
+        let holder = ring.replica_of(key).expect("five members").clone();
+        assert_ne!(holder.id, owner.id, "{key}: the copy is on another member");
+        let without: Vec<NodeIdentity> = members
+            .iter()
+            .filter(|m| m.id != owner.id)
+            .cloned()
+            .collect();
+        let after = Ring::with_default_vnodes(&without);
+        assert_eq!(after.owner(key).unwrap().id, holder.id, "{key}");
+    }
+    assert!(Ring::with_default_vnodes(&nodes(1))
+        .replica_of("k")
+        .is_none());
 }

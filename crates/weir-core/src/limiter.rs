@@ -354,6 +354,61 @@ impl Limiter {
         }
     }
 
+    /// Records `cost` admitted elsewhere on (rule, key) whatever the limit:
+    /// a gateway that decided without its owner, or a replica that stood in
+    /// for it, charging what it admitted.
+    pub fn charge(&self, rule: &str, hash_part: &str, cost: u64) -> Result<(), CheckError> {
+        let c = self.counters(rule)?;
+        c.charge(hash_part, self.clock.now(), cost)
+            .map_err(|_| store_full(rule, self.config.max_keys_per_rule))
+    }
+
+    /// One key's counter, copied; None when the rule or the key is unknown.
+    pub fn snapshot(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
+        let state = self.counters(rule).ok()?.get(hash_part)?;
+        Some(CounterSnapshot {
+            rule: rule.to_string(),
+            hash_part: hash_part.to_string(),
+            state,
+        })
+    }
+
+    /// Replaces a key's counter whole with `snap` (a replica taking its
+    /// owner's copy). False when the rule is unknown here or now uses
+    /// another algorithm.
+    pub fn put(&self, snap: CounterSnapshot) -> bool {
+        match self.counters(&snap.rule) {
+            Ok(c) => c.put(&snap.hash_part, snap.state, self.clock.now()),
+            Err(_) => false,
+        }
+    }
+
+    /// Every held (rule, key) whose hash part `keep` accepts.
+    pub fn keys_where(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(Arc<str>, CompactString)> {
+        let t = self.tables.load();
+        let mut out = Vec::new();
+        for (r, c) in t.rules.rules().iter().zip(&t.counters) {
+            out.extend(c.keys(&mut keep).into_iter().map(|k| (r.name.clone(), k)));
+        }
+        out
+    }
+
+    /// Removes and returns one key's counter.
+    pub fn take(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
+        let state = self.counters(rule).ok()?.remove(hash_part)?;
+        Some(CounterSnapshot {
+            rule: rule.to_string(),
+            hash_part: hash_part.to_string(),
+            state,
+        })
+    }
+
+    /// What `snap` spent beyond `base`, under the rule in force.
+    pub fn since(&self, snap: &CounterSnapshot, base: &State) -> Option<State> {
+        let c = self.counters(&snap.rule).ok()?;
+        c.policy().since(&snap.state, base, self.clock.now())
+    }
+
     /// Decides one request against a rule that is not in the rule set but
     /// carried by the request (an Envoy descriptor's own limit). Counters are
     /// kept per distinct rule name, at most [`MAX_ADHOC_POLICIES`] of them.

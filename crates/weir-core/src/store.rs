@@ -98,6 +98,50 @@ where
         }
     }
 
+    /// Records `cost` spent elsewhere on `key`, creating it when it is new
+    /// (refused only when the store is full of live keys).
+    fn charge(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Full> {
+        if let Some(mut s) = self.map.get_mut(key) {
+            self.algo.charge(&mut s, now, cost);
+            return Ok(());
+        }
+        self.make_room(now)?;
+        let mut entry = self.map.entry(CompactString::new(key)).or_insert_with(|| {
+            self.len.fetch_add(1, Ordering::Relaxed);
+            self.algo.fresh()
+        });
+        self.algo.charge(&mut entry, now, cost);
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> Option<A::State> {
+        self.map.get(key).map(|s| s.clone())
+    }
+
+    /// Replaces `key`'s state whole (a replica taking its owner's copy); a
+    /// new key needs room, as for a consume.
+    fn put(&self, key: &str, state: A::State, now: Nanos) -> Result<(), Full> {
+        if let Some(mut s) = self.map.get_mut(key) {
+            *s = state;
+            return Ok(());
+        }
+        self.make_room(now)?;
+        if self.map.insert(CompactString::new(key), state).is_none() {
+            self.len.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn keys(&self, out: &mut Vec<CompactString>, keep: &mut dyn FnMut(&str) -> bool) {
+        out.extend(self.map.iter().map(|e| e.key().clone()).filter(|k| keep(k)));
+    }
+
+    fn remove(&self, key: &str) -> Option<A::State> {
+        let (_, s) = self.map.remove(key)?;
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        Some(s)
+    }
+
     fn sweep(&self, now: Nanos) -> usize {
         let mut removed = 0;
         self.map.retain(|_, s| {
@@ -200,6 +244,54 @@ impl Counters {
     /// Gives back what a decision taken at `at` consumed.
     pub fn refund(&self, key: &str, at: Nanos, cost: u64) {
         each_store!(&self.inner, s => s.refund(key, at, cost))
+    }
+
+    /// Records `cost` spent elsewhere on `key`, whatever the limit.
+    pub fn charge(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Full> {
+        each_store!(&self.inner, s => s.charge(key, now, cost))
+    }
+
+    /// `key`'s state, as a copy.
+    pub fn get(&self, key: &str) -> Option<State> {
+        match &self.inner {
+            Inner::TokenBucket(s) => s.get(key).map(State::TokenBucket),
+            Inner::LeakyBucket(s) => s.get(key).map(State::LeakyBucket),
+            Inner::FixedWindow(s) => s.get(key).map(State::FixedWindow),
+            Inner::SlidingLog(s) => s.get(key).map(State::SlidingLog),
+            Inner::SlidingCounter(s) => s.get(key).map(State::SlidingCounter),
+        }
+    }
+
+    /// Replaces `key`'s state whole. False when the state is of another
+    /// algorithm, or the key is new and the store is full.
+    pub fn put(&self, key: &str, state: State, now: Nanos) -> bool {
+        match (&self.inner, state) {
+            (Inner::TokenBucket(s), State::TokenBucket(st)) => s.put(key, st, now).is_ok(),
+            (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.put(key, st, now).is_ok(),
+            (Inner::FixedWindow(s), State::FixedWindow(st)) => s.put(key, st, now).is_ok(),
+            (Inner::SlidingLog(s), State::SlidingLog(st)) => s.put(key, st, now).is_ok(),
+            (Inner::SlidingCounter(s), State::SlidingCounter(st)) => s.put(key, st, now).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// The keys `keep` accepts, copied (the map is read shard by shard, so
+    /// keys changed meanwhile may be missed or seen).
+    pub fn keys(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CompactString> {
+        let mut out = Vec::new();
+        each_store!(&self.inner, s => s.keys(&mut out, &mut keep));
+        out
+    }
+
+    /// Removes and returns `key`'s state.
+    pub fn remove(&self, key: &str) -> Option<State> {
+        match &self.inner {
+            Inner::TokenBucket(s) => s.remove(key).map(State::TokenBucket),
+            Inner::LeakyBucket(s) => s.remove(key).map(State::LeakyBucket),
+            Inner::FixedWindow(s) => s.remove(key).map(State::FixedWindow),
+            Inner::SlidingLog(s) => s.remove(key).map(State::SlidingLog),
+            Inner::SlidingCounter(s) => s.remove(key).map(State::SlidingCounter),
+        }
     }
 
     /// Drops every key whose state equals a fresh one; returns how many.

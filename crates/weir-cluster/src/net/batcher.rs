@@ -6,10 +6,18 @@
 //! batching delay; under load ops pile up while earlier calls are in flight
 //! and the batches grow by themselves. `max_in_flight` bounds the calls in
 //! flight per owner, which is what lets the queue form.
+//!
+//! A caller's deadline is two clocks, both measured: the time its op waits
+//! in this gateway's queue, and the time from sending to the answer. An op
+//! still queued when the first runs out is never sent (nothing is consumed
+//! at the owner); one that was sent and is not answered in time stays in
+//! flight, and its answer is handed to whoever reconciles it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use dashmap::DashMap;
 use futures::future::BoxFuture;
@@ -21,7 +29,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
 use crate::config::BatchConfig;
 use crate::link::Link;
-use crate::owner::peers::{PeerFailure, Peers};
+use crate::owner::peers::{LateAnswer, PeerFailure, Peers, Reply};
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
 use crate::topology::rules_sync::RulesHints;
@@ -34,24 +42,32 @@ pub(crate) struct Ctx {
     pub limiter: Arc<Limiter>,
     pub hints: Arc<RulesHints>,
     pub stats: Arc<Stats>,
-    /// Deadline of one Decide call.
-    pub deadline: Duration,
+    /// How long one Decide call may take: answers later than a caller's own
+    /// deadline still arrive within it, to be reconciled.
+    pub late_window: Duration,
 }
 
-pub(crate) type Reply = Result<OpResult, PeerFailure>;
+type Answer = Result<OpResult, PeerFailure>;
 
 struct Pending {
     op: CounterOp,
-    /// None for fire-and-forget ops (refunds), which are sent even when
-    /// nobody waits for the answer.
-    reply: Option<oneshot::Sender<Reply>>,
+    /// None for fire-and-forget ops (refunds, charges), which are sent even
+    /// when nobody waits for the answer.
+    reply: Option<oneshot::Sender<Answer>>,
+    /// Told when the op leaves in a call; None for fire-and-forget ops.
+    sent: Option<oneshot::Sender<()>>,
+    queued_at: Instant,
 }
 
 impl Pending {
-    /// False when the caller has given up (its deadline passed): sending
-    /// the op would only consume budget nobody uses.
-    fn wanted(&self) -> bool {
-        self.reply.as_ref().is_none_or(|r| !r.is_closed())
+    /// Takes the op into a call unless its caller gave up while it was
+    /// queued: the caller hears that it was sent, or the op stays out, never
+    /// both (so a caller told "not sent" knows nothing was consumed).
+    fn leave(&mut self) -> bool {
+        match self.sent.take() {
+            Some(sent) => sent.send(()).is_ok(),
+            None => true,
+        }
     }
 }
 
@@ -123,30 +139,63 @@ impl Peers for Batchers {
         to: &NodeIdentity,
         op: CounterOp,
         deadline: Duration,
-    ) -> BoxFuture<'static, Result<OpResult, PeerFailure>> {
-        let (reply, rx) = oneshot::channel();
+    ) -> BoxFuture<'static, Reply> {
+        let (reply, mut answer) = oneshot::channel();
+        let (sent, mut left) = oneshot::channel();
         let pending = Pending {
             op,
             reply: Some(reply),
+            sent: Some(sent),
+            queued_at: Instant::now(),
         };
-        let queued = self.sender(to).try_send(pending);
+        let queued = self.sender(to).try_send(pending).is_ok();
         Box::pin(async move {
-            if queued.is_err() {
-                return Err(PeerFailure::Overloaded);
+            if !queued {
+                return Reply::Failed(PeerFailure::Overloaded);
             }
-            match tokio::time::timeout(deadline, rx).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => Err(PeerFailure::Unreachable("batcher stopped".into())),
-                Err(_) => Err(PeerFailure::Timeout(deadline)),
+            match tokio::time::timeout(deadline, &mut left).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return Reply::Failed(PeerFailure::Unreachable("batcher stopped".into()))
+                }
+                Err(_) => {
+                    // Closed first, then read: the batcher either sent before
+                    // this (and the op is in flight) or can no longer send it.
+                    left.close();
+                    if left.try_recv().is_err() {
+                        return Reply::Failed(PeerFailure::Queued(deadline));
+                    }
+                }
+            }
+            match tokio::time::timeout(deadline, &mut answer).await {
+                Ok(Ok(Ok(result))) => Reply::Answered(result),
+                Ok(Ok(Err(failure))) => Reply::Failed(failure),
+                Ok(Err(_)) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
+                Err(_) => Reply::Late(LateAnswer(Box::pin(async move {
+                    answer.await.ok().and_then(Result::ok)
+                }))),
             }
         })
     }
 
     fn send(&self, to: &NodeIdentity, op: CounterOp) {
-        let pending = Pending { op, reply: None };
+        let pending = Pending {
+            op,
+            reply: None,
+            sent: None,
+            queued_at: Instant::now(),
+        };
         if self.sender(to).try_send(pending).is_err() {
-            tracing::debug!(owner = %to.id, "refund dropped: owner queue full");
+            tracing::debug!(owner = %to.id, "op dropped: owner queue full");
         }
+    }
+
+    fn on_late(&self, late: LateAnswer, then: Box<dyn FnOnce(OpResult) + Send>) {
+        tokio::spawn(async move {
+            if let Some(result) = late.0.await {
+                then(result);
+            }
+        });
     }
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {
@@ -176,7 +225,8 @@ async fn run(
             return;
         };
         let mut batch = Vec::with_capacity(config.max_items.min(64));
-        if first.wanted() {
+        let mut first = first;
+        if first.leave() {
             batch.push(first);
         }
         if !config.linger.is_zero() {
@@ -185,8 +235,7 @@ async fn run(
                 tokio::select! {
                     biased;
                     next = rx.recv() => match next {
-                        Some(p) if p.wanted() => batch.push(p),
-                        Some(_) => {}
+                        Some(mut p) => if p.leave() { batch.push(p) },
                         None => break,
                     },
                     _ = tokio::time::sleep_until(until) => break,
@@ -195,8 +244,11 @@ async fn run(
         }
         while batch.len() < config.max_items {
             match rx.try_recv() {
-                Ok(p) if p.wanted() => batch.push(p),
-                Ok(_) => {}
+                Ok(mut p) => {
+                    if p.leave() {
+                        batch.push(p)
+                    }
+                }
                 Err(_) => break,
             }
         }
@@ -214,8 +266,12 @@ async fn run(
 
 async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
     let n = batch.len();
-    let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
     let stats = &ctx.stats;
+    let sent_at = Instant::now();
+    for p in &batch {
+        stats.queue_wait.record(sent_at - p.queued_at);
+    }
+    let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
     bump(&stats.peer_calls, 1);
     bump(&stats.peer_ops, n as u64);
     let mine = ctx.limiter.rules().version();
@@ -225,7 +281,9 @@ async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
         from_node: ctx.me.clone(),
     };
     bump(&stats.peer_bytes, req.encoded_len() as u64);
-    let outcome = match ctx.link.decide(to, req, ctx.deadline).await {
+    let called = ctx.link.decide(to, req, ctx.late_window).await;
+    stats.call_time.record(sent_at.elapsed());
+    let outcome = match called {
         Ok(resp) if resp.results.len() == n => {
             bump(&stats.peer_bytes, resp.encoded_len() as u64);
             if resp.rules_version > mine {

@@ -10,8 +10,8 @@ use tonic::{Code, Request, Status};
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
-    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet, SyncRequest,
-    SyncResponse,
+    MembersResponse, PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SyncRequest, SyncResponse,
 };
 
 use super::auth::PeerToken;
@@ -93,9 +93,10 @@ impl TonicLink {
         r
     }
 
-    /// Runs one call with a deadline. After an error other than a refusal
-    /// the connection is dropped, so the next call dials afresh: the old
-    /// one may be stuck.
+    /// Runs one call with a deadline. A connection that failed is dropped,
+    /// so the next call dials afresh (the old one may be stuck); a timeout
+    /// keeps it, since redialling inside the next deadline is what turned
+    /// one slow answer into a run of misses.
     fn call<T, F, Fut>(
         &self,
         to: &NodeIdentity,
@@ -115,7 +116,9 @@ impl TonicLink {
                 Ok(Err(status)) => failure(&status, deadline),
                 Err(_) => PeerFailure::Timeout(deadline),
             };
-            if !matches!(failure, PeerFailure::Refused(_)) {
+            // A slow answer says nothing about the connection: only one
+            // that failed outright is dropped, so the next call dials afresh.
+            if matches!(failure, PeerFailure::Unreachable(_)) {
                 forget();
             }
             Err(failure)
@@ -193,6 +196,16 @@ impl Link for TonicLink {
     ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
         let req = self.request(MembersRequest {}, deadline);
         self.call(to, deadline, |mut c| async move { c.members(req).await })
+    }
+
+    fn replicate(
+        &self,
+        to: &NodeIdentity,
+        req: ReplicateRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.replicate(req).await })
     }
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {

@@ -6,8 +6,8 @@ use tonic::{Request, Response, Status};
 use weir_proto::weir::v1::peer_server::Peer;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
-    MembersResponse, PullRulesRequest, PushRulesResponse, RuleSet as WireRuleSet, SyncRequest,
-    SyncResponse,
+    MembersResponse, PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SyncRequest, SyncResponse,
 };
 
 use crate::handler::PeerHandler;
@@ -57,6 +57,13 @@ impl Peer for PeerService {
             .sync_counts(r.into_inner())
             .map(Response::new)
             .map_err(|e| Status::failed_precondition(e.to_string()))
+    }
+
+    async fn replicate(
+        &self,
+        r: Request<ReplicateRequest>,
+    ) -> Result<Response<ReplicateResponse>, Status> {
+        Ok(Response::new(self.handler.replicate(r.into_inner())))
     }
 
     async fn members(

@@ -1,67 +1,58 @@
-//! The owner-failure policy: what a gateway does for a limit whose owner did not answer, and which owners it has given up on.
+//! The owner-failure policy: what a gateway decides for a limit whose owner is slow, or lost with no replica to stand in.
 //!
 //! Seed section 11: failing closed turns an owner's blip into an outage the
-//! limiter caused, so the default is to fail open to a local limit. Each of
-//! the N gateways enforces L/N alone for the keys of the lost owner, so the
-//! fleet still admits about L per window in total for such a key, plus what
-//! the owner had admitted before it went quiet. The divided limiter is kept
-//! warm (rebuilt whenever the rules or N change) rather than built
-//! mid-incident.
+//! limiter caused, so the default is to fail open to a local limit. A lost
+//! owner's keys are decided from what this gateway last heard about them
+//! (its share, `remaining / N`, of what the owner had left) or, for a key
+//! it knows nothing of, at L/N: the fleet then admits about what the owner
+//! would have, plus what it had admitted before it went quiet. The divided
+//! limiter is kept warm (rebuilt whenever the rules or N change) rather
+//! than built mid-incident. A slow owner is not lost: under `local` its
+//! check is refused for now and reconciled with the owner's late answer,
+//! so slowness never over-admits.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use weir_core::{CheckError, Decision, Nanos, Rule, RuleSet, Unavailable};
 
+use super::learned::{Learned, Share};
 use crate::config::OwnerFailure;
 use crate::divided::Divided;
-use crate::stats::{FallbackCounts, FallbackStatus};
 
 /// How a limit was decided without its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Substitute {
-    /// On the divided local limiter; a refund goes back there.
+    /// On the divided local limiter (nothing learned about the key).
     Divided,
-    /// Admitted uncounted (`open`); nothing to refund.
+    /// From this gateway's share of what the owner last had left.
+    Learned,
+    /// Admitted uncounted (`open`).
     Open,
+    /// The owner is slow, not lost: refused for now, reconciled with its
+    /// late answer.
+    Slow,
 }
 
-/// One owner this node has given up on for now.
-#[derive(Debug, Clone, Copy)]
-struct Lost {
-    /// Local clock reading when the owner was first found unreachable.
-    since: Nanos,
-    /// Until then checks for this owner skip the peer call entirely; the
-    /// first check after it probes the owner.
-    probe_at: Nanos,
-}
-
-#[derive(Debug, Default)]
-struct Owners {
-    lost: BTreeMap<String, Lost>,
-    entered: u64,
-    left: u64,
+impl Substitute {
+    /// Whether an admission decided this way is owed to the owner.
+    pub fn owes(self) -> bool {
+        self != Substitute::Slow
+    }
 }
 
 pub struct Fallback {
     policy: OwnerFailure,
     divided: Divided,
-    owners: Mutex<Owners>,
-    /// Owners in fallback; read without the lock on every forwarded check.
-    active: AtomicUsize,
-    probe_every: Nanos,
+    learned: Learned,
 }
 
 impl Fallback {
-    pub fn new(policy: OwnerFailure, divided: Divided, probe_every: Duration) -> Self {
+    pub fn new(policy: OwnerFailure, divided: Divided, learned: Learned) -> Self {
         Fallback {
             policy,
             divided,
-            owners: Mutex::new(Owners::default()),
-            active: AtomicUsize::new(0),
-            probe_every: u64::try_from(probe_every.as_nanos()).unwrap_or(u64::MAX),
+            learned,
         }
     }
 
@@ -78,9 +69,14 @@ impl Fallback {
         self.divided.members()
     }
 
-    /// One limit decided without its owner, by the configured policy.
-    /// `carried`: the limit is a request's own (an Envoy override).
-    pub fn decide(
+    /// What an owner (or its replica holder) answered for a key.
+    pub fn learn(&self, rule: &Arc<str>, hash_part: &str, d: &Decision) {
+        self.learned.note(rule, hash_part, d);
+    }
+
+    /// One limit decided while its owner is lost, by the configured
+    /// policy. `carried`: the limit is a request's own (an Envoy override).
+    pub fn without_owner(
         &self,
         rule: &Rule,
         hash_part: &str,
@@ -88,137 +84,83 @@ impl Fallback {
         carried: bool,
         owner: &str,
     ) -> Result<(Decision, Substitute), CheckError> {
+        let now = self.divided.now();
         match self.policy {
             OwnerFailure::Local if carried => {
                 let d = self.divided.consume_carried(rule, hash_part, cost)?;
                 Ok((d, Substitute::Divided))
             }
             OwnerFailure::Local => {
-                let d = self.divided.consume(&rule.name, hash_part, cost)?;
-                Ok((d, Substitute::Divided))
+                let members = self.members();
+                match self.learned.take(&rule.name, hash_part, cost, members, now) {
+                    Some(Share::Admit(d) | Share::Deny(d)) => Ok((d, Substitute::Learned)),
+                    None => {
+                        let d = self.divided.consume(&rule.name, hash_part, cost)?;
+                        Ok((d, Substitute::Divided))
+                    }
+                }
             }
-            OwnerFailure::Open => {
-                let d = Decision::uncounted(rule.limit, cost, rule.window, self.divided.now());
-                Ok((d, Substitute::Open))
-            }
-            OwnerFailure::Closed => Err(Unavailable::OwnerUnreachable {
-                owner: owner.to_string(),
-            }
-            .into()),
+            OwnerFailure::Open => self.open(rule, cost, now),
+            OwnerFailure::Closed => Err(lost(owner)),
         }
+    }
+
+    /// One limit whose owner did not answer within `deadline` but is not
+    /// lost: `local` refuses it for now (admitting could only over-admit;
+    /// the caller retries after the deadline), `open` admits, `closed`
+    /// answers 503.
+    pub fn slow(
+        &self,
+        rule: &Rule,
+        cost: u64,
+        owner: &str,
+        deadline: Duration,
+    ) -> Result<(Decision, Substitute), CheckError> {
+        let now = self.divided.now();
+        match self.policy {
+            OwnerFailure::Local => {
+                Ok((Decision::deny(rule.limit, deadline, now), Substitute::Slow))
+            }
+            OwnerFailure::Open => self.open(rule, cost, now),
+            OwnerFailure::Closed => Err(lost(owner)),
+        }
+    }
+
+    fn open(
+        &self,
+        rule: &Rule,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<(Decision, Substitute), CheckError> {
+        let d = Decision::uncounted(rule.limit, cost, rule.window, now);
+        Ok((d, Substitute::Open))
     }
 
     /// Gives back what a substitute decision consumed.
-    pub fn refund(&self, how: Substitute, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
-        if how == Substitute::Divided {
-            self.divided.refund(rule, hash_part, at, cost);
+    pub fn refund(&self, how: Substitute, rule: &Arc<str>, hash_part: &str, at: Nanos, cost: u64) {
+        match how {
+            Substitute::Divided => self.divided.refund(rule, hash_part, at, cost),
+            Substitute::Learned => self.learned.give_back(rule, hash_part, cost),
+            Substitute::Open | Substitute::Slow => {}
         }
     }
 
-    pub fn sweep(&self) -> usize {
-        self.divided.sweep()
+    pub fn sweep(&self) {
+        self.divided.sweep();
+        self.learned.purge(self.divided.now());
     }
+}
 
-    /// True when checks for `owner` should go straight to the fallback: it
-    /// failed recently and it is not yet time to probe it again. At most one
-    /// check per probe interval is let through to probe.
-    pub fn bypass(&self, owner: &str, now: Nanos) -> bool {
-        if self.active.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let mut owners = self.owners.lock();
-        match owners.lost.get_mut(owner) {
-            Some(lost) if now < lost.probe_at => true,
-            Some(lost) => {
-                lost.probe_at = now.saturating_add(self.probe_every);
-                false
-            }
-            None => false,
-        }
+fn lost(owner: &str) -> CheckError {
+    Unavailable::OwnerUnreachable {
+        owner: owner.to_string(),
     }
-
-    /// Records that `owner` did not answer; logs and counts the first time.
-    pub fn failed(&self, owner: &str, now: Nanos, why: &str) {
-        let mut owners = self.owners.lock();
-        let probe_at = now.saturating_add(self.probe_every);
-        if let Some(lost) = owners.lost.get_mut(owner) {
-            lost.probe_at = probe_at;
-            return;
-        }
-        owners.lost.insert(
-            owner.to_string(),
-            Lost {
-                since: now,
-                probe_at,
-            },
-        );
-        owners.entered += 1;
-        self.active.store(owners.lost.len(), Ordering::Relaxed);
-        tracing::warn!(
-            owner,
-            reason = why,
-            members = self.members(),
-            "owner unreachable: deciding its keys on the local fallback (limit/N)"
-        );
-    }
-
-    /// Records an answer from `owner`; leaves fallback if it was in it.
-    pub fn answered(&self, owner: &str, now: Nanos) {
-        if self.active.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        self.leave(owner, now, "owner answered");
-    }
-
-    /// Drops owners that are no longer members: their keys have a new owner.
-    pub fn retain_members(&self, is_member: impl Fn(&str) -> bool, now: Nanos) {
-        let gone: Vec<String> = {
-            let owners = self.owners.lock();
-            owners
-                .lost
-                .keys()
-                .filter(|o| !is_member(o))
-                .cloned()
-                .collect()
-        };
-        for owner in gone {
-            self.leave(&owner, now, "owner left the ring");
-        }
-    }
-
-    fn leave(&self, owner: &str, now: Nanos, why: &str) {
-        let mut owners = self.owners.lock();
-        if let Some(lost) = owners.lost.remove(owner) {
-            owners.left += 1;
-            self.active.store(owners.lost.len(), Ordering::Relaxed);
-            let after = Duration::from_nanos(now.saturating_sub(lost.since));
-            tracing::info!(owner, reason = why, ?after, "left fallback for owner");
-        }
-    }
-
-    pub fn counts(&self) -> FallbackCounts {
-        let owners = self.owners.lock();
-        FallbackCounts {
-            entered: owners.entered,
-            left: owners.left,
-            active: owners.lost.len() as u64,
-        }
-    }
-
-    pub fn status(&self) -> FallbackStatus {
-        let owners = self.owners.lock();
-        FallbackStatus {
-            active: !owners.lost.is_empty(),
-            owners: owners.lost.keys().cloned().collect(),
-            entered_total: owners.entered,
-        }
-    }
+    .into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use weir_core::{FakeClock, LimiterConfig};
 
     const RULES: &str = r#"
@@ -233,7 +175,7 @@ window = "60s"
         let rules = RuleSet::from_toml(RULES).unwrap();
         let clock = Arc::new(FakeClock::at_secs(1000.0));
         let divided = Divided::new(&rules, 3, clock, LimiterConfig::default());
-        Fallback::new(policy, divided, Duration::from_millis(100))
+        Fallback::new(policy, divided, Learned::new(100))
     }
 
     fn rule() -> Arc<Rule> {
@@ -241,18 +183,24 @@ window = "60s"
     }
 
     #[test]
-    fn each_policy_decides_as_documented() {
+    fn each_policy_decides_a_lost_owner_as_documented() {
         let local = fallback(OwnerFailure::Local);
         let admitted = (0..10)
-            .filter(|_| local.decide(&rule(), "k", 1, false, "b").unwrap().0.allowed)
+            .filter(|_| {
+                local
+                    .without_owner(&rule(), "k", 1, false, "b")
+                    .unwrap()
+                    .0
+                    .allowed
+            })
             .count();
         assert_eq!(admitted, 3, "9 / 3 members");
         let (d, how) = fallback(OwnerFailure::Open)
-            .decide(&rule(), "k", 4, false, "b")
+            .without_owner(&rule(), "k", 4, false, "b")
             .unwrap();
         assert!(d.allowed && how == Substitute::Open);
         assert_eq!(d.remaining, 5);
-        let closed = fallback(OwnerFailure::Closed).decide(&rule(), "k", 1, false, "b");
+        let closed = fallback(OwnerFailure::Closed).without_owner(&rule(), "k", 1, false, "b");
         assert_eq!(
             closed.unwrap_err(),
             CheckError::Unavailable(Unavailable::OwnerUnreachable { owner: "b".into() })
@@ -260,22 +208,27 @@ window = "60s"
     }
 
     #[test]
-    fn entering_and_leaving_are_counted_once_per_episode() {
+    fn a_lost_owner_is_decided_from_what_it_last_said_not_a_fresh_share() {
         let f = fallback(OwnerFailure::Local);
-        assert!(!f.bypass("b", 0));
-        f.failed("b", 0, "timeout");
-        f.failed("b", 10, "timeout");
-        assert_eq!(f.status().owners, vec!["b".to_string()]);
-        assert!(f.bypass("b", 50), "within the probe interval");
-        assert!(!f.bypass("b", 200_000_000), "one probe after the interval");
-        assert!(f.bypass("b", 200_000_001), "and only one");
-        f.answered("b", 300_000_000);
-        let s = f.status();
-        assert!(!s.active);
-        assert_eq!(s.entered_total, 1);
-        assert_eq!(f.counts().left, 1);
-        f.failed("c", 0, "refused");
-        f.retain_members(|m| m != "c", 1);
-        assert!(!f.status().active);
+        let r = rule();
+        // The owner had admitted 7 of 9: 2 left, 0 for each of 3 gateways.
+        let mut said = Decision::uncounted(9, 7, r.window, 1_000_000_000_000);
+        said.remaining = 2;
+        f.learn(&r.name, "k", &said);
+        let (d, how) = f.without_owner(&r, "k", 1, false, "b").unwrap();
+        assert_eq!(how, Substitute::Learned);
+        assert!(!d.allowed, "a fresh 9/3 would have admitted");
+    }
+
+    #[test]
+    fn a_slow_owner_is_refused_for_now_under_local() {
+        let f = fallback(OwnerFailure::Local);
+        let (d, how) = f.slow(&rule(), 1, "b", Duration::from_millis(5)).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(
+            (how, d.retry_after),
+            (Substitute::Slow, Duration::from_millis(5))
+        );
+        assert!(!how.owes());
     }
 }

@@ -13,7 +13,6 @@
 //! [`Peers`] trait, time is the limiter's clock.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use compact_str::CompactString;
 use weir_core::rules::{Selected, Selection};
@@ -22,21 +21,12 @@ use weir_core::{
 };
 
 use super::deny_cache::DenyCache;
-use super::fallback::{Fallback, Substitute};
 use super::local::{Consumed, Local};
-use super::peers::Peers;
-use crate::stats::{bump, Stats};
+use super::remote::{Remote, Via};
+use crate::stats::{bump, FallbackCounts, FallbackStatus};
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
-use crate::wire::{self, Answer};
-
-/// Where one limit was decided, so a refund goes back to the same place.
-enum Via {
-    Local,
-    Remote(NodeIdentity),
-    Substitute(Substitute),
-}
 
 struct Step {
     rule: Arc<Rule>,
@@ -53,38 +43,31 @@ fn pick<'a>(rules: &'a RuleSet, s: &'a Selected) -> (&'a Arc<Rule>, &'a CompactS
 pub struct Gateway {
     local: Arc<Local>,
     routing: Arc<Routing>,
-    peers: Arc<dyn Peers>,
     deny: DenyCache,
-    fallback: Fallback,
-    stats: Arc<Stats>,
-    deadline: Duration,
+    remote: Remote,
 }
 
 impl Gateway {
-    pub fn new(
-        local: Arc<Local>,
-        routing: Arc<Routing>,
-        peers: Arc<dyn Peers>,
-        deny: DenyCache,
-        fallback: Fallback,
-        stats: Arc<Stats>,
-        deadline: Duration,
-    ) -> Self {
+    pub fn new(deny: DenyCache, remote: Remote) -> Self {
         Gateway {
-            local,
-            routing,
-            peers,
+            local: remote.local.clone(),
+            routing: remote.routing.clone(),
             deny,
-            fallback,
-            stats,
-            deadline,
+            remote,
         }
     }
 
-    pub fn fallback(&self) -> &Fallback {
-        &self.fallback
+    pub fn remote(&self) -> &Remote {
+        &self.remote
     }
 
+    pub fn fallback_status(&self) -> FallbackStatus {
+        self.remote.breakers().status()
+    }
+
+    pub fn fallback_counts(&self) -> FallbackCounts {
+        self.remote.breakers().counts()
+    }
     /// Decides, on this node's counters, each request whose every limit this
     /// node owns; the others come back with their selection for
     /// [`Gateway::check_at_owners`]. One ring snapshot and one in-flight mark
@@ -126,7 +109,7 @@ impl Gateway {
                 continue;
             }
             if let Some(decision) = self.deny.lookup(&rule.name, hash_part, req.cost, now) {
-                bump(&self.stats.deny_cache_hits, 1);
+                bump(&self.remote.stats.deny_cache_hits, 1);
                 return Ok(Verdict::single(rule.clone(), hash_part, decision));
             }
         }
@@ -146,19 +129,22 @@ impl Gateway {
             // Answer only once the refunds have landed (or their deadline
             // passed): a client that retries straight after its denial then
             // finds the budget it was not charged.
-            let refunds = steps
-                .iter()
-                .filter(|s| s.decision.allowed)
-                .map(|s| self.refund(s, req.cost));
+            let refunds = steps.iter().filter(|s| s.decision.allowed).map(|s| {
+                self.remote
+                    .refund(&s.rule, &s.hash_part, req.cost, &s.decision, &s.via)
+            });
             futures::future::join_all(refunds).await;
         }
         if let Some(e) = failure {
             return Err(e);
         }
         for s in &steps {
-            if matches!(s.via, Via::Remote(_)) && !s.rule.shadow && !s.decision.allowed {
+            if matches!(s.via, Via::Owner(_)) && !s.rule.shadow && !s.decision.allowed {
                 self.deny
                     .insert(&s.rule.name, &s.hash_part, req.cost, &s.decision, now);
+            }
+            if !denied && s.decision.allowed {
+                self.remote.owe(&s.rule, &s.hash_part, req.cost, &s.via);
             }
         }
         Ok(Verdict {
@@ -183,22 +169,20 @@ impl Gateway {
         rule: &Arc<Rule>,
     ) -> Result<Verdict, CheckError> {
         req.validate()?;
-        let decision = match self.routing.remote_owner(&req.key) {
-            Some(owner) => {
-                self.ask_owner(rule, &req.key, req.cost, owner, true)
-                    .await?
-                    .0
-            }
+        let remote = &self.remote;
+        let (decision, via) = match self.routing.remote_owner(&req.key) {
+            Some(owner) => remote.decide(rule, &req.key, req.cost, owner, true).await?,
             None => match self.local.consume_carried(rule, &req.key, req.cost) {
-                Consumed::Decided(d) => d?,
+                Consumed::Decided(d) => (d?, Via::Local),
                 Consumed::Moved => {
                     let owner = self.owner_after_handover(&req.key).await?;
-                    self.ask_owner(rule, &req.key, req.cost, owner, true)
-                        .await?
-                        .0
+                    remote.decide(rule, &req.key, req.cost, owner, true).await?
                 }
             },
         };
+        if decision.allowed {
+            remote.owe(rule, &req.key, req.cost, &via);
+        }
         Ok(Verdict::single(rule.clone(), &req.key, decision))
     }
 
@@ -226,113 +210,64 @@ impl Gateway {
         let owner = match ring.owner(hash_part) {
             Some(o) if o.id != self.routing.me() => o.clone(),
             _ => match self.local.consume(&rule.name, hash_part, cost) {
-                Consumed::Decided(d) => return Ok(step(d?, Via::Local)),
+                Consumed::Decided(d) => {
+                    let d = d?;
+                    if d.allowed {
+                        self.remote.replicator.mark(&rule.name, hash_part, d.at);
+                    }
+                    return Ok(step(d, Via::Local));
+                }
                 Consumed::Moved => self.owner_after_handover(hash_part).await?,
             },
         };
-        let (decision, via) = self.ask_owner(rule, hash_part, cost, owner, false).await?;
+        let (decision, via) = self
+            .remote
+            .decide(rule, hash_part, cost, owner, false)
+            .await?;
         Ok(step(decision, via))
     }
 
-    /// Sends one consume to a remote owner and applies the owner-failure
-    /// policy when it does not answer in time.
-    /// `carried`: the rule is a request's own limit, sent along whole.
-    async fn ask_owner(
-        &self,
-        rule: &Arc<Rule>,
-        hash_part: &str,
-        cost: u64,
-        owner: NodeIdentity,
-        carried: bool,
-    ) -> Result<(Decision, Via), CheckError> {
-        let now = self.local.limiter().now();
-        if self.fallback.bypass(&owner.id, now) {
-            return self.substitute(rule, hash_part, cost, &owner.id, carried);
-        }
-        let op = wire::consume(rule, hash_part, cost, carried);
-        let reply = self.peers.decide(&owner, op, self.deadline).await;
-        match reply {
-            Ok(result) => {
-                self.fallback.answered(&owner.id, now);
-                match wire::answer(result, rule, cost) {
-                    Answer::Decided(d) => Ok((d, Via::Remote(owner))),
-                    Answer::Refused(e) => Err(e),
-                    Answer::Undecided(why) => {
-                        tracing::debug!(owner = %owner.id, why, "owner could not decide");
-                        self.substitute(rule, hash_part, cost, &owner.id, carried)
-                    }
-                }
-            }
-            Err(f) => {
-                // An owner that has meanwhile left the ring is not "lost":
-                // its keys already have a new owner.
-                if self.routing.is_member(&owner.id) {
-                    self.fallback.failed(&owner.id, now, &f.to_string());
-                }
-                self.substitute(rule, hash_part, cost, &owner.id, carried)
-            }
-        }
-    }
-
-    fn substitute(
-        &self,
-        rule: &Rule,
-        hash_part: &str,
-        cost: u64,
-        owner: &str,
-        carried: bool,
-    ) -> Result<(Decision, Via), CheckError> {
-        let (d, how) = self
-            .fallback
-            .decide(rule, hash_part, cost, carried, owner)?;
-        if how == Substitute::Divided {
-            bump(&self.stats.fallback_decisions, 1);
-        }
-        Ok((d, Via::Substitute(how)))
-    }
-
-    /// Gives back what one admitted limit consumed. A remote refund is
-    /// awaited up to the owner deadline; one that does not arrive in time
-    /// leaves the budget spent, which can only under-admit.
-    async fn refund(&self, s: &Step, cost: u64) {
-        let (rule, hash_part, at) = (&*s.rule.name, s.hash_part.as_str(), s.decision.at);
-        match &s.via {
-            Via::Local => self.local.limiter().refund(rule, hash_part, at, cost),
-            Via::Remote(owner) => {
-                let op = wire::refund(rule, hash_part, cost, at);
-                let _ = self.peers.decide(owner, op, self.deadline).await;
-            }
-            Via::Substitute(how) => self.fallback.refund(*how, rule, hash_part, at, cost),
-        }
-    }
-
     /// A new rule set: cached denials may no longer hold (a limit was
-    /// raised), and the divided limits follow the rules.
+    /// raised), and the divided limits and replica copies follow the rules.
     pub fn on_rules(&self, rules: &RuleSet) {
         self.deny.clear();
-        self.fallback.rebuild(rules, self.routing.ring().len());
+        self.remote
+            .fallback()
+            .rebuild(rules, self.routing.ring().len());
+        self.remote.replicas.on_rules(rules);
     }
 
     /// A new member view.
     pub fn on_ring(&self, old: &Ring, ring: &Ring, rules: &RuleSet) {
         if old.len() != ring.len() {
-            self.fallback.rebuild(rules, ring.len());
+            self.remote.fallback().rebuild(rules, ring.len());
         }
         let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
-        self.fallback
-            .retain_members(is_member, self.local.limiter().now());
-        self.peers.retain(&is_member);
+        let now = self.local.limiter().now();
+        self.remote.breakers().retain_members(is_member, now);
+        self.remote.peers.retain(&is_member);
     }
 
-    /// Periodic chores: expired denials, idle fallback keys, and owners in
-    /// fallback that have meanwhile left the ring (a call already queued to
-    /// one failed just after it left).
+    /// Members SWIM suspects: evidence enough to stop waiting on them.
+    pub fn on_suspects(&self, suspects: &[String]) {
+        let now = self.local.limiter().now();
+        for id in suspects {
+            self.remote.breakers().lost(id, now, "suspected by SWIM");
+        }
+    }
+
+    /// Periodic chores: expired denials, idle fallback keys, breakers of
+    /// owners that have meanwhile left the ring (a call already queued to
+    /// one failed just after it left), and debts to owners that answer again.
     pub fn maintain(&self) {
         let now = self.local.limiter().now();
         self.deny.purge(now);
-        self.fallback.sweep();
+        self.remote.fallback().sweep();
+        self.remote.replicas.sweep();
         let routing = &self.routing;
-        self.fallback
+        self.remote
+            .breakers()
             .retain_members(|id| routing.is_member(id), now);
+        self.remote.pay_debts();
     }
 }

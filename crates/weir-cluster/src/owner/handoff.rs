@@ -13,6 +13,7 @@ use weir_core::{CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
+use super::replica::Replicas;
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -42,13 +43,24 @@ pub async fn sweep<T: Send + 'static>(
 
 /// Folds received counters into `limiter`; returns how many were taken.
 /// Counters of rules this node does not know (or that changed algorithm)
-/// are dropped: their budget cannot be expressed here.
-pub fn absorb(limiter: &Limiter, counters: Vec<CounterState>) -> u32 {
+/// are dropped: their budget cannot be expressed here. A copy this node
+/// held of a received counter is superseded by it (its stand-in
+/// admissions are charged here instead), so a promotion cannot count the
+/// same spend again.
+pub fn absorb(limiter: &Limiter, replicas: &Replicas, counters: Vec<CounterState>) -> u32 {
     let mut accepted = 0;
     for c in counters {
-        match wire::snapshot_from_wire(c) {
-            Some(snap) => accepted += u32::from(limiter.absorb(snap)),
-            None => tracing::warn!("dropped a handed-over counter that does not decode"),
+        let Some(snap) = wire::snapshot_from_wire(c) else {
+            tracing::warn!("dropped a handed-over counter that does not decode");
+            continue;
+        };
+        let standins = replicas.superseded(&snap.rule, &snap.hash_part);
+        let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
+        if limiter.absorb(snap) {
+            accepted += 1;
+            if standins > 0 {
+                let _ = limiter.charge(&rule, &hash_part, standins);
+            }
         }
     }
     accepted
@@ -60,6 +72,9 @@ pub struct Handoff {
     routing: Arc<Routing>,
     link: Arc<dyn Link>,
     stats: Arc<Stats>,
+    /// Counters promoted from copies hand back only what was spent since,
+    /// to the owner process they were copied from.
+    replicas: Arc<Replicas>,
 }
 
 impl Handoff {
@@ -68,12 +83,27 @@ impl Handoff {
         routing: Arc<Routing>,
         link: Arc<dyn Link>,
         stats: Arc<Stats>,
+        replicas: Arc<Replicas>,
     ) -> Self {
         Handoff {
             local,
             routing,
             link,
             stats,
+            replicas,
+        }
+    }
+
+    /// Hands counters that belong elsewhere on the current ring to their
+    /// owners (a dead owner's copies this node held but does not inherit).
+    pub async fn hand_to_owners(&self, snaps: Vec<CounterSnapshot>) {
+        let ring = self.routing.ring();
+        let undelivered = self.hand_over(snaps, &ring).await;
+        if !undelivered.is_empty() {
+            tracing::warn!(
+                counters = undelivered.len(),
+                "could not hand over a lost owner's copies"
+            );
         }
     }
 
@@ -138,7 +168,10 @@ impl Handoff {
         let mut undelivered = Vec::new();
         for snap in snaps {
             match ring.owner(&snap.hash_part).filter(|o| o.id != me) {
-                Some(owner) => by_owner.entry(owner.clone()).or_default().push(snap),
+                Some(owner) => {
+                    let snap = self.replicas.hand_back(snap, owner);
+                    by_owner.entry(owner.clone()).or_default().push(snap)
+                }
                 None => undelivered.push(snap),
             }
         }
@@ -221,7 +254,8 @@ mod tests {
             .iter()
             .filter_map(wire::snapshot_to_wire)
             .collect();
-        assert_eq!(absorb(&new, sent), 1);
+        let copies = Replicas::new(&new);
+        assert_eq!(absorb(&new, &copies, sent), 1);
         let d = new.consume("r", "k", 1, new.now()).unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
@@ -237,6 +271,6 @@ mod tests {
             key: "k".into(),
             state: vec![0xff, 0xff, 0xff],
         };
-        assert_eq!(absorb(&l, vec![garbage]), 0);
+        assert_eq!(absorb(&l, &Replicas::new(&l), vec![garbage]), 0);
     }
 }

@@ -89,6 +89,12 @@ impl Local {
         })
     }
 
+    /// Records `cost` admitted elsewhere on a key this node owns; false
+    /// when it could not be recorded (unknown rule, full store, leaving).
+    pub fn charge(&self, rule: &str, hash_part: &str, cost: u64) -> bool {
+        self.guarded(|leaving| !leaving && self.limiter.charge(rule, hash_part, cost).is_ok())
+    }
+
     /// Notes that a counter this node does not own was created here.
     pub fn mark_stray(&self) {
         self.strays.store(true, Ordering::Relaxed);

@@ -1,9 +1,15 @@
-//! The owner protocol: a check's limits decided by their keys' owners, with a deny cache and an owner-failure policy.
+//! The owner protocol: a check's limits decided by their keys' owners, with a deny cache, a breaker per owner, replicas, and an owner-failure policy.
 
+pub mod breaker;
+pub mod debts;
 pub mod deny_cache;
 pub mod fallback;
 pub mod gateway;
 pub mod handoff;
+pub mod learned;
 pub mod local;
 pub mod peers;
+pub mod remote;
+pub mod replica;
+pub mod replicate;
 pub mod serve;

@@ -14,20 +14,40 @@ pub use crate::link::PeerFailure;
 
 use crate::topology::membership::NodeIdentity;
 
+/// What became of one op sent to its owner.
+pub enum Reply {
+    /// The owner's result.
+    Answered(OpResult),
+    /// Sent, but not answered within the deadline: the owner may still
+    /// decide it. The answer, if it comes, is the late one's to reconcile.
+    Late(LateAnswer),
+    /// No decision at the owner: the op never left this gateway (queue
+    /// full, or queued past the deadline) or the connection was refused.
+    /// `Timeout` here means the call itself failed late: sent, outcome unknown.
+    Failed(PeerFailure),
+}
+
+/// An owner's answer still to come, if it comes at all.
+pub struct LateAnswer(pub BoxFuture<'static, Option<OpResult>>);
+
 /// Where the owner protocol's ops go. A peer is named by identity (its id
 /// keys queues and connections, its gRPC address is dialled).
 pub trait Peers: Send + Sync + 'static {
-    /// One counter op for `to`, carried with whatever else is queued for it;
-    /// resolves with the owner's result or why there is none, within `deadline`.
+    /// One counter op for `to`, carried with whatever else is queued for
+    /// it. `deadline` bounds the time queued in this gateway and, apart,
+    /// the time from sending to the answer; both are measured.
     fn decide(
         &self,
         to: &NodeIdentity,
         op: CounterOp,
         deadline: Duration,
-    ) -> BoxFuture<'static, Result<OpResult, PeerFailure>>;
+    ) -> BoxFuture<'static, Reply>;
 
-    /// Queues `op` for `to` with nobody waiting for the answer (a refund).
+    /// Queues `op` for `to` with nobody waiting for the answer (a refund, a charge).
     fn send(&self, to: &NodeIdentity, op: CounterOp);
+
+    /// Runs `then` with a late answer when it arrives; nothing if it never does.
+    fn on_late(&self, late: LateAnswer, then: Box<dyn FnOnce(OpResult) + Send>);
 
     /// Forgets connections and queues of peers `keep` rejects (members that left).
     fn retain(&self, keep: &dyn Fn(&str) -> bool);

@@ -7,40 +7,28 @@ use weir_core::{CheckError, InputField};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
 use super::local::{Consumed, Local};
-use super::peers::Peers;
+use super::peers::{Peers, Reply};
+use super::replica::Replicas;
+use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
 use crate::wire;
 
 pub struct OwnerService {
-    local: Arc<Local>,
-    routing: Arc<Routing>,
-    peers: Arc<dyn Peers>,
-    hints: Arc<RulesHints>,
-    stats: Arc<Stats>,
-    deadline: Duration,
+    pub local: Arc<Local>,
+    pub routing: Arc<Routing>,
+    pub peers: Arc<dyn Peers>,
+    pub hints: Arc<RulesHints>,
+    pub stats: Arc<Stats>,
+    pub deadline: Duration,
+    /// Copies of other owners' counters, decided on when standing in.
+    pub replicas: Arc<Replicas>,
+    /// Changes to counters owned here, to be copied to their holders.
+    pub replicator: Arc<Replicator>,
 }
 
 impl OwnerService {
-    pub fn new(
-        local: Arc<Local>,
-        routing: Arc<Routing>,
-        peers: Arc<dyn Peers>,
-        hints: Arc<RulesHints>,
-        stats: Arc<Stats>,
-        deadline: Duration,
-    ) -> Self {
-        OwnerService {
-            local,
-            routing,
-            peers,
-            hints,
-            stats,
-            deadline,
-        }
-    }
-
     /// Answers one Decide call: `results[i]` answers `ops[i]`.
     pub async fn decide(&self, req: DecideRequest) -> DecideResponse {
         let mine = self.local.limiter().rules().version();
@@ -86,36 +74,74 @@ impl OwnerService {
         }
     }
 
-    /// One op on this node's counters; None when this node is leaving and
-    /// the op must go to the key's new owner.
+    /// One op on this node's counters (or, standing in for an owner, on
+    /// its copy); None when this node is leaving and the op must go to the
+    /// key's new owner.
     fn decide_op(&self, op: &CounterOp, decided_here: impl FnOnce()) -> Option<OpResult> {
+        if op.key.is_empty() && op.kind() != OpKind::Refund {
+            let empty = CheckError::invalid(InputField::Key, "must not be empty");
+            return Some(wire::error_to_wire(&empty));
+        }
+        if !op.stand_in_for.is_empty() {
+            return Some(self.stand_in(op));
+        }
+        let rule: Arc<str> = Arc::from(op.rule.as_str());
         let consumed = match op.kind() {
-            OpKind::Consume if op.key.is_empty() => {
-                return Some(wire::error_to_wire(&CheckError::invalid(
-                    InputField::Key,
-                    "must not be empty",
-                )))
-            }
             OpKind::Consume => match wire::carried_rule(op) {
                 Some(Ok(rule)) => self.local.consume_carried(&rule, &op.key, op.cost),
                 Some(Err(e)) => return Some(wire::error_to_wire(&e)),
                 None => self.local.consume(&op.rule, &op.key, op.cost),
             },
-            OpKind::Refund if self.local.is_leaving() => return None,
+            OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
                 self.local
                     .limiter()
                     .refund(&op.rule, &op.key, op.at, op.cost);
+                self.replicator
+                    .mark(&rule, &op.key, self.local.limiter().now());
+                return Some(wire::refunded());
+            }
+            OpKind::Charge => {
+                if self.local.charge(&op.rule, &op.key, op.cost) {
+                    self.replicator
+                        .mark(&rule, &op.key, self.local.limiter().now());
+                }
                 return Some(wire::refunded());
             }
         };
         match consumed {
             Consumed::Decided(Ok(d)) => {
                 decided_here();
+                if d.allowed && op.carried.is_none() {
+                    self.replicator.mark(&rule, &op.key, d.at);
+                }
                 Some(wire::decided(&d))
             }
             Consumed::Decided(Err(e)) => Some(wire::error_to_wire(&e)),
             Consumed::Moved => None,
+        }
+    }
+
+    /// An op sent here because the key's owner cannot be reached from its
+    /// gateway: decided on this node's copy of the owner's counts.
+    fn stand_in(&self, op: &CounterOp) -> OpResult {
+        let owner = &op.stand_in_for;
+        match op.kind() {
+            OpKind::Refund => {
+                self.replicas.refund(&op.rule, &op.key, op.at, op.cost);
+                wire::refunded()
+            }
+            // Charges go to owners, never to copies.
+            OpKind::Charge => wire::not_owner("a charge goes to the key's owner"),
+            OpKind::Consume => match wire::carried_rule(op) {
+                // Carried limits have no copies: the owner's count is the
+                // only one, so standing in for it would grant a fresh one.
+                Some(_) => wire::not_owner("a carried limit has no copy to decide on"),
+                None => match self.replicas.stand_in(owner, &op.rule, &op.key, op.cost) {
+                    Ok(d) => wire::decided(&d),
+                    Err(e) => wire::error_to_wire(&e),
+                },
+            },
         }
     }
 
@@ -124,13 +150,13 @@ impl OwnerService {
         let Some(owner) = self.routing.remote_owner(&op.key) else {
             return wire::not_owner("no other member to forward to");
         };
-        if op.kind() == OpKind::Refund {
+        if op.kind() != OpKind::Consume {
             self.peers.send(&owner, op);
             return wire::refunded();
         }
         match self.peers.decide(&owner, op, self.deadline).await {
-            Ok(result) => result,
-            Err(_) => wire::not_owner("the key's new owner did not answer"),
+            Reply::Answered(result) => result,
+            _ => wire::not_owner("the key's new owner did not answer"),
         }
     }
 }

@@ -73,6 +73,9 @@ pub trait Strategy: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// The live members SWIM suspects now (on the ring, maybe gone).
+    fn on_suspects(&self, _suspects: &[String]) {}
+
     /// Periodic chores (sweeps, strays).
     fn maintain(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
@@ -112,12 +115,18 @@ pub struct Parts {
     pub peers: std::sync::Arc<dyn crate::owner::peers::Peers>,
     pub link: std::sync::Arc<dyn crate::link::Link>,
     pub stats: std::sync::Arc<crate::stats::Stats>,
+    pub replicas: std::sync::Arc<crate::owner::replica::Replicas>,
+    pub replicator: std::sync::Arc<crate::owner::replicate::Replicator>,
 }
 
 /// The strategy `config.strategy` names: the one place the flag is read.
 pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::config::StrategyKind;
     use crate::divided::Divided;
+    use crate::owner::breaker::Breakers;
+    use crate::owner::debts::Debts;
+    use crate::owner::learned::Learned;
+    use crate::owner::remote::Remote;
     use crate::owner::{
         deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff,
     };
@@ -133,31 +142,47 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
             limiter.config(),
         )
     };
-    match p.config.strategy {
+    let c = &p.config;
+    match c.strategy {
         StrategyKind::Owner => {
-            let fallback = Fallback::new(
-                p.config.on_owner_failure,
-                divided(),
-                p.config.fallback_probe,
-            );
-            let gateway = Gateway::new(
+            // The fallback remembers and owes at most as many keys as it
+            // caches denials for: both are per-key state a gateway keeps
+            // about keys it does not own.
+            let learned = Learned::new(c.deny_cache_keys);
+            let remote = Remote {
+                local: p.local.clone(),
+                routing: p.routing.clone(),
+                peers: p.peers,
+                stats: p.stats.clone(),
+                deadline: c.owner_deadline,
+                breakers: Breakers::new(c.fallback_probe),
+                fallback: Fallback::new(c.on_owner_failure, divided(), learned),
+                debts: Arc::new(Debts::new(c.deny_cache_keys)),
+                replicas: p.replicas.clone(),
+                replicator: p.replicator.clone(),
+            };
+            let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
+            let handoff = Handoff::new(
                 p.local.clone(),
-                p.routing.clone(),
-                p.peers,
-                DenyCache::new(p.config.deny_cache_keys),
-                fallback,
-                p.stats.clone(),
-                p.config.owner_deadline,
+                p.routing,
+                p.link,
+                p.stats,
+                p.replicas.clone(),
             );
-            let handoff = Handoff::new(p.local.clone(), p.routing, p.link, p.stats);
-            Arc::new(owner::OwnerStrategy::new(gateway, handoff, p.local))
+            Arc::new(owner::OwnerStrategy::new(
+                gateway,
+                handoff,
+                p.local,
+                p.replicas,
+                p.replicator,
+            ))
         }
         StrategyKind::Gossip => Arc::new(gossip::GossipStrategy::new(
             limiter.clone(),
             p.link,
             p.routing,
             p.stats,
-            p.config.sync_interval,
+            c.sync_interval,
         )),
         StrategyKind::Divide => Arc::new(divide::DivideStrategy::new(limiter.clone(), divided())),
     }

@@ -9,6 +9,8 @@ use super::{Decided, Strategy};
 use crate::owner::gateway::Gateway;
 use crate::owner::handoff::Handoff;
 use crate::owner::local::Local;
+use crate::owner::replica::Replicas;
+use crate::owner::replicate::Replicator;
 use crate::stats::{FallbackCounts, FallbackStatus};
 use crate::topology::ring::Ring;
 
@@ -16,19 +18,76 @@ pub struct OwnerStrategy {
     gateway: Gateway,
     handoff: Handoff,
     local: Arc<Local>,
+    replicas: Arc<Replicas>,
+    replicator: Arc<Replicator>,
 }
 
 impl OwnerStrategy {
-    pub fn new(gateway: Gateway, handoff: Handoff, local: Arc<Local>) -> Self {
+    pub fn new(
+        gateway: Gateway,
+        handoff: Handoff,
+        local: Arc<Local>,
+        replicas: Arc<Replicas>,
+        replicator: Arc<Replicator>,
+    ) -> Self {
         OwnerStrategy {
             gateway,
             handoff,
             local,
+            replicas,
+            replicator,
         }
     }
 
     fn limiter(&self) -> &Arc<Limiter> {
         self.local.limiter()
+    }
+
+    /// An admitted verdict decided here changed counters this node owns.
+    fn changed(&self, v: &Verdict) {
+        if !self.replicator.is_on() || !v.allowed {
+            return;
+        }
+        for a in &v.applied {
+            if a.decision.allowed {
+                self.replicator
+                    .mark(&a.rule.name, &a.hash_part, a.decision.at);
+            }
+        }
+    }
+
+    /// A new ring: copies of a dead owner's counters that this node now
+    /// owns become its own (the others go to their new owners), and every
+    /// counter owned here is copied to its holder on the new ring.
+    async fn promote(&self, ring: &Ring) {
+        let me = self.gateway.remote().me();
+        let (mine, theirs) = self.replicas.on_ring(ring, me);
+        if !mine.is_empty() {
+            tracing::info!(
+                counters = mine.len(),
+                "took over a lost owner's counters from their copies"
+            );
+        }
+        for snap in mine {
+            // A count this node already holds came from the owner itself (it
+            // handed the key over on its way out): the copy says nothing more.
+            if self
+                .limiter()
+                .snapshot(&snap.rule, &snap.hash_part)
+                .is_none()
+            {
+                self.limiter().absorb(snap);
+            }
+        }
+        if !theirs.is_empty() {
+            self.handoff.hand_to_owners(theirs).await;
+        }
+        if self.replicator.is_on() {
+            let now = self.limiter().now();
+            for (rule, key) in self.limiter().keys_where(|k| ring.owner_id(k) == Some(me)) {
+                self.replicator.mark(&rule, &key, now);
+            }
+        }
     }
 }
 
@@ -50,7 +109,10 @@ impl Strategy for OwnerStrategy {
         }
         let placed = self.gateway.check_here(std::iter::once(req)).pop();
         match placed.expect("one answer per request") {
-            Ok(Placed::Decided(v)) => Decided::Now(Ok(v)),
+            Ok(Placed::Decided(v)) => {
+                self.changed(&v);
+                Decided::Now(Ok(v))
+            }
             Ok(Placed::Elsewhere(rules, sel)) => {
                 Decided::Later(Box::pin(self.gateway.check_at_owners(req, rules, sel)))
             }
@@ -78,7 +140,10 @@ impl Strategy for OwnerStrategy {
                         None
                     }
                     None => match placed.next().expect("one answer per request") {
-                        Ok(Placed::Decided(v)) => Some(Ok(v)),
+                        Ok(Placed::Decided(v)) => {
+                            self.changed(&v);
+                            Some(Ok(v))
+                        }
                         Ok(Placed::Elsewhere(rules, sel)) => {
                             waiting.push(Box::pin(async move {
                                 (i, self.gateway.check_at_owners(req, rules, sel).await)
@@ -106,8 +171,13 @@ impl Strategy for OwnerStrategy {
     fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.gateway.on_ring(old, ring, &self.limiter().rules());
+            self.promote(ring).await;
             self.handoff.rebalance().await;
         })
+    }
+
+    fn on_suspects(&self, suspects: &[String]) {
+        self.gateway.on_suspects(suspects);
     }
 
     fn maintain(&self) -> BoxFuture<'_, ()> {
@@ -126,10 +196,10 @@ impl Strategy for OwnerStrategy {
     }
 
     fn fallback_status(&self) -> FallbackStatus {
-        self.gateway.fallback().status()
+        self.gateway.fallback_status()
     }
 
     fn fallback_counts(&self) -> FallbackCounts {
-        self.gateway.fallback().counts()
+        self.gateway.fallback_counts()
     }
 }

@@ -57,6 +57,9 @@ pub struct Ring {
     members: Vec<NodeIdentity>,
     ring: HashRing<VNode>,
     vnodes: usize,
+    /// Every point's position and member, in ring order: the walk past an
+    /// owner to its replica holder.
+    points: Vec<(u64, usize)>,
 }
 
 impl Ring {
@@ -71,25 +74,32 @@ impl Ring {
         members.sort_by(|a, b| a.id.cmp(&b.id).then(b.incarnation.cmp(&a.incarnation)));
         members.dedup_by(|later, first| later.id == first.id);
 
-        let mut points = Vec::with_capacity(members.len() * vnodes);
+        let mut vnodes_all = Vec::with_capacity(members.len() * vnodes);
         for (member, m) in members.iter().enumerate() {
             for index in 0..vnodes {
-                points.push(VNode {
+                vnodes_all.push(VNode {
                     node_id: m.id.clone(),
                     index: index as u32,
                     member,
                 });
             }
         }
+        let mut points: Vec<(u64, usize)> = vnodes_all
+            .iter()
+            .map(|v| (DefaultHashBuilder.hash_one(v), v.member))
+            .collect();
+        // Same order as the ring (stable sort of id-ordered points).
+        points.sort_by_key(|p| p.0);
         let mut ring = HashRing::new();
         // One sort for all points; `add` would re-sort per point. The sort is
         // stable and points arrive in id order, so even a hash collision
         // resolves the same way everywhere.
-        ring.batch_add(points);
+        ring.batch_add(vnodes_all);
         Ring {
             members,
             ring,
             vnodes,
+            points,
         }
     }
 
@@ -115,6 +125,22 @@ impl Ring {
         self.owner(hash_part).map(|m| m.id.as_str())
     }
 
+    /// Where a hash part's counter is copied: the next member clockwise
+    /// after its owner, which is also who owns it once the owner is gone.
+    /// None on a ring of one.
+    pub fn replica_of(&self, hash_part: &str) -> Option<&NodeIdentity> {
+        let owner = self.owner(hash_part)?;
+        if self.members.len() < 2 {
+            return None;
+        }
+        let at = key_position(hash_part);
+        let start = self.points.partition_point(|p| p.0 < at);
+        let n = self.points.len();
+        (0..n)
+            .map(|i| &self.members[self.points[(start + i) % n].1])
+            .find(|m| m.id != owner.id)
+    }
+
     /// Members on the ring, sorted by id, one per id.
     pub fn members(&self) -> &[NodeIdentity] {
         &self.members
@@ -136,23 +162,11 @@ impl Ring {
     /// a point owns the arc from its predecessor (exclusive) to itself.
     /// Sorted by id; the fractions sum to 1 (for a non-empty ring).
     pub fn shares(&self) -> Vec<(String, f64)> {
-        let mut points: Vec<(u64, usize)> = Vec::with_capacity(self.members.len() * self.vnodes);
-        for (member, m) in self.members.iter().enumerate() {
-            for index in 0..self.vnodes {
-                let v = VNode {
-                    node_id: m.id.clone(),
-                    index: index as u32,
-                    member,
-                };
-                points.push((DefaultHashBuilder.hash_one(&v), member));
-            }
-        }
-        // Same order as the ring (stable sort of id-ordered points).
-        points.sort_by_key(|p| p.0);
+        let points = &self.points;
         let mut arcs = vec![0u128; self.members.len()];
         if let Some(&(last, _)) = points.last() {
             let mut prev = last;
-            for &(pos, member) in &points {
+            for &(pos, member) in points.iter() {
                 // Wrapping: the first point owns the arc that crosses zero.
                 // A single point owns the whole circle (2^64).
                 let arc = match pos.wrapping_sub(prev) {

@@ -86,6 +86,7 @@ mod tests {
             gossip: addr,
             grpc: addr,
             incarnation: 1,
+            boot: 1,
         }
     }
 

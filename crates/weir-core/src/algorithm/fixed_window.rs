@@ -81,6 +81,27 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    fn charge(&self, s: &mut FixedWindowState, now: Nanos, cost: u64) {
+        self.roll(s, now);
+        // A full window denies until its end whatever the excess, so the
+        // count never needs to go past the limit.
+        s.count = s.count.saturating_add(cost).min(self.limit);
+    }
+
+    fn since(
+        &self,
+        s: &FixedWindowState,
+        base: &FixedWindowState,
+        _now: Nanos,
+    ) -> FixedWindowState {
+        let count = if s.idx == base.idx {
+            s.count.saturating_sub(base.count)
+        } else {
+            s.count
+        };
+        FixedWindowState { idx: s.idx, count }
+    }
+
     fn max_cost(&self) -> u64 {
         self.limit
     }

@@ -86,6 +86,15 @@ impl Algorithm for LeakyBucket {
         into.tat = now + backlog;
     }
 
+    fn charge(&self, s: &mut LeakyBucketState, now: Nanos, cost: u64) {
+        s.tat = s.tat.max(now).saturating_add(self.span(cost));
+    }
+
+    fn since(&self, s: &LeakyBucketState, base: &LeakyBucketState, now: Nanos) -> LeakyBucketState {
+        let backlog = s.tat.saturating_sub(base.tat.max(now));
+        LeakyBucketState { tat: now + backlog }
+    }
+
     fn max_cost(&self) -> u64 {
         self.burst + self.queue
     }

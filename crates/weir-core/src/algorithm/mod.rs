@@ -52,6 +52,15 @@ pub(crate) trait Algorithm {
     /// Folds in the state another node held for the same key; spent budgets
     /// add, so a merge never hands out a fresh budget.
     fn merge(&self, into: &mut Self::State, other: Self::State, now: Nanos);
+    /// Records `cost` admitted elsewhere (a gateway deciding without its
+    /// owner, a replica standing in for it) whatever the limit, so the
+    /// state says what was really spent. A state that cannot hold more
+    /// than its limit is left full.
+    fn charge(&self, s: &mut Self::State, now: Nanos, cost: u64);
+    /// What `s` spent beyond `base`, an earlier snapshot of the same key:
+    /// the part a node that stood in for an owner hands back to it, so the
+    /// owner does not count `base` twice.
+    fn since(&self, s: &Self::State, base: &Self::State, now: Nanos) -> Self::State;
     /// The largest cost that can ever succeed.
     fn max_cost(&self) -> u64;
 }
@@ -245,6 +254,67 @@ impl Policy {
             Policy::SlidingLog(a) => State::SlidingLog(a.fresh()),
             Policy::SlidingCounter(a) => State::SlidingCounter(a.fresh()),
         }
+    }
+
+    /// Records `cost` spent elsewhere (see the algorithms' `charge`); false
+    /// when the state is of another algorithm.
+    pub fn charge(&self, s: &mut State, now: Nanos, cost: u64) -> bool {
+        match (self, s) {
+            (Policy::TokenBucket(a), State::TokenBucket(s)) => a.charge(s, now, cost),
+            (Policy::LeakyBucket(a), State::LeakyBucket(s)) => a.charge(s, now, cost),
+            (Policy::FixedWindow(a), State::FixedWindow(s)) => a.charge(s, now, cost),
+            (Policy::SlidingLog(a), State::SlidingLog(s)) => a.charge(s, now, cost),
+            (Policy::SlidingCounter(a), State::SlidingCounter(s)) => a.charge(s, now, cost),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Folds `other` into `into` (see the algorithms' `merge`); false when
+    /// the states are of another algorithm.
+    pub fn merge(&self, into: &mut State, other: State, now: Nanos) -> bool {
+        match (self, into, other) {
+            (Policy::TokenBucket(a), State::TokenBucket(m), State::TokenBucket(o)) => {
+                a.merge(m, o, now)
+            }
+            (Policy::LeakyBucket(a), State::LeakyBucket(m), State::LeakyBucket(o)) => {
+                a.merge(m, o, now)
+            }
+            (Policy::FixedWindow(a), State::FixedWindow(m), State::FixedWindow(o)) => {
+                a.merge(m, o, now)
+            }
+            (Policy::SlidingLog(a), State::SlidingLog(m), State::SlidingLog(o)) => {
+                a.merge(m, o, now)
+            }
+            (Policy::SlidingCounter(a), State::SlidingCounter(m), State::SlidingCounter(o)) => {
+                a.merge(m, o, now)
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// What `s` spent beyond `base` (see the algorithms' `since`); None when
+    /// either state is of another algorithm.
+    pub fn since(&self, s: &State, base: &State, now: Nanos) -> Option<State> {
+        Some(match (self, s, base) {
+            (Policy::TokenBucket(a), State::TokenBucket(s), State::TokenBucket(b)) => {
+                State::TokenBucket(a.since(s, b, now))
+            }
+            (Policy::LeakyBucket(a), State::LeakyBucket(s), State::LeakyBucket(b)) => {
+                State::LeakyBucket(a.since(s, b, now))
+            }
+            (Policy::FixedWindow(a), State::FixedWindow(s), State::FixedWindow(b)) => {
+                State::FixedWindow(a.since(s, b, now))
+            }
+            (Policy::SlidingLog(a), State::SlidingLog(s), State::SlidingLog(b)) => {
+                State::SlidingLog(a.since(s, b, now))
+            }
+            (Policy::SlidingCounter(a), State::SlidingCounter(s), State::SlidingCounter(b)) => {
+                State::SlidingCounter(a.since(s, b, now))
+            }
+            _ => return None,
+        })
     }
 
     /// Decides one request against a state; for tests, simulators and any

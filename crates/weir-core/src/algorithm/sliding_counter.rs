@@ -142,6 +142,35 @@ impl Algorithm for SlidingCounter {
         into.curr += other.curr;
     }
 
+    fn charge(&self, s: &mut SlidingCounterState, now: Nanos, cost: u64) {
+        self.roll(s, now);
+        s.curr = s.curr.saturating_add(cost);
+    }
+
+    fn since(
+        &self,
+        s: &SlidingCounterState,
+        base: &SlidingCounterState,
+        _now: Nanos,
+    ) -> SlidingCounterState {
+        let (idx, then) = (s.high / self.window, base.high / self.window);
+        let (prev, curr) = if idx == then {
+            (
+                s.prev.saturating_sub(base.prev),
+                s.curr.saturating_sub(base.curr),
+            )
+        } else if idx == then + 1 {
+            (s.prev.saturating_sub(base.curr), s.curr)
+        } else {
+            (s.prev, s.curr)
+        };
+        SlidingCounterState {
+            high: s.high,
+            prev,
+            curr,
+        }
+    }
+
     fn max_cost(&self) -> u64 {
         self.limit
     }

@@ -131,6 +131,34 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    fn charge(&self, s: &mut SlidingLogState, now: Nanos, cost: u64) {
+        let now = self.trim(s, now);
+        // One entry holds at most the limit, so the trim below never drops it.
+        let cost = cost.min(self.limit);
+        s.entries.push_back((now, cost as u32));
+        s.used += cost;
+        // As in a merge: keep the newest L, the window stays full longest.
+        while s.used > self.limit {
+            if let Some((_, c)) = s.entries.pop_front() {
+                s.used -= u64::from(c);
+            }
+        }
+    }
+
+    fn since(&self, s: &SlidingLogState, base: &SlidingLogState, _now: Nanos) -> SlidingLogState {
+        // Entries are appended in time order, so what came after the base
+        // is what is newer than its newest entry.
+        let newest = base.entries.back().map(|&(t, _)| t);
+        let entries: VecDeque<(Nanos, u32)> = s
+            .entries
+            .iter()
+            .copied()
+            .filter(|&(t, _)| newest.is_none_or(|n| t > n))
+            .collect();
+        let used = entries.iter().map(|&(_, c)| u64::from(c)).sum();
+        SlidingLogState { entries, used }
+    }
+
     fn max_cost(&self) -> u64 {
         self.limit
     }

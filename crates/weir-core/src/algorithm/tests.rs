@@ -500,22 +500,44 @@ fn merge_adds_spent_budgets() {
         burst(&p, &mut a, t, 4);
         burst(&p, &mut b, t, 5);
         let mut merged = a.clone();
-        match (&p, &mut merged, b) {
-            (Policy::TokenBucket(x), State::TokenBucket(m), State::TokenBucket(o)) => {
-                x.merge(m, o, t)
-            }
-            (Policy::LeakyBucket(x), State::LeakyBucket(m), State::LeakyBucket(o)) => {
-                x.merge(m, o, t)
-            }
-            (Policy::FixedWindow(x), State::FixedWindow(m), State::FixedWindow(o)) => {
-                x.merge(m, o, t)
-            }
-            (Policy::SlidingLog(x), State::SlidingLog(m), State::SlidingLog(o)) => x.merge(m, o, t),
-            (Policy::SlidingCounter(x), State::SlidingCounter(m), State::SlidingCounter(o)) => {
-                x.merge(m, o, t)
-            }
-            _ => unreachable!(),
-        }
+        assert!(p.merge(&mut merged, b, t));
         assert_eq!(burst(&p, &mut merged, t, 10), 1, "{kind}: 10 - 4 - 5 left");
+    }
+}
+
+#[test]
+fn a_charge_counts_what_was_admitted_elsewhere() {
+    for kind in AlgorithmKind::ALL {
+        let p = policy_full(kind, 10, 60);
+        let t = 9_000 * SEC;
+        let mut s = p.fresh();
+        burst(&p, &mut s, t, 4);
+        assert!(p.charge(&mut s, t, 5));
+        assert_eq!(burst(&p, &mut s, t, 10), 1, "{kind}: 10 - 4 - 5 charged");
+        // A charge past the limit leaves the state full, never wrapped.
+        assert!(p.charge(&mut s, t, 50));
+        assert_eq!(
+            burst(&p, &mut s, t, 10),
+            0,
+            "{kind}: full after an over-charge"
+        );
+    }
+}
+
+#[test]
+fn since_is_what_was_spent_after_the_base_and_nothing_of_it() {
+    for kind in AlgorithmKind::ALL {
+        let p = policy_full(kind, 10, 60);
+        let t = 9_000 * SEC;
+        let mut s = p.fresh();
+        burst(&p, &mut s, t, 4);
+        let base = s.clone();
+        burst(&p, &mut s, t + MS, 3);
+        let delta = p.since(&s, &base, t + MS).expect("same algorithm");
+        // Handed to a node that holds the base already, the delta brings it
+        // to 7 spent, not 11.
+        let mut owner = base.clone();
+        assert!(p.merge(&mut owner, delta, t + MS));
+        assert_eq!(burst(&p, &mut owner, t + MS, 10), 3, "{kind}: 10 - 4 - 3");
     }
 }

@@ -98,6 +98,29 @@ impl Algorithm for TokenBucket {
         into.ts = into.ts.max(other.ts);
     }
 
+    fn charge(&self, s: &mut TokenBucketState, now: Nanos, cost: u64) {
+        self.refill(s, now);
+        // Tokens may go below zero, down to one bucket of debt: the refill
+        // pays an over-admission back before anything is admitted again.
+        s.tokens = (s.tokens - cost as f64).max(-(self.capacity as f64));
+        s.ts = s.ts.max(now);
+    }
+
+    fn since(
+        &self,
+        s: &TokenBucketState,
+        base: &TokenBucketState,
+        _now: Nanos,
+    ) -> TokenBucketState {
+        let mut then = *base;
+        self.refill(&mut then, s.ts);
+        let spent = (then.tokens - s.tokens).max(0.0);
+        TokenBucketState {
+            tokens: self.capacity as f64 - spent,
+            ts: s.ts,
+        }
+    }
+
     fn max_cost(&self) -> u64 {
         self.capacity
     }

@@ -26,6 +26,10 @@ pub struct NodeIdentity {
     /// Bumped on every rejoin; a fresh process starts at the wall clock in
     /// milliseconds so that a restart outranks whatever the cluster remembers.
     pub incarnation: u64,
+    /// Drawn at random when the process starts and kept across rejoins: a
+    /// node that comes back with the same boot still holds its counters (a
+    /// healed partition), one with another boot restarted empty.
+    pub boot: u64,
 }
 
 impl NodeIdentity {
@@ -40,6 +44,7 @@ impl NodeIdentity {
             gossip,
             grpc,
             incarnation,
+            boot: rand::random(),
         }
     }
 
@@ -100,6 +105,7 @@ mod tests {
             gossip: "127.0.0.1:7000".parse().unwrap(),
             grpc: "127.0.0.1:8000".parse().unwrap(),
             incarnation: inc,
+            boot: 7,
         }
     }
 

@@ -72,6 +72,9 @@ pub struct Member {
 pub struct MemberView {
     pub epoch: u64,
     pub members: Vec<NodeIdentity>,
+    /// Ids of the live members that missed a probe: still on the ring, but
+    /// evidence that they may be gone (a gateway stops waiting on them).
+    pub suspects: Vec<String>,
 }
 
 /// Traffic counters of the gossip socket.
@@ -197,6 +200,7 @@ impl Membership {
         let (view_tx, _) = watch::channel(MemberView {
             epoch: 0,
             members: vec![identity.clone()],
+            suspects: Vec::new(),
         });
         let shared = Arc::new(Shared {
             identity: Mutex::new(identity.clone()),

@@ -58,6 +58,7 @@ pub(super) struct Driver {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedReceiver<Command>,
     live: Vec<NodeIdentity>,
+    suspects: Vec<String>,
     epoch: u64,
     left: bool,
     out: Vec<u8>,
@@ -91,6 +92,7 @@ impl Driver {
             shared,
             commands,
             live,
+            suspects: Vec::new(),
             epoch: 0,
             left: false,
             out: Vec::with_capacity(2048),
@@ -187,6 +189,7 @@ impl Driver {
                 gossip: *seed,
                 grpc: *seed,
                 incarnation: 0,
+                boot: 0,
             };
             if let Err(error) = self.foca.announce(dst, &mut self.rt) {
                 tracing::debug!(%seed, %error, "announce failed");
@@ -301,16 +304,23 @@ impl Driver {
                 && live.by_ref().zip(&self.live).all(|(a, b)| a == b);
             !same
         };
-        if live_changed {
+        let suspects: Vec<String> = members
+            .iter()
+            .filter(|m| m.state == MemberState::Suspect)
+            .map(|m| m.identity.id.clone())
+            .collect();
+        if live_changed || suspects != self.suspects {
             self.live = members
                 .iter()
                 .filter(|m| m.state.is_live())
                 .map(|m| m.identity.clone())
                 .collect();
+            self.suspects = suspects;
             self.epoch += 1;
             self.shared.view.send_replace(MemberView {
                 epoch: self.epoch,
                 members: self.live.clone(),
+                suspects: self.suspects.clone(),
             });
             tracing::debug!(
                 epoch = self.epoch,

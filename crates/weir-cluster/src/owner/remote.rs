@@ -1,0 +1,358 @@
+//! One limit decided away from this node: at its owner, at the owner's replica holder while the owner is lost, or here without either.
+//!
+//! - The owner answers in time: its decision, and what it had left is
+//!   remembered for the fallback.
+//! - The owner is slow (no answer within the deadline) but not lost: the
+//!   fallback decides that one check (`local` refuses it for now); the
+//!   owner's late answer is reconciled: what it admitted and this gateway
+//!   refused is refunded there, so the owner counts only what was admitted.
+//! - The owner is lost (its breaker is open: misses in a row, a refused
+//!   connection, SWIM suspicion): the replica holder decides on its copy of
+//!   the owner's counts. Only when it is unreachable too does this gateway
+//!   decide alone, from its share of what it last heard; what it admits is
+//!   owed to the key's owner and charged once it answers again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir_core::{CheckError, Decision, Limiter, Nanos, Rule};
+use weir_proto::weir::v1::OpResult;
+
+use super::breaker::Breakers;
+use super::debts::{Charge, Debts};
+use super::fallback::{Fallback, Substitute};
+use super::local::Local;
+use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
+use super::replica::Replicas;
+use super::replicate::Replicator;
+use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
+use crate::topology::routing::Routing;
+use crate::wire::{self, Answer};
+
+/// Where one limit was decided, so a refund goes back to the same place.
+#[derive(Debug, Clone)]
+pub enum Via {
+    Local,
+    Owner(NodeIdentity),
+    /// A replica holder (None: this node) standing in for `owner`.
+    Replica {
+        holder: Option<NodeIdentity>,
+        owner: String,
+    },
+    Substitute(Substitute),
+}
+
+pub struct Remote {
+    pub local: Arc<Local>,
+    pub routing: Arc<Routing>,
+    pub peers: Arc<dyn Peers>,
+    pub stats: Arc<Stats>,
+    pub deadline: Duration,
+    pub breakers: Breakers,
+    pub fallback: Fallback,
+    pub debts: Arc<Debts>,
+    pub replicas: Arc<Replicas>,
+    pub replicator: Arc<Replicator>,
+}
+
+/// Who to send an op to: a node, and the owner it stands in for if any.
+struct Target<'a> {
+    node: &'a NodeIdentity,
+    stand_in_for: Option<&'a str>,
+}
+
+impl Remote {
+    fn limiter(&self) -> &Limiter {
+        self.local.limiter()
+    }
+
+    fn now(&self) -> Nanos {
+        self.limiter().now()
+    }
+
+    pub fn me(&self) -> &str {
+        self.routing.me()
+    }
+
+    pub fn breakers(&self) -> &Breakers {
+        &self.breakers
+    }
+
+    pub fn fallback(&self) -> &Fallback {
+        &self.fallback
+    }
+
+    /// Decides one limit whose owner is another node.
+    pub async fn decide(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: NodeIdentity,
+        carried: bool,
+    ) -> Result<(Decision, Via), CheckError> {
+        if !self.breakers.admit(&owner.id, self.now()) {
+            return self
+                .without_owner(rule, hash_part, cost, &owner, carried)
+                .await;
+        }
+        let target = Target {
+            node: &owner,
+            stand_in_for: None,
+        };
+        match self.ask(&target, rule, hash_part, cost, carried).await? {
+            Some(d) => Ok((d, Via::Owner(owner))),
+            None => {
+                self.without_owner(rule, hash_part, cost, &owner, carried)
+                    .await
+            }
+        }
+    }
+
+    /// Asks `target` for a decision. Some(decision) from it or, when it is
+    /// only slow, from the fallback; None when it is lost.
+    async fn ask(
+        &self,
+        target: &Target<'_>,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+    ) -> Result<Option<Decision>, CheckError> {
+        let now = self.now();
+        let id = &target.node.id;
+        let mut op = wire::consume(rule, hash_part, cost, carried);
+        if let Some(owner) = target.stand_in_for {
+            op = wire::stand_in(op, owner);
+        }
+        let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
+        match self.peers.decide(target.node, op, self.deadline).await {
+            Reply::Answered(result) => {
+                self.breakers.answered(id, now);
+                match wire::answer(result, rule, cost) {
+                    Answer::Decided(d) => {
+                        self.fallback.learn(&rule.name, hash_part, &d);
+                        Ok(Some(d))
+                    }
+                    Answer::Refused(e) => Err(e),
+                    // Its rules lag behind ours, or it is leaving.
+                    Answer::Undecided(why) => {
+                        tracing::debug!(node = %id, why, "could not decide");
+                        Ok(None)
+                    }
+                }
+            }
+            Reply::Late(late) => {
+                self.breakers.missed(id, now);
+                slow(Some(late)).map(Some)
+            }
+            Reply::Failed(PeerFailure::Unreachable(why) | PeerFailure::Refused(why)) => {
+                // Only a member that is still on the ring is "lost": one
+                // that left has a successor for its keys already.
+                if self.routing.is_member(id) {
+                    self.breakers.lost(id, now, &why);
+                }
+                Ok(None)
+            }
+            // Never left this gateway, or left and failed with no answer:
+            // slow either way, nothing to reconcile.
+            Reply::Failed(
+                PeerFailure::Queued(_) | PeerFailure::Overloaded | PeerFailure::Timeout(_),
+            ) => {
+                self.breakers.missed(id, now);
+                slow(None).map(Some)
+            }
+        }
+    }
+
+    /// A limit whose target did not answer in time. Its late answer, if it
+    /// comes, is reconciled with what was decided here: an admission there
+    /// that was refused here is refunded there.
+    fn slow(
+        &self,
+        target: &Target<'_>,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        late: Option<LateAnswer>,
+    ) -> Result<Decision, CheckError> {
+        bump(&self.stats.slow_decisions, 1);
+        let decided = self
+            .fallback
+            .slow(rule, cost, &target.node.id, self.deadline);
+        let refused_here = !matches!(decided, Ok((d, _)) if d.allowed);
+        if let (Some(late), true) = (late, refused_here) {
+            let (peers, stats) = (self.peers.clone(), self.stats.clone());
+            let node = target.node.clone();
+            let stand_in_for = target.stand_in_for.map(str::to_string);
+            let (name, key) = (rule.name.clone(), hash_part.to_string());
+            let rule = rule.clone();
+            self.peers.on_late(
+                late,
+                Box::new(move |result: OpResult| {
+                    if let Answer::Decided(d) = wire::answer(result, &rule, cost) {
+                        if d.allowed {
+                            let mut op = wire::refund(&name, &key, cost, d.at);
+                            if let Some(owner) = &stand_in_for {
+                                op = wire::stand_in(op, owner);
+                            }
+                            peers.send(&node, op);
+                            bump(&stats.late_refunds, 1);
+                        }
+                    }
+                }),
+            );
+        }
+        decided.map(|(d, _)| d)
+    }
+
+    /// The owner is lost: its replica holder stands in, else the fallback.
+    async fn without_owner(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: &NodeIdentity,
+        carried: bool,
+    ) -> Result<(Decision, Via), CheckError> {
+        // Carried limits have no copies: only their owner counts them.
+        if self.replicator.is_on() && !carried {
+            let ring = self.routing.routing_ring();
+            let holder = ring
+                .replica_of(hash_part)
+                .filter(|h| h.id != owner.id)
+                .cloned();
+            if let Some(holder) = holder {
+                if holder.id == self.routing.me() {
+                    bump(&self.stats.replica_decisions, 1);
+                    let d = self
+                        .replicas
+                        .stand_in(&owner.id, &rule.name, hash_part, cost)?;
+                    let via = Via::Replica {
+                        holder: None,
+                        owner: owner.id.clone(),
+                    };
+                    return Ok((d, via));
+                }
+                if self.breakers.admit(&holder.id, self.now()) {
+                    let target = Target {
+                        node: &holder,
+                        stand_in_for: Some(&owner.id),
+                    };
+                    if let Some(d) = self.ask(&target, rule, hash_part, cost, carried).await? {
+                        bump(&self.stats.replica_decisions, 1);
+                        let via = Via::Replica {
+                            holder: Some(holder.clone()),
+                            owner: owner.id.clone(),
+                        };
+                        return Ok((d, via));
+                    }
+                }
+            }
+        }
+        bump(&self.stats.fallback_decisions, 1);
+        let (d, how) = self
+            .fallback
+            .without_owner(rule, hash_part, cost, carried, &owner.id)?;
+        Ok((d, Via::Substitute(how)))
+    }
+
+    /// Gives back what one admitted limit consumed. A remote refund is
+    /// awaited up to the owner deadline; one that does not arrive in time
+    /// leaves the budget spent, which can only under-admit.
+    pub async fn refund(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        d: &Decision,
+        via: &Via,
+    ) {
+        let name = &rule.name;
+        match via {
+            Via::Local => {
+                self.limiter().refund(name, hash_part, d.at, cost);
+                self.replicator.mark(name, hash_part, self.now());
+            }
+            Via::Owner(owner) => {
+                let op = wire::refund(name, hash_part, cost, d.at);
+                let _ = self.peers.decide(owner, op, self.deadline).await;
+            }
+            Via::Replica { holder: None, .. } => self.replicas.refund(name, hash_part, d.at, cost),
+            Via::Replica {
+                holder: Some(holder),
+                owner,
+            } => {
+                let op = wire::stand_in(wire::refund(name, hash_part, cost, d.at), owner);
+                let _ = self.peers.decide(holder, op, self.deadline).await;
+            }
+            Via::Substitute(how) => self.fallback.refund(*how, name, hash_part, d.at, cost),
+        }
+    }
+
+    /// An admission decided here without the owner, in a check that was
+    /// admitted whole: owed to the key's owner.
+    pub fn owe(&self, rule: &Rule, hash_part: &str, cost: u64, via: &Via) {
+        let Via::Substitute(how) = via else {
+            return;
+        };
+        if !how.owes() {
+            return;
+        }
+        let window_ms = u64::try_from(rule.window.as_millis()).unwrap_or(u64::MAX);
+        let charge = Charge {
+            rule: rule.name.clone(),
+            hash_part: hash_part.to_string(),
+            cost,
+            until_ms: (self.now() / weir_core::NANOS_PER_MS).saturating_add(window_ms),
+        };
+        if self.debts.owe(charge) {
+            bump(&self.stats.charges_owed, 1);
+        } else {
+            bump(&self.stats.charges_dropped, 1);
+        }
+    }
+
+    /// Charges what this node owes: admissions its fallback decided, to the
+    /// key's owner now on the ring (itself, once a dead owner's keys came
+    /// here), and stand-in admissions its replica copies hold, to the owner
+    /// they stood in for. Only owners whose breaker is closed are charged.
+    pub fn pay_debts(&self) {
+        let now = self.now();
+        let ring = self.routing.routing_ring();
+        let me = self.routing.me();
+        let answers = |id: &str| self.breakers.state_of(id) == super::breaker::BreakerState::Closed;
+        let paid = self.debts.take_payable(now, |c| {
+            ring.owner_id(&c.hash_part)
+                .is_some_and(|o| o == me || answers(o))
+        });
+        for c in paid {
+            let Some(owner) = ring.owner(&c.hash_part) else {
+                continue;
+            };
+            self.charge(owner, &c);
+        }
+        let member = |id: &str| ring.members().iter().find(|m| m.id == id);
+        for (owner, c) in self
+            .replicas
+            .owed(|id| id != me && member(id).is_some() && answers(id))
+        {
+            if let Some(node) = member(&owner) {
+                self.charge(node, &c);
+            }
+        }
+    }
+
+    fn charge(&self, owner: &NodeIdentity, c: &Charge) {
+        bump(&self.stats.charges_paid, 1);
+        if owner.id == self.routing.me() {
+            if self.local.charge(&c.rule, &c.hash_part, c.cost) {
+                self.replicator.mark(&c.rule, &c.hash_part, self.now());
+            }
+            return;
+        }
+        self.peers
+            .send(owner, wire::charge(&c.rule, &c.hash_part, c.cost));
+    }
+}

@@ -1,0 +1,245 @@
+//! The copies this node holds of other owners' counters: replaced whole as the owners stream them, decided on while an owner cannot be reached, and promoted when it dies.
+//!
+//! The holder of a key's copy is the next member clockwise after its owner
+//! (`Ring::replica_of`), which is exactly who owns the key once the owner
+//! leaves the ring: a death hands the key to the node that already holds
+//! its counts. What is lost is only the owner's changes not yet streamed.
+//!
+//! Decisions taken on a copy (standing in for an unreachable owner) are
+//! kept apart, re-applied over every copy the owner streams until they are
+//! charged to the owner, so the owner's next copy cannot erase them.
+//!
+//! A promoted key remembers the copy it started from (its base), so that
+//! if its old owner comes back as the same incarnation (a healed partition)
+//! only what was spent since the promotion is handed back, and the base is
+//! not counted twice; an owner that restarted gets everything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use compact_str::CompactString;
+use dashmap::DashMap;
+use weir_core::{CheckError, CounterSnapshot, Decision, Limiter, Nanos, RuleSet, State};
+
+use crate::owner::debts::Charge;
+use crate::topology::membership::NodeIdentity;
+use crate::topology::ring::Ring;
+
+type Key = (Arc<str>, CompactString);
+
+/// How long a promoted key remembers its base: past it the old owner's
+/// return is a rejoin, not a heal (the membership forgets a down member
+/// after 15 minutes).
+const BASE_KEPT: Duration = Duration::from_secs(15 * 60);
+
+/// Whose copy a key is, and what was decided on it while standing in.
+#[derive(Debug, Clone, Default)]
+struct Meta {
+    owner: String,
+    /// The owner process's boot the copy came from.
+    boot: u64,
+    /// (decision time, cost) of admissions decided here for the owner,
+    /// not yet charged to it.
+    standins: Vec<(Nanos, u64)>,
+}
+
+struct Base {
+    owner: String,
+    boot: u64,
+    state: State,
+    at: Nanos,
+}
+
+pub struct Replicas {
+    store: Limiter,
+    meta: DashMap<Key, Meta, foldhash::fast::RandomState>,
+    bases: DashMap<Key, Base, foldhash::fast::RandomState>,
+}
+
+fn key(rule: &str, hash_part: &str) -> Key {
+    (Arc::from(rule), CompactString::new(hash_part))
+}
+
+impl Replicas {
+    /// Copies kept under `main`'s rules, clock and key ceiling.
+    pub fn new(main: &Limiter) -> Self {
+        Replicas {
+            store: Limiter::new((*main.rules()).clone(), main.clock().clone(), main.config()),
+            meta: DashMap::default(),
+            bases: DashMap::default(),
+        }
+    }
+
+    pub fn on_rules(&self, rules: &RuleSet) {
+        self.store.install(rules.clone());
+    }
+
+    /// Takes the copies `owner` streamed, replacing what was held, with the
+    /// stand-in decisions not yet charged to it applied on top.
+    pub fn take(&self, owner: &str, boot: u64, states: Vec<CounterSnapshot>) -> u32 {
+        let mut taken = 0;
+        for snap in states {
+            let k = key(&snap.rule, &snap.hash_part);
+            let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
+            if !self.store.put(snap) {
+                continue;
+            }
+            taken += 1;
+            let mut m = self.meta.entry(k).or_default();
+            m.owner = owner.to_string();
+            m.boot = boot;
+            for &(_, cost) in &m.standins {
+                let _ = self.store.charge(&rule, &hash_part, cost);
+            }
+        }
+        taken
+    }
+
+    /// Decides one op on the copy, standing in for `owner`.
+    pub fn stand_in(
+        &self,
+        owner: &str,
+        rule: &str,
+        hash_part: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        let d = self
+            .store
+            .consume(rule, hash_part, cost, self.store.now())?;
+        if d.allowed {
+            let mut m = self.meta.entry(key(rule, hash_part)).or_default();
+            if m.owner.is_empty() {
+                m.owner = owner.to_string();
+            }
+            m.standins.push((d.at, cost));
+        }
+        Ok(d)
+    }
+
+    /// Gives back a stand-in admission a denied check refunds.
+    pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
+        self.store.refund(rule, hash_part, at, cost);
+        if let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) {
+            if let Some(i) = m.standins.iter().rposition(|&(t, c)| t == at && c == cost) {
+                m.standins.remove(i);
+            }
+        }
+    }
+
+    /// The owner handed this key over itself (a graceful leave or a ring
+    /// change): its count now arrives whole, so the copy must not be
+    /// promoted on top of it. Returns the stand-in admissions it held, which
+    /// the new owner counts instead.
+    pub fn superseded(&self, rule: &str, hash_part: &str) -> u64 {
+        self.store.take(rule, hash_part);
+        self.meta
+            .remove(&key(rule, hash_part))
+            .map_or(0, |(_, m)| m.standins.iter().map(|&(_, c)| c).sum())
+    }
+
+    /// Stand-in admissions to charge to their owners, taken from the list
+    /// for the owners `payable` accepts. The copy keeps them until the
+    /// owner's next stream, which then counts them.
+    pub fn owed(&self, payable: impl Fn(&str) -> bool) -> Vec<(String, Charge)> {
+        let mut out = Vec::new();
+        for mut e in self.meta.iter_mut() {
+            if e.standins.is_empty() || !payable(&e.owner) {
+                continue;
+            }
+            let (rule, hash_part) = e.key().clone();
+            let owner = e.owner.clone();
+            for (_, cost) in e.standins.drain(..) {
+                out.push((
+                    owner.clone(),
+                    Charge {
+                        rule: rule.clone(),
+                        hash_part: hash_part.to_string(),
+                        cost,
+                        until_ms: u64::MAX,
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// On a new ring: copies whose owner left it. Those this node now owns
+    /// come back as `mine` (with their base remembered), the others as
+    /// `theirs`, for their new owner. Copies this node no longer holds for
+    /// a live owner are dropped.
+    pub fn on_ring(&self, ring: &Ring, me: &str) -> (Vec<CounterSnapshot>, Vec<CounterSnapshot>) {
+        let members: Vec<&NodeIdentity> = ring.members().iter().collect();
+        let live = |id: &str| members.iter().any(|m| m.id == id);
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        let keys: Vec<(Key, String, u64)> = self
+            .meta
+            .iter()
+            .map(|e| (e.key().clone(), e.owner.clone(), e.boot))
+            .collect();
+        let now = self.store.now();
+        for ((rule, hash_part), owner, boot) in keys {
+            if live(&owner) {
+                // Still its owner's copy, if this node is still the holder.
+                if ring.replica_of(&hash_part).is_none_or(|h| h.id != me) {
+                    self.meta.remove(&(rule.clone(), hash_part.clone()));
+                    self.store.take(&rule, &hash_part);
+                }
+                continue;
+            }
+            self.meta.remove(&(rule.clone(), hash_part.clone()));
+            let Some(snap) = self.store.take(&rule, &hash_part) else {
+                continue;
+            };
+            if ring.owner_id(&hash_part).is_some_and(|o| o == me) {
+                self.bases.insert(
+                    (rule, hash_part),
+                    Base {
+                        owner: owner.clone(),
+                        boot,
+                        state: snap.state.clone(),
+                        at: now,
+                    },
+                );
+                mine.push(snap);
+            } else {
+                theirs.push(snap);
+            }
+        }
+        (mine, theirs)
+    }
+
+    /// What to hand `to` for a counter this node promoted: only what was
+    /// spent since, when `to` is the same process the copy came from (a
+    /// healed partition: its own count holds the rest); everything when it
+    /// restarted empty.
+    pub fn hand_back(&self, snap: CounterSnapshot, to: &NodeIdentity) -> CounterSnapshot {
+        let k = key(&snap.rule, &snap.hash_part);
+        let Some((_, base)) = self.bases.remove(&k) else {
+            return snap;
+        };
+        if base.owner != to.id || base.boot != to.boot {
+            return snap;
+        }
+        match self.store.since(&snap, &base.state) {
+            Some(state) => CounterSnapshot { state, ..snap },
+            None => snap,
+        }
+    }
+
+    /// Drops idle copies and old bases.
+    pub fn sweep(&self) {
+        self.store.sweep();
+        let now = self.store.now();
+        let kept = u64::try_from(BASE_KEPT.as_nanos()).unwrap_or(u64::MAX);
+        self.bases.retain(|_, b| now.saturating_sub(b.at) < kept);
+    }
+
+    /// Copies held.
+    pub fn len(&self) -> usize {
+        self.store.keys()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,119 @@
+//! The owner's side of replication: which of its counters changed since they were last copied to their replica holder.
+//!
+//! Every change to a counter this node owns marks its key; the replication
+//! loop takes what is marked, copies each state whole to the key's holder
+//! (the next member on the ring) and records how long the oldest change
+//! waited: the lag, which is also how much a crash can lose.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use compact_str::CompactString;
+use dashmap::DashMap;
+use tokio::sync::Notify;
+use weir_core::Nanos;
+
+type Key = (Arc<str>, CompactString);
+
+pub struct Replicator {
+    /// Off when each counter has one copy (`--replicas 1`).
+    on: bool,
+    /// Changed keys and when each first changed since its last copy.
+    dirty: DashMap<Key, Nanos, foldhash::fast::RandomState>,
+    /// Keys taken for a copy not yet acknowledged.
+    in_flight: AtomicUsize,
+    wake: Notify,
+}
+
+impl Replicator {
+    pub fn new(on: bool) -> Self {
+        Replicator {
+            on,
+            dirty: DashMap::default(),
+            in_flight: AtomicUsize::new(0),
+            wake: Notify::new(),
+        }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// A counter this node owns changed at `now`.
+    pub fn mark(&self, rule: &Arc<str>, hash_part: &str, now: Nanos) {
+        if !self.on {
+            return;
+        }
+        self.dirty
+            .entry((rule.clone(), CompactString::new(hash_part)))
+            .or_insert(now);
+        self.wake.notify_one();
+    }
+
+    /// Takes every marked key with the time it first changed; they count
+    /// as in flight until [`Replicator::copied`] or [`Replicator::retry`].
+    pub fn take(&self) -> Vec<(Key, Nanos)> {
+        let keys: Vec<Key> = self.dirty.iter().map(|e| e.key().clone()).collect();
+        let taken: Vec<(Key, Nanos)> = keys
+            .into_iter()
+            .filter_map(|k| self.dirty.remove(&k))
+            .collect();
+        self.in_flight.fetch_add(taken.len(), Ordering::SeqCst);
+        taken
+    }
+
+    /// `n` taken keys reached their holder (or need no copy).
+    pub fn copied(&self, n: usize) {
+        self.in_flight.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Marks keys again whose copy did not arrive, keeping their first change.
+    pub fn retry(&self, keys: Vec<(Key, Nanos)>) {
+        let n = keys.len();
+        for (k, since) in keys {
+            self.dirty.entry(k).or_insert(since);
+        }
+        self.copied(n);
+        self.wake.notify_one();
+    }
+
+    /// Resolves when something is marked.
+    pub async fn changed(&self) {
+        if self.dirty.is_empty() {
+            self.wake.notified().await;
+        }
+    }
+
+    /// Changes not yet copied: marked, or in a call not yet acknowledged.
+    pub fn pending(&self) -> usize {
+        self.dirty.len() + self.in_flight.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_changed_twice_is_copied_once_from_its_first_change() {
+        let r = Replicator::new(true);
+        let rule: Arc<str> = "r".into();
+        r.mark(&rule, "k", 5);
+        r.mark(&rule, "k", 9);
+        r.mark(&rule, "j", 7);
+        let mut taken = r.take();
+        taken.sort();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[1], ((rule.clone(), "k".into()), 5));
+        assert_eq!(r.pending(), 2, "in flight until acknowledged");
+        r.copied(1);
+        r.retry(vec![((rule.clone(), "k".into()), 5)]);
+        assert_eq!(r.pending(), 1);
+        assert_eq!(r.take(), [((rule, "k".into()), 5)]);
+        r.copied(1);
+        assert_eq!(r.pending(), 0);
+        let off = Replicator::new(false);
+        off.mark(&"r".into(), "k", 1);
+        assert_eq!(off.pending(), 0, "one copy: nothing to stream");
+    }
+}
