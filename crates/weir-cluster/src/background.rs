@@ -180,6 +180,8 @@ pub async fn replicate(
             }
         }
         replicator.copied(no_copy);
+        // Read before any state: a charge applied by then is in every state.
+        let at = limiter.now();
         let calls = by_holder.into_iter().map(|(holder, keys)| {
             let states = keys
                 .iter()
@@ -190,6 +192,7 @@ pub async fn replicate(
                 from_node: me.to_string(),
                 states,
                 boot,
+                at,
             };
             let call = link.replicate(&holder, req, REPLICATE_DEADLINE);
             async move { (call.await.is_ok(), keys) }

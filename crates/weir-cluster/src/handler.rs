@@ -98,7 +98,7 @@ impl PeerHandler {
             .into_iter()
             .filter_map(wire::snapshot_from_wire)
             .collect();
-        let accepted = self.replicas.take(&req.from_node, req.boot, states);
+        let accepted = self.replicas.take(&req.from_node, req.boot, req.at, states);
         ReplicateResponse { accepted }
     }
 

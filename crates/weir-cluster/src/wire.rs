@@ -154,6 +154,14 @@ pub fn error_to_wire(e: &CheckError) -> OpResult {
     }
 }
 
+/// When the owner applied a charge (its clock), from its answer.
+pub fn answer_charge(result: OpResult) -> Option<Nanos> {
+    match result.outcome {
+        Some(Outcome::Decision(d)) => Some(d.at),
+        _ => None,
+    }
+}
+
 /// What an owner's answer to one op means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {

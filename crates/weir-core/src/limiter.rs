@@ -403,6 +403,16 @@ impl Limiter {
         })
     }
 
+    /// Records `cost` on a state outside the tables (see
+    /// [`crate::Policy::charge`]); false when the rule is unknown or of
+    /// another algorithm.
+    pub fn charge_state(&self, rule: &str, state: &mut State, cost: u64) -> bool {
+        match self.counters(rule) {
+            Ok(c) => c.policy().charge(state, self.clock.now(), cost),
+            Err(_) => false,
+        }
+    }
+
     /// What `snap` spent beyond `base`, under the rule in force.
     pub fn since(&self, snap: &CounterSnapshot, base: &State) -> Option<State> {
         let c = self.counters(&snap.rule).ok()?;

@@ -1,7 +1,8 @@
 //! One circuit breaker per owner: slow is not dead, and an owner counts as lost only on evidence.
 //!
 //! A missed deadline costs that one check; the breaker opens only after
-//! `trip_after` misses in a row, on a refused or reset connection, or when
+//! [`TRIP_AFTER`] misses in a row spanning at least [`TRIP_SPAN`] with no
+//! answer in time between them, on a refused or reset connection, or when
 //! SWIM suspects the owner. While open, checks for the owner skip the call
 //! (its keys go to the replica holder, else the local fallback) except one
 //! probe every `probe_every`: the half-open state. The probe's answer closes
@@ -16,10 +17,14 @@ use weir_core::Nanos;
 
 use crate::stats::{FallbackCounts, FallbackStatus};
 
-/// Consecutive missed deadlines that open a breaker. One miss is noise on a
-/// busy machine; three in a row, with nothing answered between, is an owner
-/// that has stopped keeping up.
+/// Consecutive missed deadlines that open a breaker, when they span at
+/// least [`TRIP_SPAN`]. One miss is noise on a busy machine, and so is a
+/// burst of them within a scheduler's time slice; an owner that has
+/// answered nothing in time for a quarter of a second, across three checks
+/// or more, has stopped keeping up. (SWIM's probe period is half a second:
+/// this is faster than suspicion, and far from it on a healthy network.)
 pub const TRIP_AFTER: u32 = 3;
+pub const TRIP_SPAN: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -46,7 +51,8 @@ struct Breaker {
     state: BreakerState,
     /// Missed deadlines since the last answer.
     misses: u32,
-    /// When it opened (for the log line that says how long it lasted).
+    /// When the run of misses began, or when it opened (for the log line
+    /// that says how long it lasted).
     since: Nanos,
     probe_at: Nanos,
 }
@@ -120,7 +126,8 @@ impl Breakers {
         });
     }
 
-    /// `owner` missed a deadline: it opens after [`TRIP_AFTER`] in a row.
+    /// `owner` missed a deadline: it opens after [`TRIP_AFTER`] in a row
+    /// spanning [`TRIP_SPAN`].
     pub fn missed(&self, owner: &str, now: Nanos) {
         self.update(|o| {
             let b = o.tracked.entry(owner.to_string()).or_insert(Breaker {
@@ -130,8 +137,11 @@ impl Breakers {
                 probe_at: now,
             });
             b.misses += 1;
+            let span = u64::try_from(TRIP_SPAN.as_nanos()).unwrap_or(u64::MAX);
             let trip = match b.state {
-                BreakerState::Closed => b.misses >= TRIP_AFTER,
+                BreakerState::Closed => {
+                    b.misses >= TRIP_AFTER && now.saturating_sub(b.since) >= span
+                }
                 // The probe missed too.
                 BreakerState::HalfOpen => true,
                 BreakerState::Open => false,
@@ -239,21 +249,32 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     #[test]
-    fn one_miss_is_not_a_lost_owner_but_three_in_a_row_are() {
+    fn a_burst_of_misses_is_not_a_lost_owner_but_a_quarter_second_of_them_is() {
         let b = Breakers::new(Duration::from_millis(200));
-        b.missed("o", 0);
-        b.missed("o", MS);
-        assert_eq!(b.state_of("o"), BreakerState::Closed, "slow is not dead");
-        b.answered("o", 2 * MS);
-        b.missed("o", 3 * MS);
-        b.missed("o", 4 * MS);
+        for t in 0..10 {
+            b.missed("o", t * MS);
+        }
         assert_eq!(
             b.state_of("o"),
             BreakerState::Closed,
-            "an answer forgives the misses"
+            "ten misses in 10 ms: slow, not dead"
         );
-        b.missed("o", 5 * MS);
-        assert_eq!(b.state_of("o"), BreakerState::Open);
+        b.answered("o", 20 * MS);
+        b.missed("o", 30 * MS);
+        b.missed("o", 200 * MS);
+        assert_eq!(
+            b.state_of("o"),
+            BreakerState::Closed,
+            "an answer forgave the burst"
+        );
+        b.missed("o", 279 * MS);
+        assert_eq!(b.state_of("o"), BreakerState::Closed, "249 ms of misses");
+        b.missed("o", 280 * MS);
+        assert_eq!(
+            b.state_of("o"),
+            BreakerState::Open,
+            "250 ms and three misses"
+        );
         assert_eq!(b.status().owners, ["o"]);
     }
 

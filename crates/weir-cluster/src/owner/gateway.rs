@@ -259,7 +259,7 @@ impl Gateway {
     /// Periodic chores: expired denials, idle fallback keys, breakers of
     /// owners that have meanwhile left the ring (a call already queued to
     /// one failed just after it left), and debts to owners that answer again.
-    pub fn maintain(&self) {
+    pub async fn maintain(&self) {
         let now = self.local.limiter().now();
         self.deny.purge(now);
         self.remote.fallback().sweep();
@@ -268,6 +268,6 @@ impl Gateway {
         self.remote
             .breakers()
             .retain_members(|id| routing.is_member(id), now);
-        self.remote.pay_debts();
+        self.remote.pay_debts().await;
     }
 }

@@ -317,42 +317,88 @@ impl Remote {
     /// Charges what this node owes: admissions its fallback decided, to the
     /// key's owner now on the ring (itself, once a dead owner's keys came
     /// here), and stand-in admissions its replica copies hold, to the owner
-    /// they stood in for. Only owners whose breaker is closed are charged.
-    pub fn pay_debts(&self) {
+    /// they stood in for. An owner whose breaker is open is charged only
+    /// when its probe is due, the charge being the probe.
+    pub async fn pay_debts(&self) {
         let now = self.now();
         let ring = self.routing.routing_ring();
         let me = self.routing.me();
-        let answers = |id: &str| self.breakers.state_of(id) == super::breaker::BreakerState::Closed;
-        let paid = self.debts.take_payable(now, |c| {
-            ring.owner_id(&c.hash_part)
-                .is_some_and(|o| o == me || answers(o))
-        });
-        for c in paid {
-            let Some(owner) = ring.owner(&c.hash_part) else {
-                continue;
+        let member = |id: &str| ring.members().iter().find(|m| m.id == id).cloned();
+        let (paid, owed) = {
+            // One admit per owner: it lets one probe through per interval.
+            let admitted = std::cell::RefCell::new(std::collections::HashMap::new());
+            let payable = |id: &str| {
+                id == me
+                    || *admitted
+                        .borrow_mut()
+                        .entry(id.to_string())
+                        .or_insert_with(|| self.breakers.admit(id, now))
             };
-            self.charge(owner, &c);
-        }
-        let member = |id: &str| ring.members().iter().find(|m| m.id == id);
-        for (owner, c) in self
-            .replicas
-            .owed(|id| id != me && member(id).is_some() && answers(id))
-        {
-            if let Some(node) = member(&owner) {
-                self.charge(node, &c);
-            }
-        }
+            let paid = self
+                .debts
+                .take_payable(now, |c| ring.owner_id(&c.hash_part).is_some_and(&payable));
+            let owed = self.replicas.owed(|id| member(id).is_some() && payable(id));
+            (paid, owed)
+        };
+        let debts = paid.into_iter().filter_map(|c| {
+            let owner = ring.owner(&c.hash_part)?.clone();
+            Some(async move {
+                let ok = self.charge(&owner, &c).await.is_some();
+                if !ok {
+                    self.debts.owe(c);
+                }
+            })
+        });
+        let copies = owed.into_iter().filter_map(|o| {
+            let owner = member(&o.owner)?;
+            Some(async move {
+                let charged = Charge {
+                    rule: o.rule.clone(),
+                    hash_part: o.hash_part.clone(),
+                    cost: o.cost,
+                    until_ms: u64::MAX,
+                };
+                match self.charge(&owner, &charged).await {
+                    Some(applied_at) => self.replicas.charged(&o, applied_at),
+                    // A late or lost answer leaves it unknown whether the
+                    // charge landed: owed again, so it may land twice (the
+                    // safe way).
+                    None => self.replicas.unsent(&o),
+                }
+            })
+        });
+        futures::future::join_all(debts).await;
+        futures::future::join_all(copies).await;
     }
 
-    fn charge(&self, owner: &NodeIdentity, c: &Charge) {
-        bump(&self.stats.charges_paid, 1);
+    /// Charges `c` to `owner`; the owner's clock when it applied it, or
+    /// None when it did not answer.
+    async fn charge(&self, owner: &NodeIdentity, c: &Charge) -> Option<Nanos> {
+        let now = self.now();
         if owner.id == self.routing.me() {
-            if self.local.charge(&c.rule, &c.hash_part, c.cost) {
-                self.replicator.mark(&c.rule, &c.hash_part, self.now());
+            if !self.local.charge(&c.rule, &c.hash_part, c.cost) {
+                return None;
             }
-            return;
+            self.replicator.mark(&c.rule, &c.hash_part, now);
+            bump(&self.stats.charges_paid, 1);
+            return Some(now);
         }
-        self.peers
-            .send(owner, wire::charge(&c.rule, &c.hash_part, c.cost));
+        let op = wire::charge(&c.rule, &c.hash_part, c.cost);
+        match self.peers.decide(owner, op, self.deadline).await {
+            Reply::Answered(result) => {
+                self.breakers.answered(&owner.id, now);
+                let applied = wire::answer_charge(result)?;
+                bump(&self.stats.charges_paid, 1);
+                Some(applied)
+            }
+            Reply::Failed(PeerFailure::Unreachable(why)) => {
+                self.breakers.lost(&owner.id, now, &why);
+                None
+            }
+            _ => {
+                self.breakers.missed(&owner.id, now);
+                None
+            }
+        }
     }
 }

@@ -6,8 +6,9 @@
 //! its counts. What is lost is only the owner's changes not yet streamed.
 //!
 //! Decisions taken on a copy (standing in for an unreachable owner) are
-//! kept apart, re-applied over every copy the owner streams until they are
-//! charged to the owner, so the owner's next copy cannot erase them.
+//! kept apart and re-applied over every copy the owner streams, until one
+//! arrives that the owner took after it was charged with them: a copy in
+//! flight while a charge lands cannot erase them.
 //!
 //! A promoted key remembers the copy it started from (its base), so that
 //! if its old owner comes back as the same incarnation (a healed partition)
@@ -21,7 +22,6 @@ use compact_str::CompactString;
 use dashmap::DashMap;
 use weir_core::{CheckError, CounterSnapshot, Decision, Limiter, Nanos, RuleSet, State};
 
-use crate::owner::debts::Charge;
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 
@@ -32,21 +32,52 @@ type Key = (Arc<str>, CompactString);
 /// after 15 minutes).
 const BASE_KEPT: Duration = Duration::from_secs(15 * 60);
 
+/// Where one stand-in admission is on its way to the owner's count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charged {
+    Owed,
+    Sent,
+    /// Applied by the owner at this time on its clock: copies it took
+    /// later include it.
+    At(Nanos),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Standin {
+    at: Nanos,
+    cost: u64,
+    charged: Charged,
+}
+
 /// Whose copy a key is, and what was decided on it while standing in.
 #[derive(Debug, Clone, Default)]
 struct Meta {
     owner: String,
     /// The owner process's boot the copy came from.
     boot: u64,
-    /// (decision time, cost) of admissions decided here for the owner,
-    /// not yet charged to it.
-    standins: Vec<(Nanos, u64)>,
+    /// Admissions decided here for the owner not yet in its copies.
+    standins: Vec<Standin>,
+}
+
+/// A stand-in admission to charge to its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owed {
+    pub owner: String,
+    pub rule: Arc<str>,
+    pub hash_part: String,
+    pub cost: u64,
+    /// The stand-in decision's time, which names it when the charge lands.
+    pub at: Nanos,
 }
 
 struct Base {
     owner: String,
     boot: u64,
+    /// The copy as promoted: the owner's last copy plus the stand-ins on it.
     state: State,
+    /// Of those stand-ins, what the owner was never charged with: it does
+    /// not have them, so they go back with what was spent since.
+    uncharged: u64,
     at: Nanos,
 }
 
@@ -74,9 +105,16 @@ impl Replicas {
         self.store.install(rules.clone());
     }
 
-    /// Takes the copies `owner` streamed, replacing what was held, with the
-    /// stand-in decisions not yet charged to it applied on top.
-    pub fn take(&self, owner: &str, boot: u64, states: Vec<CounterSnapshot>) -> u32 {
+    /// Takes the copies `owner` streamed (taken at `taken_at` on its
+    /// clock), replacing what was held, with the stand-in admissions they
+    /// cannot include yet applied on top.
+    pub fn take(
+        &self,
+        owner: &str,
+        boot: u64,
+        taken_at: Nanos,
+        states: Vec<CounterSnapshot>,
+    ) -> u32 {
         let mut taken = 0;
         for snap in states {
             let k = key(&snap.rule, &snap.hash_part);
@@ -88,8 +126,10 @@ impl Replicas {
             let mut m = self.meta.entry(k).or_default();
             m.owner = owner.to_string();
             m.boot = boot;
-            for &(_, cost) in &m.standins {
-                let _ = self.store.charge(&rule, &hash_part, cost);
+            m.standins
+                .retain(|s| !matches!(s.charged, Charged::At(t) if t <= taken_at));
+            for s in &m.standins {
+                let _ = self.store.charge(&rule, &hash_part, s.cost);
             }
         }
         taken
@@ -111,7 +151,11 @@ impl Replicas {
             if m.owner.is_empty() {
                 m.owner = owner.to_string();
             }
-            m.standins.push((d.at, cost));
+            m.standins.push(Standin {
+                at: d.at,
+                cost,
+                charged: Charged::Owed,
+            });
         }
         Ok(d)
     }
@@ -120,7 +164,11 @@ impl Replicas {
     pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
         self.store.refund(rule, hash_part, at, cost);
         if let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) {
-            if let Some(i) = m.standins.iter().rposition(|&(t, c)| t == at && c == cost) {
+            if let Some(i) = m
+                .standins
+                .iter()
+                .rposition(|s| s.at == at && s.cost == cost)
+            {
                 m.standins.remove(i);
             }
         }
@@ -132,15 +180,21 @@ impl Replicas {
     /// the new owner counts instead.
     pub fn superseded(&self, rule: &str, hash_part: &str) -> u64 {
         self.store.take(rule, hash_part);
+        let uncharged = |m: &Meta| {
+            m.standins
+                .iter()
+                .filter(|s| !matches!(s.charged, Charged::At(_)))
+                .map(|s| s.cost)
+                .sum()
+        };
         self.meta
             .remove(&key(rule, hash_part))
-            .map_or(0, |(_, m)| m.standins.iter().map(|&(_, c)| c).sum())
+            .map_or(0, |(_, m)| uncharged(&m))
     }
 
-    /// Stand-in admissions to charge to their owners, taken from the list
-    /// for the owners `payable` accepts. The copy keeps them until the
-    /// owner's next stream, which then counts them.
-    pub fn owed(&self, payable: impl Fn(&str) -> bool) -> Vec<(String, Charge)> {
+    /// Stand-in admissions to charge to the owners `payable` accepts, each
+    /// marked as sent until [`Replicas::charged`] or [`Replicas::unsent`].
+    pub fn owed(&self, payable: impl Fn(&str) -> bool) -> Vec<Owed> {
         let mut out = Vec::new();
         for mut e in self.meta.iter_mut() {
             if e.standins.is_empty() || !payable(&e.owner) {
@@ -148,19 +202,40 @@ impl Replicas {
             }
             let (rule, hash_part) = e.key().clone();
             let owner = e.owner.clone();
-            for (_, cost) in e.standins.drain(..) {
-                out.push((
-                    owner.clone(),
-                    Charge {
-                        rule: rule.clone(),
-                        hash_part: hash_part.to_string(),
-                        cost,
-                        until_ms: u64::MAX,
-                    },
-                ));
+            for s in e.standins.iter_mut().filter(|s| s.charged == Charged::Owed) {
+                s.charged = Charged::Sent;
+                out.push(Owed {
+                    owner: owner.clone(),
+                    rule: rule.clone(),
+                    hash_part: hash_part.to_string(),
+                    cost: s.cost,
+                    at: s.at,
+                });
             }
         }
         out
+    }
+
+    /// The owner applied a charge at `applied_at` on its clock.
+    pub fn charged(&self, o: &Owed, applied_at: Nanos) {
+        self.mark(o, Charged::At(applied_at));
+    }
+
+    /// A charge did not arrive: it is owed again.
+    pub fn unsent(&self, o: &Owed) {
+        self.mark(o, Charged::Owed);
+    }
+
+    fn mark(&self, o: &Owed, to: Charged) {
+        if let Some(mut m) = self.meta.get_mut(&key(&o.rule, &o.hash_part)) {
+            if let Some(s) = m
+                .standins
+                .iter_mut()
+                .find(|s| s.at == o.at && s.cost == o.cost)
+            {
+                s.charged = to;
+            }
+        }
     }
 
     /// On a new ring: copies whose owner left it. Those this node now owns
@@ -171,13 +246,27 @@ impl Replicas {
         let members: Vec<&NodeIdentity> = ring.members().iter().collect();
         let live = |id: &str| members.iter().any(|m| m.id == id);
         let (mut mine, mut theirs) = (Vec::new(), Vec::new());
-        let keys: Vec<(Key, String, u64)> = self
+        let uncharged = |m: &Meta| -> u64 {
+            m.standins
+                .iter()
+                .filter(|s| !matches!(s.charged, Charged::At(_)))
+                .map(|s| s.cost)
+                .sum()
+        };
+        let keys: Vec<(Key, String, u64, u64)> = self
             .meta
             .iter()
-            .map(|e| (e.key().clone(), e.owner.clone(), e.boot))
+            .map(|e| {
+                (
+                    e.key().clone(),
+                    e.owner.clone(),
+                    e.boot,
+                    uncharged(e.value()),
+                )
+            })
             .collect();
         let now = self.store.now();
-        for ((rule, hash_part), owner, boot) in keys {
+        for ((rule, hash_part), owner, boot, uncharged) in keys {
             if live(&owner) {
                 // Still its owner's copy, if this node is still the holder.
                 if ring.replica_of(&hash_part).is_none_or(|h| h.id != me) {
@@ -197,6 +286,7 @@ impl Replicas {
                         owner: owner.clone(),
                         boot,
                         state: snap.state.clone(),
+                        uncharged,
                         at: now,
                     },
                 );
@@ -220,9 +310,20 @@ impl Replicas {
         if base.owner != to.id || base.boot != to.boot {
             return snap;
         }
-        match self.store.since(&snap, &base.state) {
-            Some(state) => CounterSnapshot { state, ..snap },
-            None => snap,
+        let Some(mut since) = self.store.since(&snap, &base.state) else {
+            return snap;
+        };
+        if base.uncharged > 0 {
+            let charged = self
+                .store
+                .charge_state(&snap.rule, &mut since, base.uncharged);
+            if !charged {
+                return snap;
+            }
+        }
+        CounterSnapshot {
+            state: since,
+            ..snap
         }
     }
 

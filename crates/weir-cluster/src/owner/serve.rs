@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{CheckError, InputField};
+use weir_core::{CheckError, Decision, InputField};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
 use super::local::{Consumed, Local};
@@ -102,11 +102,13 @@ impl OwnerService {
                 return Some(wire::refunded());
             }
             OpKind::Charge => {
+                let now = self.local.limiter().now();
                 if self.local.charge(&op.rule, &op.key, op.cost) {
-                    self.replicator
-                        .mark(&rule, &op.key, self.local.limiter().now());
+                    self.replicator.mark(&rule, &op.key, now);
                 }
-                return Some(wire::refunded());
+                // When it was applied: copies taken later include it.
+                let applied = Decision::uncounted(0, 0, Duration::ZERO, now);
+                return Some(wire::decided(&applied));
             }
         };
         match consumed {

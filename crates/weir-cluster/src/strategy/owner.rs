@@ -182,7 +182,7 @@ impl Strategy for OwnerStrategy {
 
     fn maintain(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            self.gateway.maintain();
+            self.gateway.maintain().await;
             if self.local.take_strays() {
                 self.handoff.rebalance().await;
             }

@@ -259,6 +259,30 @@ pub async fn memory_cluster(
     .await
 }
 
+/// Every setting at its default but the seeds the harness fills in.
+pub fn defaults(c: &mut ClusterConfig) {
+    *c = ClusterConfig {
+        seeds: std::mem::take(&mut c.seeds),
+        ..ClusterConfig::default()
+    };
+}
+
+/// `n` members on a fresh in-memory network at the default settings (then
+/// `tweak`), for tests under tokio's paused clock.
+pub async fn paused_members(
+    n: usize,
+    rules: &str,
+    tweak: impl Fn(&mut ClusterConfig),
+) -> (MemoryNet, Vec<TestNode>) {
+    let net = MemoryNet::new();
+    let nodes = memory_cluster(&net, n, rules, |c| {
+        defaults(c);
+        tweak(c);
+    })
+    .await;
+    (net, nodes)
+}
+
 /// Polls `cond` every 10 ms; panics naming `what` after [`DEADLINE`].
 pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();

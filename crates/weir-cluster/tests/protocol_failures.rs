@@ -1,0 +1,249 @@
+//! The owner protocol when an owner is slow, lost or dead, deterministically: whole members on the in-memory network under tokio's paused clock, at the node's default settings.
+//!
+//! Each test says which guard it covers: remove that guard and it fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use weir_cluster::{ClusterConfig, OwnerFailure};
+use weir_core::{CheckError, Unavailable};
+
+fn deadline() -> Duration {
+    ClusterConfig::default().owner_deadline
+}
+
+/// How many of `n` checks of `key` through `via` are admitted.
+async fn admitted(via: &[&TestNode], key: &str, n: usize) -> usize {
+    admitted_round_robin(via, key, n).await
+}
+
+/// Lets the cluster settle: late answers, refunds, charges and copies land.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Guard: a late answer is reconciled. An owner that answers a moment
+/// after the deadline had admitted a check its gateway refused; the refund
+/// gives the budget back, so the key still admits its whole limit. Without
+/// it the owner would keep one admission nobody got.
+#[tokio::test(start_paused = true)]
+async fn a_late_admission_of_a_check_the_gateway_refused_is_refunded() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "late");
+    net.slow_down(nodes[2].host(), deadline());
+    let v = nodes[0].check(&key).await.expect("answered");
+    assert!(!v.allowed, "slow, not lost: refused for now, never guessed");
+    net.slow_down(nodes[2].host(), Duration::ZERO);
+    settle().await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(
+        admitted(&all, &key, 2 * LIMIT).await,
+        LIMIT,
+        "the late admission was refunded"
+    );
+    assert_eq!(nodes[0].cluster.stats().late_refunds, 1);
+}
+
+/// Guard: slow is not dead. An owner slower than the deadline for a while
+/// costs checks their answer (refused for now), never an admission beyond
+/// the limit: no fallback guesses at L/N, the breaker stays closed while
+/// misses are a burst, and the owner's count afterwards is exactly what was
+/// admitted.
+#[tokio::test(start_paused = true)]
+async fn a_slow_but_alive_owner_never_over_admits() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "slow");
+    let gateways = [&nodes[0], &nodes[1]];
+    net.slow_down(nodes[2].host(), deadline());
+    let mut during = 0;
+    for _ in 0..(2 * LIMIT) {
+        let started = tokio::time::Instant::now();
+        during += admitted(&gateways, &key, 1).await;
+        assert!(
+            started.elapsed() <= 2 * deadline() + Duration::from_millis(1),
+            "one check waited {:?}",
+            started.elapsed()
+        );
+    }
+    net.slow_down(nodes[2].host(), Duration::ZERO);
+    settle().await;
+    let after = admitted(&gateways, &key, 2 * LIMIT).await;
+    println!("while slow {during} admitted, after {after}");
+    assert!(during <= LIMIT);
+    assert_eq!(
+        during + after,
+        LIMIT,
+        "the owner counted exactly what was admitted"
+    );
+    assert_eq!(
+        nodes[0].cluster.stats().fallback_decisions,
+        0,
+        "no L/N guess"
+    );
+}
+
+/// Guard: replication and promotion. A dead owner's keys keep the counts
+/// its replica holder was sent: before the death is declared the holder
+/// stands in for it, after it owns them. With one copy (`--replicas 1`)
+/// the same key would restart from a fresh budget.
+#[tokio::test(start_paused = true)]
+async fn a_dead_owners_keys_keep_their_counts_on_its_replica_holder() {
+    for replicas in [2, 1] {
+        let (net, mut nodes) = paused_members(3, RULES, |c| c.replicas = replicas).await;
+        let key = key_owned_by(&nodes[0], "node-3", "dies");
+        let all: Vec<&TestNode> = nodes.iter().collect();
+        assert_eq!(admitted(&all, &key, 12).await, 12);
+        settle().await;
+        let dead = nodes.pop().unwrap();
+        dead.kill().await;
+        let survivors: Vec<&TestNode> = nodes.iter().collect();
+        let before_detection = admitted(&survivors, &key, 3).await;
+        wait_until("the survivors drop node-3", || {
+            survivors.iter().all(|n| n.ring_ids().len() == 2)
+        })
+        .await;
+        let after = admitted(&survivors, &key, 2 * LIMIT).await;
+        let total = 12 + before_detection + after;
+        println!("replicas {replicas}: {before_detection} before detection, {after} after, {total} in all");
+        if replicas == 2 {
+            assert_eq!(total, LIMIT, "the counts survived the death");
+            let by_copy: u64 = survivors
+                .iter()
+                .map(|n| n.cluster.stats().replica_decisions)
+                .sum();
+            assert!(
+                by_copy >= 3,
+                "the holder stood in before detection ({by_copy})"
+            );
+        } else {
+            assert!(total > LIMIT, "one copy: the dead owner's twelve are gone");
+        }
+        drop(net);
+    }
+}
+
+/// Guard: the owner-failure policy applies only when neither the owner nor
+/// a copy can decide (`--replicas 1` here, the owner cut off): `local`
+/// decides from the owner's last word, `open` admits, `closed` refuses with
+/// 503, never a denial.
+#[tokio::test(start_paused = true)]
+async fn with_no_copy_a_lost_owner_is_decided_by_the_configured_policy() {
+    for policy in [
+        OwnerFailure::Local,
+        OwnerFailure::Open,
+        OwnerFailure::Closed,
+    ] {
+        let (_net, nodes) = paused_members(2, RULES, |c| {
+            c.on_owner_failure = policy;
+            c.replicas = 1;
+        })
+        .await;
+        let key = key_owned_by(&nodes[0], "node-2", "lost");
+        // The owner admitted 10 of 20 before it was cut off.
+        assert_eq!(admitted(&[&nodes[0]], &key, 10).await, 10);
+        nodes[0].partition_from(&[&nodes[1]]);
+        // Misses for a quarter of a second: the breaker opens.
+        for _ in 0..4 {
+            let _ = nodes[0].check(&key).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(nodes[0].cluster.fallback_status().owners, ["node-2"]);
+        let mut outcomes = Vec::new();
+        for _ in 0..LIMIT {
+            outcomes.push(nodes[0].check(&key).await);
+        }
+        match policy {
+            OwnerFailure::Local => {
+                let admitted = outcomes
+                    .iter()
+                    .filter(|o| o.as_ref().unwrap().allowed)
+                    .count();
+                assert_eq!(
+                    admitted, 5,
+                    "half of the 10 the owner had left, for 2 gateways"
+                );
+            }
+            OwnerFailure::Open => assert!(outcomes.iter().all(|o| o.as_ref().unwrap().allowed)),
+            OwnerFailure::Closed => {
+                for o in outcomes {
+                    assert_eq!(
+                        o.unwrap_err(),
+                        CheckError::Unavailable(Unavailable::OwnerUnreachable {
+                            owner: "node-2".into()
+                        })
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Guard: what a fallback admitted is charged to the owner once it
+/// answers again, so its count includes every admission.
+#[tokio::test(start_paused = true)]
+async fn fallback_admissions_are_charged_to_the_owner_when_it_returns() {
+    let (net, nodes) = paused_members(2, RULES, |c| c.replicas = 1).await;
+    let key = key_owned_by(&nodes[0], "node-2", "owed");
+    nodes[0].partition_from(&[&nodes[1]]);
+    for _ in 0..4 {
+        let _ = nodes[0].check(&key).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nothing learned about the key: L/N = 10 on this gateway.
+    let on_fallback = admitted(&[&nodes[0]], &key, LIMIT).await;
+    assert_eq!(on_fallback, LIMIT / 2);
+    net.heal();
+    wait_until("both rings hold both", || {
+        nodes.iter().all(|n| n.ring_ids().len() == 2)
+    })
+    .await;
+    settle().await;
+    assert!(nodes[0].cluster.stats().charges_paid >= 1);
+    let at_owner = admitted(&[&nodes[1]], &key, LIMIT).await;
+    assert_eq!(
+        at_owner,
+        LIMIT - on_fallback,
+        "the owner counted the fallback's admissions"
+    );
+}
+
+/// Guard: a promoted copy hands back only what was spent since, to the
+/// owner process it came from. After a partition heals, the owner's count
+/// holds its own spend, the other side's, and the spend before the cut
+/// once, not twice.
+#[tokio::test(start_paused = true)]
+async fn a_healed_owner_gets_back_what_the_other_side_spent_and_nothing_twice() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "heal");
+    let holder = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
+    let majority: Vec<&TestNode> = nodes.iter().filter(|n| n.id != "node-3").collect();
+    assert_eq!(admitted(&majority, &key, 5).await, 5);
+    settle().await;
+    nodes[2].partition_from(&[&nodes[0], &nodes[1]]);
+    wait_until("the sides split", || {
+        nodes[2].ring_ids().len() == 1 && majority.iter().all(|n| n.ring_ids().len() == 2)
+    })
+    .await;
+    assert_eq!(admitted(&[&nodes[2]], &key, 4).await, 4, "the owner's side");
+    assert_eq!(
+        admitted(&majority, &key, 6).await,
+        6,
+        "the holder's side, on the copy"
+    );
+    net.heal();
+    wait_until("one ring again", || {
+        nodes.iter().all(|n| n.ring_ids().len() == 3)
+    })
+    .await;
+    settle().await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let more = admitted(&all, &key, 2 * LIMIT).await;
+    println!("holder {holder}: {more} more after the heal");
+    assert_eq!(
+        more,
+        LIMIT - 15,
+        "5 before the cut + 4 + 6, the 5 counted once"
+    );
+}
