@@ -32,14 +32,17 @@ pub async fn follow_view(
     while views.changed().await.is_ok() {
         let view = views.borrow_and_update().clone();
         strategy.on_suspects(&view.suspects);
-        let current = routing.ring();
-        if current.members() == Ring::with_default_vnodes(&view.members).members() {
+        let ring = Ring::with_default_vnodes(&view.members);
+        if routing.ring().members() == ring.members() {
             continue;
         }
-        let ring = Arc::new(Ring::with_default_vnodes(&view.members));
+        let ring = Arc::new(ring);
         let old = routing.install(ring.clone());
         let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
         tracing::info!(epoch = view.epoch, members = ?ids, "ring rebuilt");
+        // The strategy follows the ring at once (a divided limit must not
+        // lag the member count it divides by), before any call goes out.
+        let following = strategy.on_ring(&old, &ring);
         let me = routing.me();
         let joined = ring
             .members()
@@ -52,7 +55,7 @@ pub async fn follow_view(
             // the rest).
             rules.pull(newcomer).await;
         }
-        strategy.on_ring(&old, &ring).await;
+        following.await;
     }
 }
 

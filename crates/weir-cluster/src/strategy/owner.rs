@@ -169,8 +169,8 @@ impl Strategy for OwnerStrategy {
     }
 
     fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
+        self.gateway.on_ring(old, ring, &self.limiter().rules());
         Box::pin(async move {
-            self.gateway.on_ring(old, ring, &self.limiter().rules());
             self.promote(ring).await;
             self.handoff.rebalance().await;
         })
