@@ -315,6 +315,7 @@ impl Cluster {
                 } else {
                     0.0
                 },
+                breaker: self.inner.strategy.breaker_of(&m.identity.id),
                 id: m.identity.id,
                 gossip: m.identity.gossip,
                 grpc: m.identity.grpc,

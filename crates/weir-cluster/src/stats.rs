@@ -16,6 +16,8 @@ pub struct MemberStatus {
     /// Fraction of the key space this member owns on this node's ring; 0
     /// for a member that is down.
     pub ring_share: f64,
+    /// This node's breaker for the member: `closed`, `open` or `half_open`.
+    pub breaker: &'static str,
 }
 
 /// Which owners this node is currently deciding for on its own.

@@ -189,8 +189,8 @@ async fn with_batching_off_each_op_is_its_own_call() {
 async fn a_batch_of_local_and_remote_keys_answers_each_in_order_forwarding_only_the_remote() {
     let nodes = cluster(2, RULES, |_| {}).await;
     let gateway = &nodes[0];
-    // Alternate owners, and send each key LIMIT + 1 times so the last of
-    // each key's checks is denied wherever it is decided.
+    // Alternate owners, and send each key LIMIT + 1 times so one of each
+    // key's checks is denied wherever it is decided.
     let keys: Vec<String> = (0..10)
         .map(|i| key_owned_by(gateway, &nodes[i % 2].id, &format!("mixed{i}")))
         .collect();
@@ -201,12 +201,17 @@ async fn a_batch_of_local_and_remote_keys_answers_each_in_order_forwarding_only_
     let before = gateway.cluster.stats();
     let verdicts = gateway.engine.check_many(&reqs).await;
     assert_eq!(verdicts.len(), reqs.len());
+    let mut admitted = std::collections::HashMap::new();
     for (i, (req, v)) in reqs.iter().zip(&verdicts).enumerate() {
         let v = v.as_ref().unwrap();
         let applied = v.binding().unwrap();
         assert_eq!(applied.hash_part, req.key, "answer {i} is for another key");
-        let round = i / keys.len();
-        assert_eq!(v.allowed, round < LIMIT, "answer {i} (round {round})");
+        *admitted.entry(req.key.clone()).or_insert(0) += usize::from(v.allowed);
+    }
+    // Concurrent calls to one owner may be decided in any order, so which
+    // of a key's checks is the one too many is not fixed; how many is.
+    for k in &keys {
+        assert_eq!(admitted[k], LIMIT, "{k}");
     }
     let after = gateway.cluster.stats();
     let remote = reqs.len() / 2;

@@ -103,6 +103,16 @@ pub struct ServeArgs {
         help = with_default("How long to wait for a key's owner", |c| duration(c.owner_deadline))
     )]
     pub owner_deadline: Option<Duration>,
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u8).range(1..=2),
+        help = with_default(
+            "Copies of each counter in all: 2 keeps one on the next member, which stands in for an unreachable owner and takes over a dead one with its counts; 1 keeps none",
+            |c| c.replicas.to_string()
+        )
+    )]
+    pub replicas: Option<u8>,
     /// Token for rule writes (PUT /v1/limits); writes are refused without one.
     #[arg(
         long,
@@ -243,6 +253,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             sync_interval: nonzero("--sync-interval", args.sync_interval, c.sync_interval)?,
             on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
+            replicas: args.replicas.map_or(c.replicas, usize::from),
             secret: secret("--cluster-secret", &args.cluster_secret)?,
             ..c.clone()
         },

@@ -146,6 +146,12 @@ impl NodeBuilder {
         self
     }
 
+    /// `--replicas`: copies of each counter in all (1 or 2).
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.config.cluster.replicas = n;
+        self
+    }
+
     /// `--admin-token`
     pub fn admin_token(mut self, token: impl Into<String>) -> Self {
         self.config.admin_token = Some(token.into());
@@ -218,6 +224,7 @@ mod tests {
             .sync_interval(Duration::from_millis(250))
             .on_owner_failure(OwnerFailure::Closed)
             .owner_deadline(Duration::from_millis(7))
+            .replicas(1)
             .admin_token("admin")
             .cluster_secret("secret")
             .gossip_profile(GossipProfile::Fast)
@@ -233,6 +240,7 @@ mod tests {
         assert_eq!(c.cluster.sync_interval, Duration::from_millis(250));
         assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
         assert_eq!(c.cluster.owner_deadline, Duration::from_millis(7));
+        assert_eq!(c.cluster.replicas, 1);
         assert_eq!(c.admin_token.as_deref(), Some("admin"));
         assert_eq!(c.cluster.secret.as_deref(), Some("secret"));
         assert_eq!(c.cluster.gossip_profile, GossipProfile::Fast);

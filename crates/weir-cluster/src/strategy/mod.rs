@@ -105,6 +105,11 @@ pub trait Strategy: Send + Sync + 'static {
     fn fallback_counts(&self) -> FallbackCounts {
         FallbackCounts::default()
     }
+
+    /// This node's breaker for member `id` (owner strategy only).
+    fn breaker_of(&self, _id: &str) -> &'static str {
+        "closed"
+    }
 }
 
 /// What a strategy may be built from: the node's parts, wired once.

@@ -202,4 +202,8 @@ impl Strategy for OwnerStrategy {
     fn fallback_counts(&self) -> FallbackCounts {
         self.gateway.fallback_counts()
     }
+
+    fn breaker_of(&self, id: &str) -> &'static str {
+        self.gateway.remote().breakers().state_of(id).as_str()
+    }
 }

@@ -53,6 +53,7 @@ fn every_serve_flag_lands_in_the_config() {
         "--sync-interval=250ms",
         "--on-owner-failure=closed",
         "--owner-deadline=20ms",
+        "--replicas=1",
         "--admin-token=t0ken",
         "--cluster-secret=s3cret",
         "--log-format=json",
@@ -78,6 +79,7 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.cluster.sync_interval, Duration::from_millis(250));
     assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
     assert_eq!(c.cluster.owner_deadline, Duration::from_millis(20));
+    assert_eq!(c.cluster.replicas, 1);
     assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
     assert_eq!(c.cluster.secret.as_deref(), Some("s3cret"));
     assert!(c.retry_jitter);

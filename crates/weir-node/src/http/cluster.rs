@@ -42,6 +42,7 @@ pub fn cluster_view(state: &NodeState) -> Value {
                 "grpc": m.grpc.to_string(),
                 "state": m.state.as_str(),
                 "ring_share": m.ring_share,
+                "breaker": m.breaker,
             })
         })
         .collect();
@@ -76,6 +77,22 @@ pub fn cluster_view(state: &NodeState) -> Value {
             "rules_adopted": s.rules_adopted,
             "unauthenticated": s.unauthenticated,
             "strays": s.strays,
+            "slow_decisions": s.slow_decisions,
+            "replica_decisions": s.replica_decisions,
+            "late_refunds": s.late_refunds,
+            "charges_owed": s.charges_owed,
+            "charges_paid": s.charges_paid,
+            "charges_dropped": s.charges_dropped,
+            "replicated": s.replicated,
+            "replication_pending": s.replication_pending,
+            "replication_lag_p99_ms": ms(s.replication_lag.p99),
+            "replication_lag_max_ms": ms(s.replication_lag.max),
+            "forward_queue_p99_ms": ms(s.queue_wait.p99),
+            "forward_call_p99_ms": ms(s.call_time.p99),
         },
     })
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }

@@ -206,6 +206,8 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
         ],
     );
 
+    render_owner_path(out, cluster, &s);
+
     let g = cluster.gossip_stats();
     labeled(
         out,
@@ -244,4 +246,82 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
         "Gossip datagrams that could not be sent.",
         g.send_errors,
     );
+}
+
+/// How checks were decided when an owner did not answer, and what was
+/// reconciled and copied afterwards (the owner strategy's accuracy).
+fn render_owner_path(out: &mut String, cluster: &Cluster, s: &weir_cluster::ClusterStats) {
+    labeled(
+        out,
+        "weir_decisions_without_owner_total",
+        "counter",
+        "Limits decided without an answer from their owner, by how: slow (refused for now, owner alive), replica (a copy stood in), fallback (decided here).",
+        "how",
+        &[
+            ("slow", s.slow_decisions),
+            ("replica", s.replica_decisions),
+            ("fallback", s.fallback_decisions),
+        ],
+    );
+    labeled(
+        out,
+        "weir_reconciled_total",
+        "counter",
+        "Late owner admissions refunded, and admissions decided without the owner: owed, charged to it, or dropped.",
+        "kind",
+        &[
+            ("late_refund", s.late_refunds),
+            ("charge_owed", s.charges_owed),
+            ("charge_paid", s.charges_paid),
+            ("charge_dropped", s.charges_dropped),
+        ],
+    );
+    one(
+        out,
+        "weir_replicated_total",
+        "counter",
+        "Counter states copied to their replica holders.",
+        s.replicated,
+    );
+    one(
+        out,
+        "weir_replication_pending",
+        "gauge",
+        "Changes to counters owned here not yet copied to their holder.",
+        s.replication_pending,
+    );
+    let timings = [
+        (
+            "weir_replication_lag_seconds",
+            "How long a change waited to be copied to its holder (what a crash can lose).",
+            s.replication_lag,
+        ),
+        (
+            "weir_forward_queue_seconds",
+            "Time a forwarded op waited in this gateway's queue.",
+            s.queue_wait,
+        ),
+        (
+            "weir_forward_call_seconds",
+            "Time from sending a forwarded op to its owner's answer.",
+            s.call_time,
+        ),
+    ];
+    for (name, help, t) in timings {
+        header(out, name, "summary", help);
+        for (q, d) in [("0.5", t.p50), ("0.99", t.p99), ("1", t.max)] {
+            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", d.as_secs_f64());
+        }
+        let _ = writeln!(out, "{name}_count {}", t.count);
+    }
+    let breakers: Vec<(String, &'static str)> = cluster
+        .members_status()
+        .into_iter()
+        .map(|m| (m.id, m.breaker))
+        .collect();
+    header(out, "weir_breaker_open", "gauge", "1 while this node's breaker for the member is open (or probing): its keys are decided by their copy or the fallback.");
+    for (id, state) in breakers {
+        let open = u64::from(state != "closed");
+        let _ = writeln!(out, "weir_breaker_open{{member=\"{id}\"}} {open}");
+    }
 }
