@@ -48,10 +48,6 @@ pub enum ClusterError {
 /// The peer service as mounted on a node's gRPC server.
 pub type PeerServiceServer = InterceptedService<PeerServer<PeerService>, PeerAuth>;
 
-/// How long a Decide call may take: answers after a caller's deadline still
-/// arrive within it and are reconciled; one later than this is not.
-const LATE_WINDOW: Duration = Duration::from_secs(1);
-
 /// How long start waits for seed names to resolve (a DNS record may appear
 /// a little after the pod it names).
 const SEED_PATIENCE: Duration = Duration::from_secs(5);
@@ -151,7 +147,7 @@ impl Cluster {
             limiter: limiter.clone(),
             hints: hints.clone(),
             stats: stats.clone(),
-            late_window: LATE_WINDOW,
+            late_window: crate::owner::peers::LATE_WINDOW,
         };
         let replicas = Arc::new(Replicas::new(&limiter));
         // Only the owner strategy changes counters that others copy; under

@@ -24,6 +24,20 @@ async fn settle() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
+/// Checks `key` through `gateway` every 100 ms until its breaker for
+/// `owner` opens: a second of silence, or SWIM's suspicion, whichever is
+/// first. Those checks are refused (slow, not yet lost) and count nowhere.
+async fn checked_until_lost(gateway: &TestNode, key: &str, owner: &str) {
+    for _ in 0..50 {
+        if gateway.cluster.fallback_status().owners == [owner] {
+            return;
+        }
+        let _ = gateway.check(key).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{owner} was not taken for lost within 5 s of silence");
+}
+
 /// Guard: a late answer is reconciled. An owner that answers a moment
 /// after the deadline had admitted a check its gateway refused; the refund
 /// gives the budget back, so the key still admits its whole limit. Without
@@ -81,6 +95,48 @@ async fn a_slow_but_alive_owner_never_over_admits() {
         nodes[0].cluster.stats().fallback_decisions,
         0,
         "no L/N guess"
+    );
+}
+
+/// Guard: a late answer ends a run of misses. An owner whose every answer
+/// comes twenty deadlines late, for three times the breaker's span (one
+/// second with nothing heard), is busy, not lost: its breaker stays
+/// closed, no replica holder stands in beside it (where both would admit),
+/// and it counts exactly what was admitted. Without the reset the breaker
+/// opens after a second of misses and the replica holder decides too.
+#[tokio::test(start_paused = true)]
+async fn an_owner_answering_only_late_for_seconds_is_never_taken_for_lost() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "busy");
+    let gateways = [&nodes[0], &nodes[1]];
+    net.slow_down(nodes[2].host(), 20 * deadline());
+    let started = tokio::time::Instant::now();
+    let mut during = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        during += admitted(&gateways, &key, 1).await;
+        // Paced, like traffic: virtual time under the paused clock.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    net.slow_down(nodes[2].host(), Duration::ZERO);
+    settle().await;
+    for n in gateways {
+        let s = n.cluster.stats();
+        assert_eq!(
+            (
+                s.fallback_entered,
+                s.replica_decisions,
+                s.fallback_decisions
+            ),
+            (0, 0, 0),
+            "{}: never lost",
+            n.id
+        );
+    }
+    let after = admitted(&gateways, &key, 2 * LIMIT).await;
+    assert_eq!(
+        during + after,
+        LIMIT,
+        "the owner counted exactly what was admitted"
     );
 }
 
@@ -144,12 +200,7 @@ async fn with_no_copy_a_lost_owner_is_decided_by_the_configured_policy() {
         // The owner admitted 10 of 20 before it was cut off.
         assert_eq!(admitted(&[&nodes[0]], &key, 10).await, 10);
         nodes[0].partition_from(&[&nodes[1]]);
-        // Misses for a quarter of a second: the breaker opens.
-        for _ in 0..4 {
-            let _ = nodes[0].check(&key).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(nodes[0].cluster.fallback_status().owners, ["node-2"]);
+        checked_until_lost(&nodes[0], &key, "node-2").await;
         let mut outcomes = Vec::new();
         for _ in 0..LIMIT {
             outcomes.push(nodes[0].check(&key).await);
@@ -187,10 +238,7 @@ async fn fallback_admissions_are_charged_to_the_owner_when_it_returns() {
     let (net, nodes) = paused_members(2, RULES, |c| c.replicas = 1).await;
     let key = key_owned_by(&nodes[0], "node-2", "owed");
     nodes[0].partition_from(&[&nodes[1]]);
-    for _ in 0..4 {
-        let _ = nodes[0].check(&key).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    checked_until_lost(&nodes[0], &key, "node-2").await;
     // Nothing learned about the key: L/N = 10 on this gateway.
     let on_fallback = admitted(&[&nodes[0]], &key, LIMIT).await;
     assert_eq!(on_fallback, LIMIT / 2);

@@ -1,10 +1,11 @@
 //! One circuit breaker per owner: slow is not dead, and an owner counts as lost only on evidence.
 //!
 //! A missed deadline costs that one check; the breaker opens only after
-//! [`TRIP_AFTER`] misses in a row spanning at least [`TRIP_SPAN`] with no
-//! answer in time between them, on a refused or reset connection, or when
-//! SWIM suspects the owner. While open, checks for the owner skip the call
-//! (its keys go to the replica holder, else the local fallback) except one
+//! [`TRIP_AFTER`] misses spanning at least [`TRIP_SPAN`] with no answer
+//! between them, not even a late one, on a refused or reset connection,
+//! or when SWIM suspects the owner. While open, checks for the owner skip
+//! the call (its keys go to the replica holder, else the local fallback)
+//! except one
 //! probe every `probe_every`: the half-open state. The probe's answer closes
 //! the breaker; its failure opens it again.
 
@@ -17,14 +18,16 @@ use weir_core::Nanos;
 
 use crate::stats::{FallbackCounts, FallbackStatus};
 
-/// Consecutive missed deadlines that open a breaker, when they span at
-/// least [`TRIP_SPAN`]. One miss is noise on a busy machine, and so is a
-/// burst of them within a scheduler's time slice; an owner that has
-/// answered nothing in time for a quarter of a second, across three checks
-/// or more, has stopped keeping up. (SWIM's probe period is half a second:
-/// this is faster than suspicion, and far from it on a healthy network.)
+/// Missed deadlines that open a breaker, when they span at least
+/// [`TRIP_SPAN`] and the owner answered nothing between them, in time or
+/// late. A busy owner misses deadlines but its late answers keep coming,
+/// and every one ends the run: only an owner silent for as long as a late
+/// answer is waited for (hung, stopped, cut off) counts as lost. Opening
+/// on less would let a replica holder stand in beside a live owner, and
+/// both admit. (A dead process refuses connections, and SWIM suspects a
+/// silent one within about a second: those open at once.)
 pub const TRIP_AFTER: u32 = 3;
-pub const TRIP_SPAN: Duration = Duration::from_millis(250);
+pub const TRIP_SPAN: Duration = super::peers::LATE_WINDOW;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -249,7 +252,8 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     #[test]
-    fn a_burst_of_misses_is_not_a_lost_owner_but_a_quarter_second_of_them_is() {
+    fn a_burst_of_misses_is_not_a_lost_owner_but_a_silent_span_of_them_is() {
+        let span = u64::try_from(TRIP_SPAN.as_nanos()).unwrap();
         let b = Breakers::new(Duration::from_millis(200));
         for t in 0..10 {
             b.missed("o", t * MS);
@@ -261,19 +265,23 @@ mod tests {
         );
         b.answered("o", 20 * MS);
         b.missed("o", 30 * MS);
-        b.missed("o", 200 * MS);
+        b.missed("o", 30 * MS + span - MS);
         assert_eq!(
             b.state_of("o"),
             BreakerState::Closed,
             "an answer forgave the burst"
         );
-        b.missed("o", 279 * MS);
-        assert_eq!(b.state_of("o"), BreakerState::Closed, "249 ms of misses");
-        b.missed("o", 280 * MS);
+        b.missed("o", 30 * MS + span - 1);
+        assert_eq!(
+            b.state_of("o"),
+            BreakerState::Closed,
+            "just short of the span"
+        );
+        b.missed("o", 30 * MS + span);
         assert_eq!(
             b.state_of("o"),
             BreakerState::Open,
-            "250 ms and three misses"
+            "the span and three misses"
         );
         assert_eq!(b.status().owners, ["o"]);
     }

@@ -27,6 +27,10 @@ pub enum Reply {
     Failed(PeerFailure),
 }
 
+/// How long a Decide call may take: answers after a caller's deadline still
+/// arrive within it and are reconciled; one later than this is not.
+pub const LATE_WINDOW: Duration = Duration::from_secs(1);
+
 /// An owner's answer still to come, if it comes at all.
 pub struct LateAnswer(pub BoxFuture<'static, Option<OpResult>>);
 

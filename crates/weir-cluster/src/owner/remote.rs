@@ -49,7 +49,7 @@ pub struct Remote {
     pub peers: Arc<dyn Peers>,
     pub stats: Arc<Stats>,
     pub deadline: Duration,
-    pub breakers: Breakers,
+    pub breakers: Arc<Breakers>,
     pub fallback: Fallback,
     pub debts: Arc<Debts>,
     pub replicas: Arc<Replicas>,
@@ -182,8 +182,9 @@ impl Remote {
             .fallback
             .slow(rule, cost, &target.node.id, self.deadline);
         let refused_here = !matches!(decided, Ok((d, _)) if d.allowed);
-        if let (Some(late), true) = (late, refused_here) {
+        if let Some(late) = late {
             let (peers, stats) = (self.peers.clone(), self.stats.clone());
+            let (breakers, local) = (self.breakers.clone(), self.local.clone());
             let node = target.node.clone();
             let stand_in_for = target.stand_in_for.map(str::to_string);
             let (name, key) = (rule.name.clone(), hash_part.to_string());
@@ -191,15 +192,19 @@ impl Remote {
             self.peers.on_late(
                 late,
                 Box::new(move |result: OpResult| {
-                    if let Answer::Decided(d) = wire::answer(result, &rule, cost) {
-                        if d.allowed {
-                            let mut op = wire::refund(&name, &key, cost, d.at);
-                            if let Some(owner) = &stand_in_for {
-                                op = wire::stand_in(op, owner);
-                            }
-                            peers.send(&node, op);
-                            bump(&stats.late_refunds, 1);
+                    // A late answer is still an answer: the owner is slow,
+                    // not lost, and its run of misses ends here.
+                    breakers.answered(&node.id, local.limiter().now());
+                    let Answer::Decided(d) = wire::answer(result, &rule, cost) else {
+                        return;
+                    };
+                    if d.allowed && refused_here {
+                        let mut op = wire::refund(&name, &key, cost, d.at);
+                        if let Some(owner) = &stand_in_for {
+                            op = wire::stand_in(op, owner);
                         }
+                        peers.send(&node, op);
+                        bump(&stats.late_refunds, 1);
                     }
                 }),
             );

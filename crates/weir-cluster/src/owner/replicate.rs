@@ -54,12 +54,18 @@ impl Replicator {
     /// as in flight until [`Replicator::copied`] or [`Replicator::retry`].
     pub fn take(&self) -> Vec<(Key, Nanos)> {
         let keys: Vec<Key> = self.dirty.iter().map(|e| e.key().clone()).collect();
-        let taken: Vec<(Key, Nanos)> = keys
-            .into_iter()
-            .filter_map(|k| self.dirty.remove(&k))
-            .collect();
-        self.in_flight.fetch_add(taken.len(), Ordering::SeqCst);
-        taken
+        keys.into_iter()
+            .filter_map(|k| {
+                // In flight before it leaves the marked set, so that
+                // `pending` never reads a key in neither.
+                self.in_flight.fetch_add(1, Ordering::SeqCst);
+                let taken = self.dirty.remove(&k);
+                if taken.is_none() {
+                    self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                }
+                taken
+            })
+            .collect()
     }
 
     /// `n` taken keys reached their holder (or need no copy).

@@ -160,7 +160,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 peers: p.peers,
                 stats: p.stats.clone(),
                 deadline: c.owner_deadline,
-                breakers: Breakers::new(c.fallback_probe),
+                breakers: Arc::new(Breakers::new(c.fallback_probe)),
                 fallback: Fallback::new(c.on_owner_failure, divided(), learned),
                 debts: Arc::new(Debts::new(c.deny_cache_keys)),
                 replicas: p.replicas.clone(),
