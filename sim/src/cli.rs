@@ -30,6 +30,8 @@ Faults (--fault), injected a third of the way into each run:
   rolling    SIGTERM each node in turn, waiting for it to rejoin
   partition  cut it off from its peers (network namespaces: root and `ip`;
              reported as skipped where the machine does not allow it)
+  busy       until the run ends, a spinning thread per core beside the nodes
+             and every node in turn stalled (SIGSTOP/SIGCONT) for 40ms
 
 Targets (--target, comma separated, drives servers the sim did not start;
 start them with --rules OUT/rules.toml so the reference uses the same rules):
@@ -80,6 +82,10 @@ pub struct Cli {
     /// (passed through) [default: weir's, 5ms].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub owner_deadline: Option<Duration>,
+    /// Copies of each counter, passed to every node as `--replicas`
+    /// [default: weir's, 2].
+    #[arg(long, value_name = "1|2")]
+    pub replicas: Option<usize>,
     /// Checks in flight at once.
     #[arg(long, default_value_t = 128)]
     pub concurrency: usize,

@@ -28,6 +28,8 @@ pub struct ClusterOptions {
     pub on_owner_failure: Option<String>,
     /// `weir serve --owner-deadline`; None keeps weir's default.
     pub owner_deadline: Option<Duration>,
+    /// `weir serve --replicas`; None keeps weir's default.
+    pub replicas: Option<usize>,
     pub log_dir: PathBuf,
     /// One network namespace per node, so a partition can cut one off.
     pub netns: bool,
@@ -54,6 +56,7 @@ impl ClusterOptions {
             retry_jitter: false,
             on_owner_failure: None,
             owner_deadline: None,
+            replicas: None,
             log_dir,
             netns: false,
             form_deadline: Duration::from_secs(30),
@@ -234,6 +237,9 @@ impl Cluster {
         }
         if let Some(d) = o.owner_deadline {
             cmd.args(["--owner-deadline", &format!("{}ms", d.as_millis())]);
+        }
+        if let Some(n) = o.replicas {
+            cmd.args(["--replicas", &n.to_string()]);
         }
         if let Some(filter) = &o.rust_log {
             cmd.env("RUST_LOG", filter);
@@ -416,6 +422,14 @@ impl Cluster {
         self.signal(i, Signal::Cont)?;
         self.up[i] = true;
         Ok(())
+    }
+
+    /// SIGSTOP for `d`, then SIGCONT: a stall (a long GC pause, a starved
+    /// scheduler), not an outage. The node stays up for the load.
+    pub async fn stall(&self, i: usize, d: Duration) -> Result<(), SimError> {
+        self.signal(i, Signal::Stop)?;
+        tokio::time::sleep(d).await;
+        self.signal(i, Signal::Cont)
     }
 
     /// SIGTERM and wait for the node to drain and exit (SIGKILL after `deadline`).

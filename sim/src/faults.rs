@@ -21,6 +21,9 @@ pub enum FaultKind {
     Rolling,
     /// Cut the last node off from its peers (network namespaces; needs root).
     Partition,
+    /// Until the run ends: a spinning thread per core beside the cluster,
+    /// and every node in turn stalled (SIGSTOP, SIGCONT) for tens of ms.
+    Busy,
 }
 
 impl FaultKind {
@@ -31,6 +34,7 @@ impl FaultKind {
             FaultKind::Restart => "restart",
             FaultKind::Rolling => "rolling",
             FaultKind::Partition => "partition",
+            FaultKind::Busy => "busy",
         }
     }
 }
@@ -52,6 +56,11 @@ pub struct FaultReport {
     pub recovered_after_s: Option<f64>,
     /// Rolling restart: each node's time from SIGTERM to rejoined.
     pub rejoin_s: Vec<f64>,
+    /// Busy: spinning threads, and stalls of one node at a time.
+    #[serde(default)]
+    pub hogs: u32,
+    #[serde(default)]
+    pub stalls: u32,
     /// Why the fault was not injected.
     pub skipped: Option<String>,
     pub error: Option<String>,
@@ -95,16 +104,29 @@ fn secs(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64())
 }
 
-/// Injects `kind` at `at` and follows it through. `run_start` is when the
-/// run began, for reporting.
+/// When and how long, for [`inject`].
+pub struct Window {
+    /// When the run began, for reporting.
+    pub run_start: Instant,
+    /// When to inject.
+    pub at: Instant,
+    /// When the run ends: a fault that lasts (busy) stops there.
+    pub until: Instant,
+}
+
+/// Injects `kind` and follows it through.
 pub async fn inject(
     cluster: &mut Cluster,
     kind: FaultKind,
-    run_start: Instant,
-    at: Instant,
+    window: Window,
     live: &Live,
     clock: &SystemClock,
 ) -> FaultReport {
+    let Window {
+        run_start,
+        at,
+        until,
+    } = window;
     // The last node: never the seed, so the others' join path stays intact.
     let victim = cluster.len() - 1;
     let mut report = FaultReport {
@@ -149,6 +171,7 @@ pub async fn inject(
             r
         }
         FaultKind::Rolling => rolling(cluster, live, &mut report).await,
+        FaultKind::Busy => busy(cluster, until, &mut report).await,
     };
     if let Err(e) = result {
         report.error = Some(e.to_string());
@@ -208,5 +231,34 @@ async fn rolling(
         live.set(i, true);
         report.rejoin_s.push(t.elapsed().as_secs_f64());
     }
+    Ok(())
+}
+
+/// How long each stall lasts, and the pause between two (on different
+/// nodes): a stall is several owner deadlines long but far shorter than
+/// SWIM's suspicion, so it tests "slow is not dead".
+const STALL: Duration = Duration::from_millis(40);
+const BETWEEN_STALLS: Duration = Duration::from_millis(200);
+
+/// Keeps every core busy and stalls the nodes in turn until `until`.
+async fn busy(
+    cluster: &mut Cluster,
+    until: Instant,
+    report: &mut FaultReport,
+) -> Result<(), crate::error::SimError> {
+    report.node = "all".into();
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let hogs = crate::hogs::Hogs::start(cores, until.into_std());
+    report.hogs = u32::try_from(cores).unwrap_or(u32::MAX);
+    let mut i = 0;
+    while Instant::now() + STALL < until {
+        if cluster.is_up(i) {
+            cluster.stall(i, STALL).await?;
+            report.stalls += 1;
+        }
+        i = (i + 1) % cluster.len();
+        tokio::time::sleep(BETWEEN_STALLS).await;
+    }
+    drop(hogs);
     Ok(())
 }

@@ -22,6 +22,14 @@ fn fault_note(r: &RunResult) -> Option<String> {
     if let Some(rec) = f.recovered_after_s {
         write!(s, ", whole again after {rec:.1}s").ok()?;
     }
+    if f.stalls > 0 {
+        write!(
+            s,
+            " ({} spinning threads, {} stalls of 40ms)",
+            f.hogs, f.stalls
+        )
+        .ok()?;
+    }
     if !f.rejoin_s.is_empty() {
         let worst = f.rejoin_s.iter().copied().fold(0.0, f64::max);
         write!(s, ", slowest rejoin {worst:.1}s").ok()?;

@@ -1,7 +1,4 @@
 //! The comparison: which runs happen under which strategy, in what order, on which clusters.
-
-use std::time::Duration;
-
 use crate::cli::{Cli, StrategyName};
 use crate::cluster::ClusterOptions;
 use crate::error::SimError;
@@ -38,11 +35,15 @@ fn phases(cli: &Cli) -> Vec<Phase> {
         None => {
             let mut v: Vec<Phase> = Workload::STANDARD.into_iter().map(plain).collect();
             v.push(plain(Workload::RetryStorm));
-            // Last: a kill leaves the cluster one node short.
-            v.push(Phase {
+            let fault = |kind| Phase {
                 workload: Workload::Fault,
-                fault: Some(cli.fault.unwrap_or(FaultKind::Kill)),
-            });
+                fault: Some(kind),
+            };
+            match cli.fault {
+                Some(kind) => v.push(fault(kind)),
+                // Last: a kill leaves the cluster one node short.
+                None => v.extend([fault(FaultKind::Busy), fault(FaultKind::Kill)]),
+            }
             v
         }
     }
@@ -117,6 +118,7 @@ pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
         opts.sync_interval = cli.sync_interval;
         opts.on_owner_failure = cli.on_owner_failure.clone();
         opts.owner_deadline = cli.owner_deadline;
+        opts.replicas = cli.replicas;
         opts.netns = netns;
         // The default comparison runs the retry storm once, under the first
         // strategy: it measures clients, not the cluster.
@@ -145,22 +147,54 @@ pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
                     strategy.as_str()
                 ),
             );
-            let plans: Vec<(Plan, Option<FaultKind>)> = mine
-                .iter()
-                .flat_map(|p| {
-                    p.workload
-                        .plans(&params)
-                        .into_iter()
-                        .map(|plan| (plan, p.fault))
-                })
-                .collect();
+            let plans = plans_of(&mine, &params);
             results.extend(run_plans(opts.clone(), cli, &load, strategy, &plans).await);
+            // What a second copy buys is only seen beside one copy: the kill
+            // again on a cluster started with --replicas 1.
+            let kill: Vec<Phase> = mine
+                .iter()
+                .copied()
+                .filter(|p| p.fault == Some(FaultKind::Kill))
+                .collect();
+            if strategy == StrategyName::Owner && cli.replicas.is_none() && !kill.is_empty() {
+                let mut one = opts.clone();
+                one.replicas = Some(1);
+                one.log_dir = opts.log_dir.with_file_name("owner-1-copy");
+                say(
+                    cli.quiet,
+                    &format!("starting {} nodes, strategy owner, --replicas 1", cli.nodes),
+                );
+                let plans: Vec<_> = plans_of(&kill, &params)
+                    .into_iter()
+                    .map(|(mut plan, fault)| {
+                        plan.variant.push_str(", 1 copy");
+                        (plan, fault)
+                    })
+                    .collect();
+                results.extend(run_plans(one, cli, &load, strategy, &plans).await);
+            }
         }
         if let Some(phase) = storm {
             results.extend(retry_storms(opts, cli, &params, &load, strategy, phase.fault).await);
         }
     }
     Ok(results)
+}
+
+/// Every plan of `phases`, each with its fault; a fault workload's variant
+/// names its fault, so a kill and a busy run are two rows.
+fn plans_of(phases: &[Phase], params: &Params) -> Vec<(Plan, Option<FaultKind>)> {
+    phases
+        .iter()
+        .flat_map(|p| {
+            p.workload.plans(params).into_iter().map(move |mut plan| {
+                if let (Workload::Fault, Some(kind)) = (p.workload, p.fault) {
+                    plan.variant = kind.name().to_string();
+                }
+                (plan, p.fault)
+            })
+        })
+        .collect()
 }
 
 /// Starts one cluster and runs `plans` on it in order; if it does not
@@ -194,12 +228,6 @@ async fn run_plans(
     results
 }
 
-/// Owner deadline for the retry storm when none is given. The herd's
-/// refusals overload two shared cores well past weir's 5 ms, and checks
-/// the fallback decides would change who is refused and so who retries:
-/// the storm is about clients, so it runs where the owner has time to answer.
-const STORM_OWNER_DEADLINE: Duration = Duration::from_millis(250);
-
 /// The retry storm on clusters of its own: clients with no jitter and with
 /// full jitter, then clients obeying literally a cluster started with
 /// `--retry-jitter`.
@@ -213,10 +241,6 @@ async fn retry_storms(
 ) -> Vec<RunResult> {
     let name = strategy.as_str();
     opts.netns = fault == Some(FaultKind::Partition) && opts.netns;
-    let patient = cli.owner_deadline.is_none();
-    if patient {
-        opts.owner_deadline = Some(STORM_OWNER_DEADLINE);
-    }
     say(
         cli.quiet,
         &format!(
@@ -236,14 +260,6 @@ async fn retry_storms(
     opts.log_dir = opts.log_dir.with_file_name(format!("{name}-retry-jitter"));
     let server = retry_storm::plan(params, Retry::Literal, "server-jitter");
     results.extend(run_plans(opts, cli, load, strategy, &[(server, None)]).await);
-    if patient {
-        for r in &mut results {
-            r.warnings.push(format!(
-                "the retry storm ran with --owner-deadline {}ms: it measures clients, and checks the fallback decided would change who is refused",
-                STORM_OWNER_DEADLINE.as_millis()
-            ));
-        }
-    }
     results
 }
 

@@ -240,12 +240,27 @@ impl Session {
         let driver = self.driver.clone();
         let (records, fault_report) = match (fault, self.cluster.as_mut()) {
             (Some(kind), Some(cluster)) => {
-                let at = start + plan.duration / 3;
+                // Busy is about admissions under load, which the fault
+                // workload makes early: it starts with the run.
+                let at = match kind {
+                    FaultKind::Busy => start,
+                    _ => start + plan.duration / 3,
+                };
                 let live = driver.live.clone();
                 let clock = driver.clock.clone();
                 let (records, report) = tokio::join!(
                     driver.drive(plan, start, &pb),
-                    faults::inject(cluster, kind, start, at, &live, &clock)
+                    faults::inject(
+                        cluster,
+                        kind,
+                        faults::Window {
+                            run_start: start,
+                            at,
+                            until: start + plan.duration,
+                        },
+                        &live,
+                        &clock
+                    )
                 );
                 (records, Some(report))
             }

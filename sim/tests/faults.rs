@@ -4,8 +4,11 @@ mod common;
 
 use common::{one_at_a_time, only, sim};
 
+/// At the node's defaults (two copies of every counter), a SIGKILLed
+/// owner costs at most 1% of the keys' limits: its replica holder stands
+/// in and then takes over with the counts it was sent.
 #[test]
-fn owner_over_admission_after_a_kill_is_bounded_by_what_the_dead_node_held() {
+fn owner_over_admission_after_a_kill_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
     let runs = sim(
         "owner-kill",
@@ -16,19 +19,12 @@ fn owner_over_admission_after_a_kill_is_bounded_by_what_the_dead_node_held() {
             "--strategy",
             "owner",
             "--nodes",
-            "4",
+            "5",
             "--duration",
             "12s",
-            // Refuse (503) while the owner is unreachable, so the only extra
-            // admissions are the new owner's fresh counters (seed 8D: losing
-            // a node loses its counters mid-window).
-            "--on-owner-failure",
-            "closed",
-            "--owner-deadline",
-            "250ms",
         ],
     );
-    let r = only(&runs, "fault", "");
+    let r = only(&runs, "fault", "kill");
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
     let detected = f
@@ -36,21 +32,43 @@ fn owner_over_admission_after_a_kill_is_bounded_by_what_the_dead_node_held() {
         .expect("survivors never saw the node down");
     assert!(detected < 15.0, "detection took {detected:.1}s");
     let b = r.fault_bound.as_ref().expect("fault bound");
-    // Per key: admitted beyond the reference <= admitted before the kill,
-    // which bounds what the dead owner held for that key.
-    assert_eq!(
-        b.keys_over_held, 0,
-        "{} keys over-admitted by more than the dead node held: {b:?}",
-        b.keys_over_held
-    );
-    // Only the dead node's keys move (1/N of them on a ring); allow for an
-    // uneven ring.
+    println!("kill: over {:.2}%, {b:?}", r.over_pct);
     assert!(
-        b.keys_over * 2 <= b.keys,
-        "{} of {} keys over-admitted: more than the dead node's share",
-        b.keys_over,
-        b.keys
+        r.over_pct <= 1.0,
+        "{:.2}% over after the kill: {b:?}",
+        r.over_pct
     );
+    assert_eq!(b.keys_over_held, 0, "{b:?}");
+}
+
+/// At the node's defaults, with every core spinning beside the nodes and
+/// each node in turn stopped for 40 ms: every key admits exactly what the
+/// reference does. Slow is not dead.
+#[test]
+fn owner_is_exact_with_the_cpu_busy_and_nodes_stalling() {
+    let _one = one_at_a_time();
+    let runs = sim(
+        "owner-busy",
+        &[
+            "fault",
+            "--fault",
+            "busy",
+            "--strategy",
+            "owner",
+            "--nodes",
+            "3",
+            "--duration",
+            "8s",
+        ],
+    );
+    let r = only(&runs, "fault", "busy");
+    let f = r.fault.as_ref().expect("fault report");
+    assert!(f.error.is_none() && f.stalls > 0 && f.hogs > 0, "{f:?}");
+    println!(
+        "busy: {} stalls, admitted {} of {}",
+        f.stalls, r.admitted, r.reference_admitted
+    );
+    assert_eq!(r.over_pct, 0.0, "over-admitted while busy: {r:?}");
 }
 
 #[test]
@@ -73,7 +91,7 @@ fn partition_on_loopback_is_reported_skipped_not_faked() {
             "8s",
         ],
     );
-    let r = only(&runs, "fault", "");
+    let r = only(&runs, "fault", "partition");
     let f = r.fault.as_ref().expect("fault report");
     match (&f.skipped, weir_sim::netns::unavailable()) {
         (Some(why), Some(_)) => assert!(why.contains("partition"), "{why}"),
