@@ -52,7 +52,8 @@ impl Debts {
         pay
     }
 
-    pub fn len(&self) -> usize {
+    /// Charges waiting for their owner.
+    pub fn waiting(&self) -> usize {
         self.owed.lock().len()
     }
 }
@@ -78,11 +79,11 @@ mod tests {
         assert!(!d.owe(charge("c", 100)), "bounded");
         let paid = d.take_payable(50 * NANOS_PER_MS, |c| c.hash_part == "a");
         assert_eq!(paid, [charge("a", 100)]);
-        assert_eq!(d.len(), 1);
+        assert_eq!(d.waiting(), 1);
         assert!(
             d.take_payable(100 * NANOS_PER_MS, |_| true).is_empty(),
             "b expired"
         );
-        assert_eq!(d.len(), 0);
+        assert_eq!(d.waiting(), 0);
     }
 }
