@@ -181,15 +181,24 @@ pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
     Ok(results)
 }
 
-/// Every plan of `phases`, each with its fault; a fault workload's variant
-/// names its fault, so a kill and a busy run are two rows.
+/// Every plan of `phases`, each with its fault. A fault workload's variant
+/// names its fault, so a kill and a busy run are two rows, and its keys
+/// too: two fault runs on one cluster never share a counter.
 fn plans_of(phases: &[Phase], params: &Params) -> Vec<(Plan, Option<FaultKind>)> {
     phases
         .iter()
         .flat_map(|p| {
-            p.workload.plans(params).into_iter().map(move |mut plan| {
-                if let (Workload::Fault, Some(kind)) = (p.workload, p.fault) {
-                    plan.variant = kind.name().to_string();
+            let mut params = params.clone();
+            let fault = match (p.workload, p.fault) {
+                (Workload::Fault, Some(kind)) => Some(kind.name()),
+                _ => None,
+            };
+            if let Some(name) = fault {
+                params.key_prefix.push_str(&format!("{name}-"));
+            }
+            p.workload.plans(&params).into_iter().map(move |mut plan| {
+                if let Some(name) = fault {
+                    plan.variant = name.to_string();
                 }
                 (plan, p.fault)
             })

@@ -4,7 +4,10 @@
 //! the latency of a check decided locally against one forwarded to its
 //! owner (one at a time), and throughput with 64 concurrent callers whose
 //! keys all live on the other two nodes, with batching on (the default)
-//! and off (one op per Decide call). Run: `cargo bench -p weir-cluster`.
+//! and off (one op per Decide call); then the same forwarded latency and
+//! throughput with one copy of each counter against two (`--replicas`),
+//! interleaved in one run. Run: `cargo bench -p weir-cluster`; only the
+//! copies comparison: `cargo bench -p weir-cluster -- copies`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -102,6 +105,39 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
+/// Forwarded latency and throughput with one copy of each counter and
+/// with two, alternating so that drift on a shared machine hits both.
+async fn copies() {
+    const ROUNDS: usize = 3;
+    let mut rows: Vec<(usize, f64, f64, f64)> = Vec::new();
+    for _ in 0..ROUNDS {
+        for replicas in [1, 2] {
+            let nodes = cluster(3, RULES, |c| c.replicas = replicas).await;
+            let remote = keys(&nodes[0], &["node-2", "node-3"], 5000, "copies");
+            let h = latency(&nodes[0], &remote).await;
+            let (rate, _) = throughput(&nodes[0], Arc::new(remote)).await;
+            let lag = nodes[1].cluster.stats().replication_lag;
+            println!(
+                "  {replicas} cop{}: forwarded p50 {:>7.1} us  p99 {:>7.1} us  {rate:>8.0} checks/s  replication lag p99 {:?}",
+                if replicas == 1 { "y  " } else { "ies" },
+                us(&h, 0.5),
+                us(&h, 0.99),
+                lag.p99
+            );
+            rows.push((replicas, us(&h, 0.5), us(&h, 0.99), rate));
+        }
+    }
+    println!("Two copies against one, each round (p99 ratio, throughput ratio):");
+    for pair in rows.chunks(2) {
+        let (one, two) = (pair[0], pair[1]);
+        println!(
+            "  p99 {:.2}x   throughput {:.2}x",
+            two.2 / one.2,
+            two.3 / one.3
+        );
+    }
+}
+
 async fn run() {
     let nodes = cluster(3, RULES, |_| {}).await;
     let gateway = &nodes[0];
@@ -165,10 +201,16 @@ fn main() {
         println!("forwarding: run with `cargo bench -p weir-cluster` for figures");
         return;
     }
+    let only_copies = std::env::args().any(|a| a == "copies");
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(run());
+        .block_on(async {
+            if !only_copies {
+                run().await;
+            }
+            copies().await;
+        });
 }

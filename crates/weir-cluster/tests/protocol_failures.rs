@@ -295,3 +295,40 @@ async fn a_healed_owner_gets_back_what_the_other_side_spent_and_nothing_twice() 
         "5 before the cut + 4 + 6, the 5 counted once"
     );
 }
+
+/// Guard: the bound on a partition. The owner alive but cut off from the
+/// other gateways: they refuse its keys for now (slow), then take it for
+/// lost (a second of silence or SWIM's suspicion) and its replica holder
+/// stands in on its copy, then owns the key on its side's ring. Each side
+/// admits at most what the key had left at the cut, so the over-admission
+/// is at most that, once per partition; after the heal nothing is granted
+/// again.
+#[tokio::test(start_paused = true)]
+async fn a_partitioned_owner_and_the_other_side_each_admit_at_most_what_was_left_at_the_cut() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "cut");
+    let majority: Vec<&TestNode> = nodes.iter().filter(|n| n.id != "node-3").collect();
+    const SPENT: usize = 5;
+    assert_eq!(admitted(&majority, &key, SPENT).await, SPENT);
+    settle().await;
+    nodes[2].partition_from(&[&nodes[0], &nodes[1]]);
+    // Both sides keep sending from the moment of the cut, through the
+    // detection and the split: one check each per 50 ms for three seconds.
+    let (mut owner_side, mut other_side) = (0, 0);
+    for _ in 0..60 {
+        owner_side += admitted(&[&nodes[2]], &key, 1).await;
+        other_side += admitted(&majority, &key, 1).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("owner's side {owner_side}, other side {other_side}");
+    assert_eq!(owner_side, LIMIT - SPENT, "the owner: what was left");
+    assert_eq!(other_side, LIMIT - SPENT, "the other side, on the copy: what was left");
+    net.heal();
+    wait_until("one ring again", || {
+        nodes.iter().all(|n| n.ring_ids().len() == 3)
+    })
+    .await;
+    settle().await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, LIMIT).await, 0, "both sides' spend is kept");
+}
