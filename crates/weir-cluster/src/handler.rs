@@ -57,13 +57,16 @@ impl PeerHandler {
         let n = req.counters.len();
         let limiter = self.limiter.clone();
         let counters = req.counters;
-        let accepted = handoff::sweep(n, move || handoff::absorb(&limiter, counters))
+        let absorbed = handoff::sweep(n, move || handoff::absorb(&limiter, counters))
             .await
-            .unwrap_or(0);
+            .unwrap_or_default();
         bump(&self.stats.handoffs_received, 1);
-        bump(&self.stats.keys_moved_in, u64::from(accepted));
-        tracing::info!(from = %req.from_node, counters = n, accepted, "took over counters");
-        HandoffResponse { accepted }
+        bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
+        bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
+        tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
+        HandoffResponse {
+            accepted: absorbed.accepted,
+        }
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {

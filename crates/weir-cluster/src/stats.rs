@@ -69,6 +69,12 @@ pub struct ClusterStats {
     pub sync_messages: u64,
     pub sync_bytes: u64,
     pub sync_deltas: u64,
+    /// Gossip strategy: counts received and refused (unknown rule, a window
+    /// other than the current or previous one, or the key cap reached).
+    pub sync_refused: u64,
+    /// Handed-over counters refused: a state that breaks its algorithm's
+    /// invariants, or a new key past `--max-keys`.
+    pub handoff_refused: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -93,6 +99,8 @@ pub struct Stats {
     pub sync_messages: AtomicU64,
     pub sync_bytes: AtomicU64,
     pub sync_deltas: AtomicU64,
+    pub sync_refused: AtomicU64,
+    pub handoff_refused: AtomicU64,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -125,6 +133,8 @@ impl Stats {
             sync_messages: get(&self.sync_messages),
             sync_bytes: get(&self.sync_bytes),
             sync_deltas: get(&self.sync_deltas),
+            sync_refused: get(&self.sync_refused),
+            handoff_refused: get(&self.handoff_refused),
         }
     }
 }

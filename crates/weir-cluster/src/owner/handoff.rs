@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use weir_core::{CounterSnapshot, Limiter};
+use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
@@ -40,18 +40,37 @@ pub async fn sweep<T: Send + 'static>(
     tokio::task::spawn_blocking(f).await.ok()
 }
 
-/// Folds received counters into `limiter`; returns how many were taken.
-/// Counters of rules this node does not know (or that changed algorithm)
-/// are dropped: their budget cannot be expressed here.
-pub fn absorb(limiter: &Limiter, counters: Vec<CounterState>) -> u32 {
-    let mut accepted = 0;
+/// What became of the counters of one Handoff call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Absorbed {
+    pub accepted: u32,
+    /// Refused as no honest peer would send them (undecodable, a state that
+    /// breaks its algorithm's invariants, a key no check could name), or a
+    /// new key past `--max-keys`.
+    pub refused: u32,
+}
+
+/// Folds received counters into `limiter`, each checked before it is
+/// taken. Counters of rules this node does not know (or that changed
+/// algorithm) are dropped without being counted as refused: their budget
+/// cannot be expressed here, which is not the sender's fault.
+pub fn absorb(limiter: &Limiter, counters: Vec<CounterState>) -> Absorbed {
+    let mut out = Absorbed::default();
     for c in counters {
-        match wire::snapshot_from_wire(c) {
-            Some(snap) => accepted += u32::from(limiter.absorb(snap)),
-            None => tracing::warn!("dropped a handed-over counter that does not decode"),
+        let taken = match wire::snapshot_from_wire(c) {
+            Some(snap) => limiter.absorb(snap),
+            None => Err(Absorb::Refused(AbsorbError::Invalid)),
+        };
+        match taken {
+            Ok(()) => out.accepted += 1,
+            Err(Absorb::UnknownRule | Absorb::Refused(AbsorbError::OtherAlgorithm)) => {}
+            Err(Absorb::Refused(_)) => out.refused += 1,
         }
     }
-    accepted
+    if out.refused > 0 {
+        tracing::warn!(refused = out.refused, "refused handed-over counters");
+    }
+    out
 }
 
 /// Hands counters to their owners.
@@ -105,7 +124,10 @@ impl Handoff {
         );
         if !undelivered.is_empty() {
             for snap in undelivered {
-                self.local.limiter().absorb(snap);
+                // This node's own states, taken a moment ago: only a key
+                // ceiling reached meanwhile refuses one, and that costs
+                // what losing it costs.
+                let _ = self.local.limiter().absorb(snap);
             }
             self.local.mark_stray();
         }
@@ -221,7 +243,7 @@ mod tests {
             .iter()
             .filter_map(wire::snapshot_to_wire)
             .collect();
-        assert_eq!(absorb(&new, sent), 1);
+        assert_eq!(absorb(&new, sent).accepted, 1);
         let d = new.consume("r", "k", 1, new.now()).unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
@@ -237,6 +259,12 @@ mod tests {
             key: "k".into(),
             state: vec![0xff, 0xff, 0xff],
         };
-        assert_eq!(absorb(&l, vec![garbage]), 0);
+        assert_eq!(
+            absorb(&l, vec![garbage]),
+            Absorbed {
+                accepted: 0,
+                refused: 1
+            }
+        );
     }
 }

@@ -89,6 +89,10 @@ impl Algorithm for TokenBucket {
         probe.tokens + EPS >= self.capacity as f64
     }
 
+    fn rest_at(&self, s: &TokenBucketState) -> Nanos {
+        s.ts.saturating_add(self.time_for(self.capacity as f64 - s.tokens))
+    }
+
     fn merge(&self, into: &mut TokenBucketState, other: TokenBucketState, now: Nanos) {
         let mut other = other;
         self.refill(into, now);
@@ -96,6 +100,14 @@ impl Algorithm for TokenBucket {
         // Spent budgets add: (C - a) + (C - b) spent leaves a + b - C.
         into.tokens = (into.tokens + other.tokens - self.capacity as f64).max(0.0);
         into.ts = into.ts.max(other.ts);
+    }
+
+    fn admit(&self, s: TokenBucketState, now: Nanos) -> Option<TokenBucketState> {
+        let valid = s.tokens.is_finite() && (0.0..=self.capacity as f64 + EPS).contains(&s.tokens);
+        valid.then(|| TokenBucketState {
+            tokens: s.tokens.min(self.capacity as f64),
+            ts: s.ts.min(now),
+        })
     }
 
     fn max_cost(&self) -> u64 {
