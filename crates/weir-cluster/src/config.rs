@@ -164,6 +164,11 @@ pub struct ClusterConfig {
     pub leave_timeout: Duration,
     /// Denials cached at most (distinct hash parts).
     pub deny_cache_keys: usize,
+    /// Without a secret, take gossip and peer calls from anyone who can
+    /// reach the ports (`--insecure-open-cluster`): anyone can then join
+    /// the ring, own keys and replace the rules. Off, a node without a
+    /// secret takes neither and stays a cluster of one.
+    pub insecure_open: bool,
 }
 
 impl Default for ClusterConfig {
@@ -182,6 +187,7 @@ impl Default for ClusterConfig {
             fallback_probe: Duration::from_millis(200),
             leave_timeout: Duration::from_secs(3),
             deny_cache_keys: 100_000,
+            insecure_open: false,
         }
     }
 }
@@ -197,6 +203,12 @@ impl ClusterConfig {
         }
         if self.secret.as_deref() == Some("") {
             return Err("cluster secret must not be empty");
+        }
+        if self.secret.is_some() && self.insecure_open {
+            return Err("a cluster with a secret cannot also be open to anyone");
+        }
+        if !self.seeds.is_empty() && self.secret.is_none() && !self.insecure_open {
+            return Err("seeds without a secret: a node without one takes no gossip");
         }
         Ok(())
     }
@@ -219,6 +231,7 @@ impl fmt::Debug for ClusterConfig {
             .field("fallback_probe", &self.fallback_probe)
             .field("leave_timeout", &self.leave_timeout)
             .field("deny_cache_keys", &self.deny_cache_keys)
+            .field("insecure_open", &self.insecure_open)
             .finish()
     }
 }

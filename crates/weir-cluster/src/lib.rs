@@ -13,6 +13,7 @@ mod background;
 pub mod cluster;
 pub mod config;
 mod divided;
+mod keys;
 pub mod engine;
 mod handler;
 pub mod link;

@@ -23,8 +23,9 @@ fn ident(name: &str) -> NodeIdentity {
     NodeIdentity::new(name, loopback0(), "127.0.0.1:1".parse().unwrap())
 }
 
+/// Members share a secret unless a test gives them another.
 fn config(name: &str, seeds: &[SocketAddr]) -> MembershipConfig {
-    MembershipConfig::fast(ident(name), seeds.to_vec())
+    MembershipConfig::fast(ident(name), seeds.to_vec()).with_secret(b"membership-test".to_vec())
 }
 
 async fn start(name: &str, seeds: &[SocketAddr]) -> Membership {

@@ -12,10 +12,11 @@ use weir_cluster::memory::MemoryNet;
 use weir_cluster::{ClusterConfig, OwnerFailure};
 use weir_core::{CheckError, CheckRequest, Unavailable};
 
-/// Every setting at its default but the seeds the harness fills in.
+/// Every setting at its default but the seeds and the secret the harness fills in.
 fn defaults(c: &mut ClusterConfig) {
     *c = ClusterConfig {
         seeds: std::mem::take(&mut c.seeds),
+        secret: c.secret.take(),
         ..ClusterConfig::default()
     };
 }

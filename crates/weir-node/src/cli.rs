@@ -111,7 +111,8 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
-    /// Shared secret that authenticates gossip between nodes.
+    /// Shared secret that authenticates gossip and peer calls between nodes;
+    /// without it a node takes neither and runs alone.
     #[arg(
         long,
         value_name = "SECRET",
@@ -119,6 +120,11 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub cluster_secret: Option<String>,
+    /// INSECURE: with no --cluster-secret, take gossip and peer calls from
+    /// anyone who can reach the ports (they can join the ring and replace
+    /// the rules). Only for isolated test networks.
+    #[arg(long)]
+    pub insecure_open_cluster: bool,
     /// Log line format; the level comes from RUST_LOG [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
@@ -244,6 +250,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
             secret: secret("--cluster-secret", &args.cluster_secret)?,
+            insecure_open: args.insecure_open_cluster,
             ..c.clone()
         },
         retry_jitter: args.retry_jitter,

@@ -126,7 +126,6 @@ impl ServeConfig {
 
     /// Why this config cannot run, in one line.
     pub fn validate(&self) -> Result<(), String> {
-        self.cluster.validate().map_err(str::to_string)?;
         if self.tls.is_some() && self.peer_grpc.is_none() {
             return Err(
                 "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
@@ -134,7 +133,31 @@ impl ServeConfig {
                     .into(),
             );
         }
-        self.check_advertised()
+        self.check_advertised()?;
+        self.check_trust()?;
+        self.cluster.validate().map_err(str::to_string)
+    }
+
+    /// Refuses a node that would join peers it cannot authenticate: seeds
+    /// need the cluster secret, or the operator's explicit
+    /// `--insecure-open-cluster` (which a secret contradicts).
+    fn check_trust(&self) -> Result<(), String> {
+        let c = &self.cluster;
+        if c.secret.is_some() && c.insecure_open {
+            return Err(
+                "--insecure-open-cluster and --cluster-secret contradict each other: \
+                 a cluster with a secret takes only its members"
+                    .into(),
+            );
+        }
+        if !c.seeds.is_empty() && c.secret.is_none() && !c.insecure_open {
+            return Err(
+                "--seeds needs --cluster-secret (or WEIR_CLUSTER_SECRET): a node without \
+                 one takes no gossip and runs alone (--insecure-open-cluster lets anyone join)"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Where peers send this node gossip.

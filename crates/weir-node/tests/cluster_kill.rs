@@ -46,6 +46,7 @@ fn spawn(id: &str, rules: &std::path::Path, seed: Option<&str>) -> Proc {
         .arg("--rules")
         .arg(rules)
         .env("RUST_LOG", "info")
+        .env("WEIR_CLUSTER_SECRET", "cluster-kill-test-secret")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
