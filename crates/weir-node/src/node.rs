@@ -83,7 +83,6 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
-        announce_trust(&config);
         let (rules, rules_text) = load_rules(&config)?;
         let limiter = Arc::new(Limiter::new(
             rules,
@@ -157,6 +156,7 @@ impl Node {
             ));
         }
         state.ready.store(true, Ordering::SeqCst);
+        announce_trust(&state.config);
         tracing::info!(
             node = %state.node_id,
             http = %http_addr,
