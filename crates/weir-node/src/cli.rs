@@ -149,6 +149,9 @@ pub struct ServeArgs {
     /// How long an HTTP client may take to send a request's body [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Option<Duration>,
+    /// How long a connection may sit with no request before it is closed [default: 60s].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
     /// How long shutdown waits for in-flight requests [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub drain_timeout: Option<Duration>,
@@ -276,6 +279,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
                 args.body_read_timeout,
                 d.limits.body_read_timeout,
             )?,
+            idle_timeout: nonzero("--idle-timeout", args.idle_timeout, d.limits.idle_timeout)?,
         },
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),

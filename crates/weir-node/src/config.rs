@@ -31,6 +31,10 @@ pub struct InputLimits {
     pub header_read_timeout: Duration,
     /// How long a client has to send a whole request body.
     pub body_read_timeout: Duration,
+    /// How long a connection may sit with no request before it is closed,
+    /// on every listener and protocol (an HTTP/2 client answering pings
+    /// would otherwise hold its slot forever).
+    pub idle_timeout: Duration,
 }
 
 impl Default for InputLimits {
@@ -44,6 +48,10 @@ impl Default for InputLimits {
             // stalled client's hold on its connection slot.
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
+            // Long enough that a client pool's connections between bursts
+            // stay up (a reconnect costs a handshake), short enough that
+            // abandoned ones come back within a minute.
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -98,6 +106,16 @@ impl Default for ServeConfig {
             limits: InputLimits::default(),
             max_keys_per_rule: 1_000_000,
             drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl InputLimits {
+    /// The timing rules every listener's connections are held to.
+    pub fn timeouts(&self) -> crate::accept::Timeouts {
+        crate::accept::Timeouts {
+            head: self.header_read_timeout,
+            idle: self.idle_timeout,
         }
     }
 }

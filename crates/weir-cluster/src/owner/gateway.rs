@@ -304,6 +304,8 @@ impl Gateway {
             }
             Via::Substitute(how) => self.fallback.refund(*how, rule, hash_part, at, cost),
         }
+        self.deny
+            .refunded(&s.rule.name, hash_part, self.local.limiter().now());
     }
 
     /// A new rule set: cached denials may no longer hold (a limit was
