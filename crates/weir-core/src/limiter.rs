@@ -408,6 +408,11 @@ impl Limiter {
             .fold(self.carried.counts(), |a, b| a + b)
     }
 
+    /// Whether this process holds a counter of `rule` for `hash_part`.
+    pub fn holds(&self, rule: &str, hash_part: &str) -> bool {
+        self.counters(rule).is_ok_and(|c| c.contains(hash_part))
+    }
+
     /// Keys held across all rules.
     pub fn keys(&self) -> usize {
         self.tables.load().counters.iter().map(|c| c.len()).sum()

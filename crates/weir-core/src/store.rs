@@ -370,6 +370,11 @@ impl Counters {
         each_store!(&self.inner, s => s.ceiling.len())
     }
 
+    /// Whether a counter is held for `key` (a read: nothing moves).
+    pub fn contains(&self, key: &str) -> bool {
+        each_store!(&self.inner, s => s.map.contains_key(key))
+    }
+
     /// What this table did at its key ceiling.
     pub fn counts(&self) -> StoreCounts {
         each_store!(&self.inner, s => s.ceiling.counts())
