@@ -102,3 +102,6 @@ impl PeerHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
