@@ -242,4 +242,28 @@ mod tests {
         c.insert(&other, "k", 1, &denial(6), t0 + 1);
         assert!(c.lookup("o", "k", 1, t0 + 6).is_some());
     }
+
+    /// Every path that reads an entry and then changes the map (an expired
+    /// entry dropped on lookup, a full cache purged before an insert, a
+    /// refund clearing a denial) on a thread with a deadline: a guard held
+    /// across the change would deadlock on its own shard lock.
+    #[test]
+    fn reads_that_change_the_map_hold_no_guard_across_the_change() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let c = DenyCache::new(1);
+            let rule: Arc<str> = Arc::from("r");
+            c.insert(&rule, "k", 1, &denial(1), 0);
+            assert!(c.lookup("r", "k", 1, 2 * NANOS_PER_SEC).is_none(), "expired on lookup");
+            c.insert(&rule, "a", 1, &denial(1), 0);
+            c.insert(&rule, "b", 1, &denial(1), 2 * NANOS_PER_SEC); // purges "a"
+            c.refunded(&rule, "b", 3 * NANOS_PER_SEC);
+            c.refunded(&rule, "c", 4 * NANOS_PER_SEC); // full of refunds: purges
+            let _ = done.send(c.len());
+        });
+        let left = result
+            .recv_timeout(Duration::from_secs(10))
+            .expect("returned instead of deadlocking");
+        assert_eq!(left, 0);
+    }
 }

@@ -198,4 +198,28 @@ mod tests {
         let rule: Arc<str> = Arc::from("r");
         assert_eq!(g.heard(&rule, "a", 10 * 7, 7), 5, "a count is clamped to the limit");
     }
+
+    /// At the cap, `apply` reads the map's length and membership before it
+    /// takes an entry; with a guard alive across them it would deadlock.
+    #[test]
+    fn applying_at_the_cap_holds_no_guard_across_the_checks() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let g = GossipCounts::default();
+            let d = |key: &str| CountDelta {
+                rule: "r".into(),
+                key: key.into(),
+                window: 1,
+                count: 1,
+            };
+            let sent: Vec<CountDelta> = (0..64).map(|i| d(&format!("k{i}"))).collect();
+            let taken = g.apply("p", &sent, |_| Some(5), 16);
+            let again = g.apply("p", &sent, |_| Some(5), 16);
+            let _ = done.send((taken, again, g.heard_keys()));
+        });
+        let got = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("returned instead of deadlocking");
+        assert_eq!(got, (16, 16, 16));
+    }
 }

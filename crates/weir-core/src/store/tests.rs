@@ -155,3 +155,59 @@ fn absorb_of_a_new_key_respects_the_ceiling() {
     assert_eq!(here.absorb("held", spent, t), Ok(()), "a held key still merges");
     assert_eq!(here.consume("held", t, 1).unwrap().remaining, 1);
 }
+
+/// Runs `f` on a thread of its own and fails if it has not returned within
+/// ten seconds: a DashMap guard held across another access of its own map
+/// deadlocks the thread on its own shard lock, which would otherwise hang
+/// the test instead of failing it.
+fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("returned instead of deadlocking on its own shard lock")
+}
+
+// Each path that makes room on a full table sweeps the whole map, which
+// write-locks every shard: no guard of that map may be alive meanwhile.
+
+#[test]
+fn a_new_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let c = Arc::new(counters(AlgorithmKind::FixedWindow, 5, 4));
+    within(move || {
+        for k in ["a", "b", "c", "d"] {
+            c.consume(k, 0, 1).unwrap();
+        }
+        // A minute on, all four rest: the new key sweeps on this thread.
+        assert!(c.consume("e", 60 * SEC, 1).unwrap().allowed);
+        assert_eq!(c.len(), 1);
+    });
+}
+
+#[test]
+fn a_handed_over_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let c = Arc::new(counters(AlgorithmKind::FixedWindow, 5, 1));
+    within(move || {
+        c.consume("held", 0, 1).unwrap();
+        let t = 60 * SEC;
+        let spent = state(serde_json::json!({"FixedWindow": {"idx": 1, "count": 2}}));
+        assert_eq!(c.absorb("new", spent, t), Ok(()));
+        assert_eq!(c.len(), 1, "the key at rest made room");
+    });
+}
+
+#[test]
+fn a_carried_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let carried = Arc::new(Carried::new(2));
+    within(move || {
+        let p = Policy::new(AlgorithmKind::SlidingWindowCounter, 5, Duration::from_secs(1), None, None)
+            .unwrap();
+        let name: std::sync::Arc<str> = std::sync::Arc::from("override:5-per-second");
+        carried.consume(&name, &p, "a", 0, 1).unwrap();
+        carried.consume(&name, &p, "b", 0, 1).unwrap();
+        assert!(carried.consume(&name, &p, "c", 3 * SEC, 1).unwrap().allowed);
+        assert_eq!(carried.len(), 1);
+    });
+}
