@@ -110,7 +110,10 @@ async fn a_stranger_cannot_join_the_ring() {
     }
     let open = node(Trust::Open, |_| {}).await;
     let _plain = stranger(open.state().config.gossip, None).await;
-    wait_until("an open node takes anyone in", || async { ring_len(&open) == 2 }).await;
+    wait_until("an open node takes anyone in", || async {
+        ring_len(&open) == 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,7 +272,11 @@ async fn a_stranger_cannot_replay_a_captured_datagram() {
         now.replayed_dropped + now.stale_dropped > before.replayed_dropped + before.stale_dropped
     })
     .await;
-    assert_eq!(gossip_stats(&b).invalid_dropped, before.invalid_dropped, "never parsed");
+    assert_eq!(
+        gossip_stats(&b).invalid_dropped,
+        before.invalid_dropped,
+        "never parsed"
+    );
 
     // A standalone node takes no datagram at all, captured or not.
     let alone = node(Trust::None, |_| {}).await;
@@ -324,7 +331,11 @@ async fn a_stranger_cannot_hold_connection_slots() {
             }
         })
         .await;
-        let (http, grpc, peer) = (n.node().http_addr(), n.node().grpc_addr(), n.node().peer_addr());
+        let (http, grpc, peer) = (
+            n.node().http_addr(),
+            n.node().grpc_addr(),
+            n.node().peer_addr(),
+        );
         for (port, addr) in [("http", http), ("grpc", grpc), ("peer", peer)] {
             // The preface alone once counted as a started connection.
             let t = held_for(addr, PREFACE, patience).await;

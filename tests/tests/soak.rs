@@ -173,7 +173,13 @@ fn next(state: &mut u64) -> u64 {
 }
 
 /// Sends checks for live keys at RATE / WORKERS per second until `end`.
-async fn worker(node: Arc<NodeProcess>, seed: u64, start: Instant, end: Instant, tally: Arc<Tally>) {
+async fn worker(
+    node: Arc<NodeProcess>,
+    seed: u64,
+    start: Instant,
+    end: Instant,
+    tally: Arc<Tally>,
+) {
     let mut rng = seed;
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WORKERS / RATE));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -329,17 +329,22 @@ async fn fire_and_forget_leave_still_says_goodbye() {
 
 #[tokio::test]
 async fn a_node_without_a_secret_that_was_not_opened_takes_no_gossip() {
-    let alone = Membership::start(
-        MembershipConfig::fast(ident("alone"), vec![]),
-        loopback0(),
-    )
-    .await
-    .unwrap();
-    let mut open = MembershipConfig::fast(ident("knocker"), vec![alone.local_addr()]).insecure_open();
+    let alone = Membership::start(MembershipConfig::fast(ident("alone"), vec![]), loopback0())
+        .await
+        .unwrap();
+    let mut open =
+        MembershipConfig::fast(ident("knocker"), vec![alone.local_addr()]).insecure_open();
     open.secret = None;
     let knocker = Membership::start(open, loopback0()).await.unwrap();
-    let dropped = wait_until(Duration::from_secs(10), || alone.stats().bad_mac_dropped >= 3).await;
-    assert!(dropped.is_some(), "announces were not dropped: {:?}", alone.stats());
+    let dropped = wait_until(Duration::from_secs(10), || {
+        alone.stats().bad_mac_dropped >= 3
+    })
+    .await;
+    assert!(
+        dropped.is_some(),
+        "announces were not dropped: {:?}",
+        alone.stats()
+    );
     assert_eq!(live_ids(&alone), ids(&["alone"]));
     assert_eq!(live_ids(&knocker), ids(&["knocker"]));
 }

@@ -233,7 +233,9 @@ fn carried_limits_are_refused_only_when_every_held_key_is_live() {
     l.check_adhoc(&per_min, "c", 1).unwrap();
     assert!(matches!(
         l.check_adhoc(&per_sec, "d", 1),
-        Err(CheckError::Unavailable(Unavailable::CarriedFull { max_keys: 3 }))
+        Err(CheckError::Unavailable(Unavailable::CarriedFull {
+            max_keys: 3
+        }))
     ));
     assert_eq!(l.store_counts().refused_full, 1);
     // Two seconds on, "a" is at rest: the next new key takes its room with
@@ -241,7 +243,11 @@ fn carried_limits_are_refused_only_when_every_held_key_is_live() {
     clock.advance(Duration::from_secs(2));
     assert!(l.check_adhoc(&per_sec, "d", 1).unwrap().allowed);
     assert_eq!(l.store_counts().dropped_at_rest, 1);
-    assert_eq!(l.check_adhoc(&per_min, "b", 1).unwrap().remaining, 3, "b kept its spend");
+    assert_eq!(
+        l.check_adhoc(&per_min, "b", 1).unwrap().remaining,
+        3,
+        "b kept its spend"
+    );
 }
 
 #[test]

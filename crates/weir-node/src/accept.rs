@@ -20,8 +20,8 @@ use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 pub use capped::{CappedListener, CappedStream};
-pub use watch::{Activity, Busy};
 use watch::Watch;
+pub use watch::{Activity, Busy};
 
 /// How long a connection may take and sit: `head` for a TLS handshake and
 /// for an HTTP/2 client's preface and SETTINGS, `idle` with no request.

@@ -170,13 +170,18 @@ fn op() -> impl Strategy<Value = CounterOp> {
 fn state_bytes() -> impl Strategy<Value = Vec<u8>> {
     let n = any::<u64>;
     let json = prop_oneof![
-        (any::<f64>(), n()).prop_map(|(t, ts)| serde_json::json!({"TokenBucket": {"tokens": t, "ts": ts}})),
-        (n(), n()).prop_map(|(tat, last)| serde_json::json!({"LeakyBucket": {"tat": tat, "last": last}})),
-        (n(), n()).prop_map(|(idx, count)| serde_json::json!({"FixedWindow": {"idx": idx, "count": count}})),
+        (any::<f64>(), n())
+            .prop_map(|(t, ts)| serde_json::json!({"TokenBucket": {"tokens": t, "ts": ts}})),
+        (n(), n())
+            .prop_map(|(tat, last)| serde_json::json!({"LeakyBucket": {"tat": tat, "last": last}})),
+        (n(), n()).prop_map(
+            |(idx, count)| serde_json::json!({"FixedWindow": {"idx": idx, "count": count}})
+        ),
         (prop::collection::vec((n(), any::<u32>()), 0..8), n())
             .prop_map(|(e, used)| serde_json::json!({"SlidingLog": {"entries": e, "used": used}})),
-        (n(), n(), n())
-            .prop_map(|(h, p, c)| serde_json::json!({"SlidingCounter": {"high": h, "prev": p, "curr": c}})),
+        (n(), n(), n()).prop_map(
+            |(h, p, c)| serde_json::json!({"SlidingCounter": {"high": h, "prev": p, "curr": c}})
+        ),
     ];
     prop_oneof![
         json.prop_map(|j| {

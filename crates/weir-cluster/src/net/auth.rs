@@ -122,7 +122,9 @@ impl PeerAuth {
 impl tonic::service::Interceptor for PeerAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let refusal = match &self.expected {
-            Some(token) if token.accepts(request.metadata(), keys::unix_ms()) => return Ok(request),
+            Some(token) if token.accepts(request.metadata(), keys::unix_ms()) => {
+                return Ok(request)
+            }
             Some(_) => "peer call without a fresh token of the cluster secret",
             None if self.open => return Ok(request),
             None => "this node has no cluster secret and serves no peer calls",

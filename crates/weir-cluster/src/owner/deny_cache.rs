@@ -63,7 +63,10 @@ impl DenyCache {
         if self.refunds.len() >= self.max_keys && !self.refunds.contains_key(hash_part) {
             self.purge(now);
         }
-        let mut seen = self.refunds.entry(CompactString::new(hash_part)).or_default();
+        let mut seen = self
+            .refunds
+            .entry(CompactString::new(hash_part))
+            .or_default();
         match seen.iter_mut().find(|(r, _)| r == rule) {
             Some(slot) => slot.1 = slot.1.max(now),
             None => seen.push((rule.clone(), now)),
@@ -254,7 +257,10 @@ mod tests {
             let c = DenyCache::new(1);
             let rule: Arc<str> = Arc::from("r");
             c.insert(&rule, "k", 1, &denial(1), 0);
-            assert!(c.lookup("r", "k", 1, 2 * NANOS_PER_SEC).is_none(), "expired on lookup");
+            assert!(
+                c.lookup("r", "k", 1, 2 * NANOS_PER_SEC).is_none(),
+                "expired on lookup"
+            );
             c.insert(&rule, "a", 1, &denial(1), 0);
             c.insert(&rule, "b", 1, &denial(1), 2 * NANOS_PER_SEC); // purges "a"
             c.refunded(&rule, "b", 3 * NANOS_PER_SEC);

@@ -175,11 +175,14 @@ impl Strategy for GossipStrategy {
         let now = self.limiter.now();
         let accept = |d: &CountDelta| {
             let (_, r) = rules.get(&d.rule)?;
-            let current = now / u64::try_from(r.window.as_nanos()).unwrap_or(u64::MAX).max(1);
+            let current = now
+                / u64::try_from(r.window.as_nanos())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
             (d.window == current || d.window.checked_add(1) == Some(current)).then_some(r.limit)
         };
-        let max_keys = (self.limiter.config().max_keys_per_rule)
-            .saturating_mul(rules.rules().len());
+        let max_keys =
+            (self.limiter.config().max_keys_per_rule).saturating_mul(rules.rules().len());
         let taken = self.counts.apply(from, deltas, accept, max_keys);
         bump(&self.stats.sync_refused, (deltas.len() - taken) as u64);
         Ok(taken)

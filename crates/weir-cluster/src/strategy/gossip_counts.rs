@@ -192,11 +192,24 @@ mod tests {
             count,
         };
         let only_window_10 = |d: &CountDelta| (d.window == 10).then_some(5);
-        let sent = [d("a", 10, 9), d("b", 1 << 62, 1), d("c", 10, 1), d("d", 10, 1)];
+        let sent = [
+            d("a", 10, 9),
+            d("b", 1 << 62, 1),
+            d("c", 10, 1),
+            d("d", 10, 1),
+        ];
         assert_eq!(g.apply("p", &sent, only_window_10, 2), 2);
-        assert_eq!(g.heard_keys(), 2, "the far window is refused, the third key is over the cap");
+        assert_eq!(
+            g.heard_keys(),
+            2,
+            "the far window is refused, the third key is over the cap"
+        );
         let rule: Arc<str> = Arc::from("r");
-        assert_eq!(g.heard(&rule, "a", 10 * 7, 7), 5, "a count is clamped to the limit");
+        assert_eq!(
+            g.heard(&rule, "a", 10 * 7, 7),
+            5,
+            "a count is clamped to the limit"
+        );
     }
 
     /// At the cap, `apply` reads the map's length and membership before it

@@ -126,13 +126,21 @@ impl Algorithm for SlidingLog {
     /// limit: what `decide` and `merge` keep. A log that says otherwise
     /// could make `used` wrap when its entries age out.
     fn admit(&self, s: SlidingLogState, now: Nanos) -> Option<SlidingLogState> {
-        let sorted = s.entries.iter().zip(s.entries.iter().skip(1)).all(|(a, b)| a.0 <= b.0);
+        let sorted = s
+            .entries
+            .iter()
+            .zip(s.entries.iter().skip(1))
+            .all(|(a, b)| a.0 <= b.0);
         let costs_ok = s.entries.iter().all(|&(_, c)| c >= 1);
         let sum: u64 = s.entries.iter().map(|&(_, c)| u64::from(c)).sum();
         if !(sorted && costs_ok && sum == s.used && sum <= self.limit) {
             return None;
         }
-        let entries = s.entries.into_iter().map(|(t, c)| (t.min(now), c)).collect();
+        let entries = s
+            .entries
+            .into_iter()
+            .map(|(t, c)| (t.min(now), c))
+            .collect();
         Some(SlidingLogState {
             entries,
             used: s.used,

@@ -268,7 +268,9 @@ impl RuleSet {
     pub fn next_version(&self) -> Result<u64, RulesError> {
         match self.version.checked_add(1) {
             Some(v) if v <= MAX_VERSION => Ok(v),
-            _ => Err(version_error("is at its ceiling; no later version can be written")),
+            _ => Err(version_error(
+                "is at its ceiling; no later version can be written",
+            )),
         }
     }
 

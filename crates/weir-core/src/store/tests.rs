@@ -126,7 +126,8 @@ fn absorb_refuses_states_no_honest_node_holds_and_clamps_future_times() {
     // `used` that is not the sum of the entries would wrap when they age out.
     let lying = state(serde_json::json!({"SlidingLog": {"entries": [[t, 1]], "used": 0}}));
     assert_eq!(log.absorb("k", lying, t), Err(AbsorbError::Invalid));
-    let too_many = state(serde_json::json!({"SlidingLog": {"entries": [[t, 3], [t, 3]], "used": 6}}));
+    let too_many =
+        state(serde_json::json!({"SlidingLog": {"entries": [[t, 3], [t, 3]], "used": 6}}));
     assert_eq!(log.absorb("k", too_many, t), Err(AbsorbError::Invalid));
     let fixed = counters(AlgorithmKind::FixedWindow, 5, 10);
     let over = state(serde_json::json!({"FixedWindow": {"idx": t / (60 * SEC), "count": 6}}));
@@ -134,7 +135,11 @@ fn absorb_refuses_states_no_honest_node_holds_and_clamps_future_times() {
     let bucket = counters(AlgorithmKind::TokenBucket, 5, 10);
     let nan = state(serde_json::json!({"TokenBucket": {"tokens": -1.0, "ts": t}}));
     assert_eq!(bucket.absorb("k", nan, t), Err(AbsorbError::Invalid));
-    assert_eq!(log.len() + fixed.len() + bucket.len(), 0, "nothing refused was kept");
+    assert_eq!(
+        log.len() + fixed.len() + bucket.len(),
+        0,
+        "nothing refused was kept"
+    );
 
     // A window far in the future is this one: the key is free again a
     // minute on, not in a thousand years.
@@ -152,7 +157,11 @@ fn absorb_of_a_new_key_respects_the_ceiling() {
     let spent = state(serde_json::json!({"FixedWindow": {"idx": t / (60 * SEC), "count": 2}}));
     assert_eq!(here.absorb("new", spent.clone(), t), Err(AbsorbError::Full));
     assert_eq!(here.len(), 1);
-    assert_eq!(here.absorb("held", spent, t), Ok(()), "a held key still merges");
+    assert_eq!(
+        here.absorb("held", spent, t),
+        Ok(()),
+        "a held key still merges"
+    );
     assert_eq!(here.consume("held", t, 1).unwrap().remaining, 1);
 }
 
@@ -202,8 +211,14 @@ fn a_handed_over_key_at_the_ceiling_sweeps_with_no_guard_held() {
 fn a_carried_key_at_the_ceiling_sweeps_with_no_guard_held() {
     let carried = Arc::new(Carried::new(2));
     within(move || {
-        let p = Policy::new(AlgorithmKind::SlidingWindowCounter, 5, Duration::from_secs(1), None, None)
-            .unwrap();
+        let p = Policy::new(
+            AlgorithmKind::SlidingWindowCounter,
+            5,
+            Duration::from_secs(1),
+            None,
+            None,
+        )
+        .unwrap();
         let name: std::sync::Arc<str> = std::sync::Arc::from("override:5-per-second");
         carried.consume(&name, &p, "a", 0, 1).unwrap();
         carried.consume(&name, &p, "b", 0, 1).unwrap();

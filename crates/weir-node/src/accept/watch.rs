@@ -72,7 +72,10 @@ impl Drop for Busy {
 /// How far the client's HTTP/2 start has come.
 enum Start {
     /// The first bytes, up to the preface and the first frame's header.
-    Head { seen: [u8; 24 + FRAME_HEADER], n: usize },
+    Head {
+        seen: [u8; 24 + FRAME_HEADER],
+        n: usize,
+    },
     /// The preface and a SETTINGS header arrived; this much of its payload is due.
     Settings { due: usize },
     /// Started (or not HTTP/2: HTTP/1 has the head timeout of its server).
@@ -198,7 +201,17 @@ mod tests {
 
     fn settings(len: usize) -> Vec<u8> {
         let mut f = H2_PREFACE.to_vec();
-        f.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, SETTINGS, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(&[
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            SETTINGS,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]);
         f.extend(std::iter::repeat_n(0u8, len));
         f
     }
@@ -212,7 +225,10 @@ mod tests {
         let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
         w.saw(H2_PREFACE);
         tokio::time::advance(Duration::from_millis(2_001)).await;
-        assert!(w.expired(&mut noop()), "no SETTINGS within the head timeout");
+        assert!(
+            w.expired(&mut noop()),
+            "no SETTINGS within the head timeout"
+        );
     }
 
     #[tokio::test(start_paused = true)]

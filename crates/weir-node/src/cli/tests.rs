@@ -124,7 +124,10 @@ fn seeds_need_the_secret_or_the_insecure_flag_and_not_both() {
     .unwrap_err();
     assert!(e.contains("contradict"), "{e}");
     let alone = parse(&["weir", "serve"]).unwrap();
-    assert!(!alone.cluster.insecure_open, "a node without a secret is closed by default");
+    assert!(
+        !alone.cluster.insecure_open,
+        "a node without a secret is closed by default"
+    );
 }
 
 #[test]

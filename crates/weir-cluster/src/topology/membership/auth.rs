@@ -137,12 +137,28 @@ mod tests {
         assert_eq!(b.open(&pkt, NOW), Err(Dropped::BadTag), "other secret");
         let mut flipped = pkt.clone();
         flipped[0] ^= 1;
-        assert_eq!(a.open(&flipped, NOW), Err(Dropped::BadTag), "tampered payload");
+        assert_eq!(
+            a.open(&flipped, NOW),
+            Err(Dropped::BadTag),
+            "tampered payload"
+        );
         let mut restamped = pkt.clone();
         restamped[12] ^= 1;
-        assert_eq!(a.open(&restamped, NOW), Err(Dropped::BadTag), "tampered time");
-        assert_eq!(a.open(&pkt[..TAG_LEN - 1], NOW), Err(Dropped::BadTag), "too short");
-        assert_eq!(a.open(b"hello gossip", NOW), Err(Dropped::BadTag), "unsigned");
+        assert_eq!(
+            a.open(&restamped, NOW),
+            Err(Dropped::BadTag),
+            "tampered time"
+        );
+        assert_eq!(
+            a.open(&pkt[..TAG_LEN - 1], NOW),
+            Err(Dropped::BadTag),
+            "too short"
+        );
+        assert_eq!(
+            a.open(b"hello gossip", NOW),
+            Err(Dropped::BadTag),
+            "unsigned"
+        );
         assert_eq!(a.open(&pkt, NOW), Ok(&b"hello gossip"[..]));
         assert!(PacketAuth::new(b"").is_none());
     }
@@ -158,7 +174,10 @@ mod tests {
         // are refused for their age, by a node that never saw them too.
         let mut other = PacketAuth::new(b"s").unwrap();
         assert_eq!(other.open(&pkt, NOW + 15 * 60_000), Err(Dropped::Stale));
-        assert_eq!(other.open(&pkt, NOW - FRESHNESS_MS - 1), Err(Dropped::Stale));
+        assert_eq!(
+            other.open(&pkt, NOW - FRESHNESS_MS - 1),
+            Err(Dropped::Stale)
+        );
     }
 
     #[test]

@@ -13,10 +13,10 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::auth::{Dropped, PacketAuth};
-use super::Gate;
-use crate::keys;
 use super::datagrams::Datagrams;
+use super::Gate;
 use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
+use crate::keys;
 
 type SwimNode = Foca<NodeIdentity, PostcardCodec, SmallRng, NoCustomBroadcast>;
 

@@ -171,7 +171,11 @@ fn override_counters_are_keyed_by_domain_entries_and_never_by_the_client_alone()
     };
     let key = |domain: &str, d: RateLimitDescriptor| one(req(domain, vec![d])).key;
     assert_eq!(key("edge", d("/a")), "edge|client=c|path=/a");
-    assert_ne!(key("edge", d("/a")), key("edge", d("/b")), "one client, two descriptors");
+    assert_ne!(
+        key("edge", d("/a")),
+        key("edge", d("/b")),
+        "one client, two descriptors"
+    );
     assert_ne!(key("edge", d("/a")), key("other", d("/a")), "two domains");
     // `|` and `=` in values cannot make two descriptors one counter.
     let two = RateLimitDescriptor {
