@@ -289,3 +289,79 @@ proptest! {
         }
     }
 }
+
+/// A member's counts are taken for the current and previous window of a
+/// known rule only, and no more keys than the cap; a window of 2^63 (which
+/// never expired) and an unknown rule are refused.
+#[test]
+fn gossip_counts_from_a_member_are_limited_to_two_windows_known_rules_and_the_cap() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let net = MemoryNet::new();
+        let config = |seeds: Vec<String>| ClusterConfig {
+            strategy: StrategyKind::Gossip,
+            secret: Some("gossip-test".into()),
+            gossip_profile: crate::config::GossipProfile::Fast,
+            seeds,
+            ..ClusterConfig::default()
+        };
+        let limiter = || {
+            Arc::new(Limiter::new(
+                RuleSet::from_toml(RULES).unwrap(),
+                net.clock(),
+                LimiterConfig {
+                    max_keys_per_rule: MAX_KEYS,
+                },
+            ))
+        };
+        let a = net.start("a", config(Vec::new()), limiter()).await.unwrap();
+        let seed = a.identity().gossip.to_string();
+        let _b = net.start("b", config(vec![seed]), limiter()).await.unwrap();
+        while a.ring().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let now = a.limiter().now();
+        let window = now / 60_000_000_000;
+        let delta = |rule: &str, key: String, window: u64| CountDelta {
+            rule: rule.into(),
+            key,
+            window,
+            count: 1,
+        };
+        let mut deltas = vec![
+            delta("sc", "current".into(), window),
+            delta("sc", "previous".into(), window - 1),
+            delta("sc", "older".into(), window - 2),
+            delta("sc", "never-expires".into(), 1 << 63),
+            delta("unknown", "k".into(), window),
+        ];
+        // Five rules at MAX_KEYS each: anything past that is refused.
+        deltas.extend((0..100).map(|i| delta("sc", format!("k{i}"), window)));
+        let req = SyncRequest {
+            from_node: "b".into(),
+            deltas,
+        };
+        let taken = a.handler().sync_counts(req).unwrap().applied as usize;
+        let cap = MAX_KEYS * 5;
+        assert_eq!(taken, cap, "two windows of a known rule, up to the cap");
+        let gossip = a
+            .strategy()
+            .as_any()
+            .downcast_ref::<GossipStrategy>()
+            .unwrap();
+        assert_eq!(gossip.heard_keys(), cap);
+        assert_eq!(gossip.heard("sc", "current"), 1);
+        assert_eq!(gossip.heard("sc", "never-expires"), 0);
+        assert_eq!(a.stats().sync_refused, 105 - cap as u64);
+        // Not from a member of the ring: nothing at all.
+        let stranger = SyncRequest {
+            from_node: "stranger".into(),
+            deltas: vec![delta("sc", "x".into(), window)],
+        };
+        assert!(a.handler().sync_counts(stranger).is_err());
+    });
+}
