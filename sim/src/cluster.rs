@@ -14,6 +14,14 @@ use crate::guard;
 use crate::netns::Netns;
 use crate::signal::{self, Signal};
 
+/// The cluster secret every node of this run shares, fresh per process:
+/// the simulated cluster runs as a deployment should, with gossip and peer
+/// calls authenticated (a node without one stays alone).
+fn run_secret() -> &'static str {
+    static SECRET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| format!("{:032x}", rand::random::<u128>()))
+}
+
 /// How to start the nodes.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -221,7 +229,9 @@ impl Cluster {
             .arg(&o.rules_file)
             .args(["--strategy", &o.strategy])
             // A rolling restart waits on each drain; nothing is in flight for long.
-            .args(["--drain-timeout", "2s"]);
+            .args(["--drain-timeout", "2s"])
+            // From the environment, as the deploy files pass it.
+            .env("WEIR_CLUSTER_SECRET", run_secret());
         if !seeds.is_empty() {
             let s: Vec<String> = seeds.iter().map(ToString::to_string).collect();
             cmd.args(["--seeds", &s.join(",")]);

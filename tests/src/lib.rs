@@ -219,11 +219,15 @@ pub fn proptest_cases(default: u32) -> u32 {
         .unwrap_or(default)
 }
 
+/// The cluster secret of test clusters.
+pub const CLUSTER_SECRET: &str = "weir-black-box-test-secret";
+
 /// Makes `c` cluster member `id`, joining through `seed` (none: the first
-/// member), with the fast gossip profile and a one-second owner deadline,
-/// generous so a slow debug build never falls back by accident.
+/// member), with the test secret, the fast gossip profile and a one-second
+/// owner deadline, generous so a slow debug build never falls back by accident.
 pub fn cluster_member(c: &mut ServeConfig, id: &str, seed: Option<std::net::SocketAddr>) {
     c.node_id = Some(id.to_string());
+    c.cluster.secret = Some(CLUSTER_SECRET.to_string());
     c.cluster.seeds = seed.map(|s| s.to_string()).into_iter().collect();
     c.cluster.gossip_profile = weir_cluster::GossipProfile::Fast;
     c.cluster.owner_deadline = Duration::from_secs(1);

@@ -4,13 +4,22 @@
 //! runs an hour. Each second a new cohort of keys appears and the cohort
 //! that has had its LIFE stops sending, so a node that failed to drop idle
 //! keys (it sweeps every second) would grow by COHORT keys a second.
+//!
+//! The node runs in a process of its own (this test binary again, running
+//! only `node_process`), so the memory measured is the node's, not the
+//! load generator's.
 
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use weir_tests::{metric_value, TestNode};
+use weir_tests::{client, metric_value, TestNode};
+
+/// Set in the child process that runs the node.
+const NODE_ENV: &str = "WEIR_SOAK_NODE";
 
 /// Short windows so a key that stops sending is idle within seconds: the
 /// sliding counter after two windows, the fixed window after one.
@@ -47,19 +56,91 @@ fn soak_secs() -> u64 {
         .unwrap_or(20)
 }
 
-/// Resident set size of this process (the node runs in it), in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+/// Resident set size of the node's process, in KiB.
+fn rss_kib(node: &NodeProcess) -> u64 {
+    let path = format!("/proc/{}/status", node.child.id());
+    let status = std::fs::read_to_string(&path).expect("read the node's /proc status");
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
+        .expect("VmRSS in /proc status")
+}
+
+/// The node under soak, in a child process; killed when dropped.
+struct NodeProcess {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl NodeProcess {
+    /// Runs this test binary again with only `node_process`, which prints
+    /// the node's HTTP address and serves until its stdin closes.
+    fn start() -> NodeProcess {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut child = Command::new(exe)
+            .args(["node_process", "--exact", "--ignored", "--nocapture"])
+            .env(NODE_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the node process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let addr = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("weir-soak-node ").map(str::to_string))
+            .expect("the node process printed its address");
+        NodeProcess {
+            child,
+            base: format!("http://{addr}"),
+            client: client(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The node side of the soak: only in the child process `NodeProcess` starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the soak's node process; memory_and_keys_stay_flat_under_key_churn_and_nothing_fails runs it"]
+async fn node_process() {
+    if std::env::var_os(NODE_ENV).is_none() {
+        return;
+    }
+    let node = TestNode::start(RULES, |_| {}).await;
+    println!("weir-soak-node {}", node.node().http_addr());
+    // Serve until the parent closes stdin (or is gone).
+    tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    })
+    .await
+    .expect("stdin watcher");
 }
 
 /// Keys of both rules, from the per-rule `weir_keys` gauge.
-async fn keys(node: &TestNode) -> u64 {
-    let text = node.metrics().await;
+async fn keys(node: &NodeProcess) -> u64 {
+    let text = node
+        .client
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
     ["per-client", "per-ip"]
         .iter()
         .map(|r| {
@@ -92,7 +173,13 @@ fn next(state: &mut u64) -> u64 {
 }
 
 /// Sends checks for live keys at RATE / WORKERS per second until `end`.
-async fn worker(node: Arc<TestNode>, seed: u64, start: Instant, end: Instant, tally: Arc<Tally>) {
+async fn worker(
+    node: Arc<NodeProcess>,
+    seed: u64,
+    start: Instant,
+    end: Instant,
+    tally: Arc<Tally>,
+) {
     let mut rng = seed;
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WORKERS / RATE));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -137,7 +224,7 @@ async fn memory_and_keys_stay_flat_under_key_churn_and_nothing_fails() {
         "WEIR_SOAK_SECS={secs} is shorter than the warm-up"
     );
 
-    let node = Arc::new(TestNode::start(RULES, |_| {}).await);
+    let node = Arc::new(NodeProcess::start());
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
@@ -146,13 +233,13 @@ async fn memory_and_keys_stay_flat_under_key_churn_and_nothing_fails() {
         .collect();
 
     tokio::time::sleep_until((start + warm).into()).await;
-    let (warm_rss, warm_keys) = (rss_kib(), keys(&node).await);
+    let (warm_rss, warm_keys) = (rss_kib(&node), keys(&node).await);
     let mut peak_keys = warm_keys;
     while Instant::now() + Duration::from_secs(1) < end {
         tokio::time::sleep(Duration::from_secs(1)).await;
         peak_keys = peak_keys.max(keys(&node).await);
     }
-    let (end_rss, end_keys) = (rss_kib(), keys(&node).await);
+    let (end_rss, end_keys) = (rss_kib(&node), keys(&node).await);
     for w in workers {
         w.await.expect("worker");
     }
@@ -189,8 +276,4 @@ async fn memory_and_keys_stay_flat_under_key_churn_and_nothing_fails() {
         end_rss <= warm_rss + warm_rss / 10,
         "RSS grew from {warm_rss} KiB to {end_rss} KiB, more than 10%"
     );
-    Arc::into_inner(node)
-        .expect("workers are done")
-        .shutdown()
-        .await;
 }

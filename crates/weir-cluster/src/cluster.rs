@@ -130,6 +130,7 @@ impl Cluster {
         if let Some(s) = &config.secret {
             mc = mc.with_secret(s.as_bytes().to_vec());
         }
+        mc.insecure_open = config.insecure_open;
         let membership = Arc::new(Membership::start_on(mc, t.datagrams)?);
         let me = membership.identity().id;
         let stats = Arc::new(Stats::default());
@@ -347,7 +348,11 @@ impl Cluster {
     /// The `weir.v1.Peer` service to mount on this node's gRPC port, behind
     /// the cluster-secret check.
     pub fn peer_service(&self) -> PeerServiceServer {
-        let auth = PeerAuth::new(self.inner.token.clone(), self.inner.stats.clone());
+        let auth = PeerAuth::new(
+            self.inner.token.clone(),
+            self.inner.config.insecure_open,
+            self.inner.stats.clone(),
+        );
         let server = PeerServer::new(PeerService::new(self.inner.handler.clone()))
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);

@@ -169,6 +169,11 @@ pub struct ClusterConfig {
     /// an unreachable owner and takes over a dead one with its counts; 1
     /// keeps a single copy, lost with its owner.
     pub replicas: usize,
+    /// Without a secret, take gossip and peer calls from anyone who can
+    /// reach the ports (`--insecure-open-cluster`): anyone can then join
+    /// the ring, own keys and replace the rules. Off, a node without a
+    /// secret takes neither and stays a cluster of one.
+    pub insecure_open: bool,
 }
 
 impl Default for ClusterConfig {
@@ -188,6 +193,7 @@ impl Default for ClusterConfig {
             leave_timeout: Duration::from_secs(3),
             deny_cache_keys: 100_000,
             replicas: 2,
+            insecure_open: false,
         }
     }
 }
@@ -206,6 +212,12 @@ impl ClusterConfig {
         }
         if self.secret.as_deref() == Some("") {
             return Err("cluster secret must not be empty");
+        }
+        if self.secret.is_some() && self.insecure_open {
+            return Err("a cluster with a secret cannot also be open to anyone");
+        }
+        if !self.seeds.is_empty() && self.secret.is_none() && !self.insecure_open {
+            return Err("seeds without a secret: a node without one takes no gossip");
         }
         Ok(())
     }
@@ -229,6 +241,7 @@ impl fmt::Debug for ClusterConfig {
             .field("leave_timeout", &self.leave_timeout)
             .field("deny_cache_keys", &self.deny_cache_keys)
             .field("replicas", &self.replicas)
+            .field("insecure_open", &self.insecure_open)
             .finish()
     }
 }

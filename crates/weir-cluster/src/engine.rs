@@ -87,15 +87,15 @@ impl Engine {
         tier: Option<&str>,
         rules: Vec<Rule>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        self.write_rules(|current| current.with_tier(tier, rules, current.version() + 1))
+        self.write_rules(|current| current.with_tier(tier, rules, current.next_version()?))
     }
 
     /// Installs a whole set (a reloaded rules file). It takes the file's
     /// version when that is newer, else the next version, so versions only grow.
     pub fn install(&self, set: RuleSet) -> Arc<RuleSet> {
         let written = self.write_rules(|current| {
-            let version = set.version().max(current.version() + 1);
-            Ok(set.with_version(version))
+            let version = set.version().max(current.next_version()?);
+            set.with_version(version)
         });
         written.unwrap_or_else(|_| self.limiter.rules())
     }

@@ -63,13 +63,16 @@ impl PeerHandler {
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let counters = req.counters;
-        let accepted = handoff::sweep(n, move || handoff::absorb(&limiter, &replicas, counters))
+        let absorbed = handoff::sweep(n, move || handoff::absorb(&limiter, &replicas, counters))
             .await
-            .unwrap_or(0);
+            .unwrap_or_default();
         bump(&self.stats.handoffs_received, 1);
-        bump(&self.stats.keys_moved_in, u64::from(accepted));
-        tracing::info!(from = %req.from_node, counters = n, accepted, "took over counters");
-        HandoffResponse { accepted }
+        bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
+        bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
+        tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
+        HandoffResponse {
+            accepted: absorbed.accepted,
+        }
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
@@ -91,8 +94,14 @@ impl PeerHandler {
         })
     }
 
-    /// Takes an owner's counters as this node's copies of them.
+    /// Takes an owner's counters as this node's copies of them: only from
+    /// a member of the ring, each state checked as a hand-off is, and no
+    /// more keys than the ceiling.
     pub fn replicate(&self, req: ReplicateRequest) -> ReplicateResponse {
+        if !self.owner.routing.is_member(&req.from_node) {
+            tracing::debug!(from = %req.from_node, "copies refused: not a member");
+            return ReplicateResponse { accepted: 0 };
+        }
         let states = req
             .states
             .into_iter()
@@ -119,3 +128,6 @@ impl PeerHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,7 @@ pub mod config;
 mod divided;
 pub mod engine;
 mod handler;
+mod keys;
 pub mod link;
 pub mod memory;
 pub mod net;

@@ -85,6 +85,12 @@ pub struct ClusterStats {
     pub replication_lag: TimingSummary,
     /// Changes to counters owned here not yet copied to their holder.
     pub replication_pending: u64,
+    /// Gossip strategy: counts received and refused (unknown rule, a window
+    /// other than the current or previous one, or the key cap reached).
+    pub sync_refused: u64,
+    /// Handed-over counters refused: a state that breaks its algorithm's
+    /// invariants, or a new key past `--max-keys`.
+    pub handoff_refused: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -128,6 +134,8 @@ pub struct Stats {
     /// waited to be copied (what a crash can lose).
     pub replicated: AtomicU64,
     pub replication_lag: Timing,
+    pub sync_refused: AtomicU64,
+    pub handoff_refused: AtomicU64,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -171,6 +179,8 @@ impl Stats {
             replicated: get(&self.replicated),
             replication_lag: self.replication_lag.summary(),
             replication_pending: 0,
+            sync_refused: get(&self.sync_refused),
+            handoff_refused: get(&self.handoff_refused),
         }
     }
 }

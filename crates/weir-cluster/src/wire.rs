@@ -150,6 +150,10 @@ pub fn error_to_wire(e: &CheckError) -> OpResult {
         CheckError::Unavailable(Unavailable::StoreFull { max_keys, .. }) => {
             refusal(PeerErrorCode::StoreFull, "", max_keys.to_string())
         }
+        // The field tells the one store of carried limits from a rule's.
+        CheckError::Unavailable(Unavailable::CarriedFull { max_keys }) => {
+            refusal(PeerErrorCode::StoreFull, "limit", max_keys.to_string())
+        }
         CheckError::Unavailable(u) => refusal(PeerErrorCode::NotOwner, "", u.to_string()),
     }
 }
@@ -194,6 +198,12 @@ pub fn answer(result: OpResult, rule: &Rule, cost: u64) -> Answer {
         PeerErrorCode::InvalidInput => {
             input(InputField::parse(&e.field).unwrap_or(InputField::Key))
         }
+        PeerErrorCode::StoreFull if e.field == "limit" => Answer::Refused(
+            Unavailable::CarriedFull {
+                max_keys: e.message.parse().unwrap_or(0),
+            }
+            .into(),
+        ),
         PeerErrorCode::StoreFull => Answer::Refused(
             Unavailable::StoreFull {
                 rule: rule.name.to_string(),
@@ -256,6 +266,7 @@ mod tests {
                 max_keys: 12,
             }
             .into(),
+            Unavailable::CarriedFull { max_keys: 12 }.into(),
         ];
         for e in errors {
             assert_eq!(

@@ -201,16 +201,37 @@ async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit(
     })
     .await;
     println!("healed: one ring again after {healed:?}");
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    wait_until_async("the merged key stays spent", || async {
-        admitted_round_robin(&all, fresh, 5).await == 0
+    // Waited for without a check: a check that is admitted spends budget,
+    // so polling with checks would turn true whether or not the merge kept
+    // the spend. The key is merged once its owner alone holds it.
+    wait_until("the key's counters are merged at its owner", || {
+        let owner = nodes[0].cluster.owner_of(fresh).expect("an owner").id;
+        nodes.iter().all(|n| {
+            let holds = n.engine.limiter().holds("per-client", fresh);
+            n.cluster.owner_of(fresh).is_some_and(|o| o.id == owner) && holds == (n.id == owner)
+        })
     })
     .await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(
+        admitted_round_robin(&all, fresh, 5).await,
+        0,
+        "both sides spent L, and the merge kept it spent"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carried_limit_whose_owner_is_lost_is_divided_on_the_local_fallback() {
-    let mut nodes = cluster(3, RULES, |c| c.on_owner_failure = OwnerFailure::Local).await;
+    // The LAN profile takes about 3 s to notice the crash and a 50 ms
+    // deadline sends each check to the fallback at once: the five checks
+    // below take a fraction of that, so the ring still counts the dead
+    // owner while they run (with the fast profile detection raced them).
+    let mut nodes = cluster(3, RULES, |c| {
+        c.on_owner_failure = OwnerFailure::Local;
+        c.gossip_profile = weir_cluster::GossipProfile::Lan;
+        c.owner_deadline = Duration::from_millis(50);
+    })
+    .await;
     let key = key_owned_by(&nodes[0], "node-3", "carried-crash");
     let rule = std::sync::Arc::new(
         weir_core::Rule::carried("override:6-per-minute", 6, Duration::from_secs(60)).unwrap(),

@@ -23,8 +23,9 @@ fn ident(name: &str) -> NodeIdentity {
     NodeIdentity::new(name, loopback0(), "127.0.0.1:1".parse().unwrap())
 }
 
+/// Members share a secret unless a test gives them another.
 fn config(name: &str, seeds: &[SocketAddr]) -> MembershipConfig {
-    MembershipConfig::fast(ident(name), seeds.to_vec())
+    MembershipConfig::fast(ident(name), seeds.to_vec()).with_secret(b"membership-test".to_vec())
 }
 
 async fn start(name: &str, seeds: &[SocketAddr]) -> Membership {
@@ -130,7 +131,7 @@ async fn joiner_keeps_announcing_until_a_late_seed_starts() {
     assert!(early.is_some(), "joiner did not retry its announce");
     assert_eq!(live_ids(&joiner), ids(&["joiner"]));
 
-    let seed = Membership::start(MembershipConfig::fast(ident("seed"), vec![]), seed_addr)
+    let seed = Membership::start(config("seed", &[]), seed_addr)
         .await
         .unwrap();
     let both = ids(&["joiner", "seed"]);
@@ -172,7 +173,8 @@ async fn crash_is_detected_and_a_restart_with_the_same_identity_rejoins() {
     // the cluster still holds it as Down, so this exercises the automatic
     // renew-and-rejoin path. The aborted task releases the port
     // asynchronously, so retry the bind briefly.
-    let cfg = MembershipConfig::fast(old.clone(), vec![nodes[0].local_addr()]);
+    let cfg = MembershipConfig::fast(old.clone(), vec![nodes[0].local_addr()])
+        .with_secret(b"membership-test".to_vec());
     let deadline = Instant::now() + Duration::from_secs(5);
     let restarted = loop {
         match Membership::start(cfg.clone(), addr).await {
@@ -259,7 +261,9 @@ async fn nodes_without_the_secret_never_join() {
     )
     .await
     .unwrap();
-    let none = start("plain", &[a.local_addr()]).await;
+    let mut open = config("plain", &[a.local_addr()]).insecure_open();
+    open.secret = None;
+    let none = Membership::start(open, loopback0()).await.unwrap();
     // Each intruder announces every 200 ms; wait for several rejections.
     let rejected = wait_until(Duration::from_secs(10), || a.stats().bad_mac_dropped >= 10).await;
     assert!(
@@ -289,7 +293,9 @@ async fn nodes_without_the_secret_never_join() {
 async fn default_lan_config_detects_a_crash_in_a_few_seconds() {
     // The production profile (probe 500 ms, suspicion 2 s): expected ~3 s.
     const BOUND: Duration = Duration::from_secs(8);
-    let lan = |name: &str, seeds: Vec<SocketAddr>| MembershipConfig::new(ident(name), seeds);
+    let lan = |name: &str, seeds: Vec<SocketAddr>| {
+        MembershipConfig::new(ident(name), seeds).with_secret(b"membership-test".to_vec())
+    };
     let seed = Membership::start(lan("a", vec![]), loopback0())
         .await
         .unwrap();
@@ -319,4 +325,26 @@ async fn fire_and_forget_leave_still_says_goodbye() {
     let took = time_until_down(&nodes, "b", Duration::from_millis(900)).await;
     println!("fire-and-forget leave noticed in {took:?}");
     assert!(took.is_some(), "leave() did not announce the departure");
+}
+
+#[tokio::test]
+async fn a_node_without_a_secret_that_was_not_opened_takes_no_gossip() {
+    let alone = Membership::start(MembershipConfig::fast(ident("alone"), vec![]), loopback0())
+        .await
+        .unwrap();
+    let mut open =
+        MembershipConfig::fast(ident("knocker"), vec![alone.local_addr()]).insecure_open();
+    open.secret = None;
+    let knocker = Membership::start(open, loopback0()).await.unwrap();
+    let dropped = wait_until(Duration::from_secs(10), || {
+        alone.stats().bad_mac_dropped >= 3
+    })
+    .await;
+    assert!(
+        dropped.is_some(),
+        "announces were not dropped: {:?}",
+        alone.stats()
+    );
+    assert_eq!(live_ids(&alone), ids(&["alone"]));
+    assert_eq!(live_ids(&knocker), ids(&["knocker"]));
 }

@@ -16,7 +16,11 @@ fn secret(s: &str) -> impl Fn(&mut weir_cluster::ClusterConfig) + '_ {
 async fn a_node_without_the_secret_is_never_a_member_and_its_peer_calls_are_refused() {
     let nodes = cluster(3, RULES, secret("s3cret")).await;
     let seed = nodes[0].gossip();
-    let no_secret = TestNode::start("intruder-a", &[seed], RULES, |_| {}).await;
+    let no_secret = TestNode::start("intruder-a", &[seed], RULES, |c| {
+        c.secret = None;
+        c.insecure_open = true;
+    })
+    .await;
     let wrong = TestNode::start("intruder-b", &[seed], RULES, secret("guess")).await;
 
     // Their announces reach the seed and are dropped for a bad tag.

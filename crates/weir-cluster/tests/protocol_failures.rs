@@ -322,7 +322,11 @@ async fn a_partitioned_owner_and_the_other_side_each_admit_at_most_what_was_left
     }
     println!("owner's side {owner_side}, other side {other_side}");
     assert_eq!(owner_side, LIMIT - SPENT, "the owner: what was left");
-    assert_eq!(other_side, LIMIT - SPENT, "the other side, on the copy: what was left");
+    assert_eq!(
+        other_side,
+        LIMIT - SPENT,
+        "the other side, on the copy: what was left"
+    );
     net.heal();
     wait_until("one ring again", || {
         nodes.iter().all(|n| n.ring_ids().len() == 3)
@@ -330,5 +334,9 @@ async fn a_partitioned_owner_and_the_other_side_each_admit_at_most_what_was_left
     .await;
     settle().await;
     let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, LIMIT).await, 0, "both sides' spend is kept");
+    assert_eq!(
+        admitted(&all, &key, LIMIT).await,
+        0,
+        "both sides' spend is kept"
+    );
 }

@@ -38,6 +38,21 @@ fn heard(node: &TestNode, key: &str) -> u64 {
     gossip.expect("a gossip node").heard("per-client", key)
 }
 
+/// Waits until `engine` enforces L/`n`: the ring changes before the
+/// divided limits follow it (a rules pull comes in between), so a member
+/// count seen on the ring says nothing yet about the share.
+async fn until_divided_by(engine: &Engine, n: usize) {
+    let share = L.div_ceil(n) as u64;
+    common::wait_until_async("the divided limit follows the ring", || async {
+        let v = engine
+            .check(&CheckRequest::new("share-probe", "GET /"))
+            .await
+            .unwrap();
+        v.binding().unwrap().decision.limit == share
+    })
+    .await;
+}
+
 async fn admitted(engine: &Engine, key: &str, n: usize) -> usize {
     let mut ok = 0;
     for _ in 0..n {
@@ -60,6 +75,9 @@ async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
         .iter()
         .map(|n| engine(n, StrategyKind::Divide))
         .collect();
+    for e in &engines {
+        until_divided_by(e, 5).await;
+    }
     // Single connection: every request lands on node 1. L/N = 4, a 5x
     // under-admission on the best-behaved client shape.
     assert_eq!(admitted(&engines[0], "one-conn", 3 * L).await, L / 5);
@@ -75,6 +93,7 @@ async fn divide_gives_one_connection_a_fifth_of_the_limit_at_five_nodes() {
 async fn divide_keeps_what_a_client_spent_when_a_member_joins() {
     let mut nodes = cluster(2, RULES, |c| c.strategy = StrategyKind::Divide).await;
     let first = engine(&nodes[0], StrategyKind::Divide);
+    until_divided_by(&first, 2).await;
     // L/2 = 10 on node 1, all of it spent.
     assert_eq!(admitted(&first, "steady", 3 * L).await, L / 2);
     let seed = nodes[0].gossip();

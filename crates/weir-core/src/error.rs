@@ -81,6 +81,12 @@ pub enum Unavailable {
     /// dropped; a new key is refused rather than growing memory without bound.
     #[error("counter store for rule \"{rule}\" is full ({max_keys} keys)")]
     StoreFull { rule: String, max_keys: usize },
+    /// The one table that holds the keys of every limit carried by requests
+    /// (Envoy overrides) is at its key ceiling, every key in it live.
+    #[error(
+        "the counter store shared by every limit carried in requests is full ({max_keys} keys)"
+    )]
+    CarriedFull { max_keys: usize },
     /// A peer named a rule this node does not have (rule sets not yet converged).
     #[error("unknown rule \"{0}\"")]
     UnknownRule(String),

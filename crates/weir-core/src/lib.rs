@@ -28,7 +28,6 @@ pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SE
 pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
-pub use limiter::{
-    Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict, MAX_ADHOC_POLICIES,
-};
-pub use rules::{By, Rule, RuleError, RuleSet, RulesError};
+pub use limiter::{Absorb, Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict};
+pub use rules::{By, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use store::{AbsorbError, StoreCounts};

@@ -7,12 +7,12 @@ use arc_swap::ArcSwap;
 use compact_str::CompactString;
 
 use crate::algorithm::State;
-use crate::check::{CheckRequest, CheckResponse, Decide};
+use crate::check::{CheckRequest, CheckResponse, Decide, MAX_KEY_LEN};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::{CheckError, InputField, Unavailable};
 use crate::rules::{Rule, RuleSet, Selection, Subject};
-use crate::store::Counters;
+use crate::store::{AbsorbError, Carried, Counters, StoreCounts};
 
 /// One limit applied to a request.
 #[derive(Debug, Clone)]
@@ -106,10 +106,6 @@ struct Tables {
     by_name: HashMap<Arc<str>, usize>,
 }
 
-/// Most distinct ad-hoc policies (limits carried by a request itself, such
-/// as an Envoy descriptor's override) held at once; each costs a counter table.
-pub const MAX_ADHOC_POLICIES: usize = 256;
-
 /// Validates a request and selects its limits in `rules`, refusing a cost
 /// that one of them can never admit.
 fn select_in(rules: &RuleSet, req: &CheckRequest) -> Result<Selection, CheckError> {
@@ -155,12 +151,24 @@ fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
     }
 }
 
+/// Why a handed-over counter was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Absorb {
+    /// Its rule is not in this node's set (the sets have not converged, or
+    /// it was removed): its budget cannot be expressed here.
+    #[error("unknown rule")]
+    UnknownRule,
+    #[error(transparent)]
+    Refused(AbsorbError),
+}
+
 /// Decides checks in this process.
 pub struct Limiter {
     clock: Arc<dyn Clock>,
     config: LimiterConfig,
     tables: ArcSwap<Tables>,
-    adhoc: dashmap::DashMap<Arc<str>, Arc<Counters>>,
+    /// Limits carried by requests, all under one key ceiling.
+    carried: Carried,
 }
 
 impl Limiter {
@@ -173,7 +181,7 @@ impl Limiter {
                 counters: Vec::new(),
                 by_name: HashMap::new(),
             }),
-            adhoc: dashmap::DashMap::new(),
+            carried: Carried::new(config.max_keys_per_rule),
         };
         limiter.install(rules);
         limiter
@@ -420,8 +428,9 @@ impl Limiter {
     }
 
     /// Decides one request against a rule that is not in the rule set but
-    /// carried by the request (an Envoy descriptor's own limit). Counters are
-    /// kept per distinct rule name, at most [`MAX_ADHOC_POLICIES`] of them.
+    /// carried by the request (an Envoy descriptor's override). Every
+    /// carried limit's keys share one table and one `max_keys_per_rule`
+    /// ceiling, so no caller can multiply the ceiling by naming more limits.
     pub fn check_adhoc(
         &self,
         rule: &Rule,
@@ -430,44 +439,43 @@ impl Limiter {
     ) -> Result<Decision, CheckError> {
         valid_cost(cost)?;
         CheckError::fits(rule, cost)?;
-        let counters = self.adhoc_table(rule)?;
-        counters
-            .consume(hash_part, self.clock.now(), cost)
-            .map_err(|_| store_full(&rule.name, self.config.max_keys_per_rule))
+        self.carried
+            .consume(&rule.name, &rule.policy, hash_part, self.clock.now(), cost)
+            .map_err(|_| {
+                Unavailable::CarriedFull {
+                    max_keys: self.config.max_keys_per_rule,
+                }
+                .into()
+            })
     }
 
-    /// The counter table of a carried rule, made on first use. The read
-    /// guard is dropped before any insert: DashMap's guards hold a shard
-    /// lock, and inserting into the shard a live guard reads deadlocks the
-    /// thread on its own lock.
-    fn adhoc_table(&self, rule: &Rule) -> Result<Arc<Counters>, CheckError> {
-        if let Some(c) = self.adhoc.get(&rule.name) {
-            if *c.policy() == rule.policy {
-                return Ok(c.clone());
-            }
-        }
-        if self.adhoc.len() >= MAX_ADHOC_POLICIES && !self.adhoc.contains_key(&rule.name) {
-            return Err(store_full(&rule.name, MAX_ADHOC_POLICIES));
-        }
-        let fresh = || Arc::new(Counters::new(rule.policy, self.config.max_keys_per_rule));
-        let mut slot = self.adhoc.entry(rule.name.clone()).or_insert_with(fresh);
-        // Same name, other policy (a divided share resized, an override
-        // changed): its counts mean something else now, so it starts over.
-        if *slot.policy() != rule.policy {
-            *slot = fresh();
-        }
-        Ok(slot.clone())
+    /// Gives back what a carried limit's decision taken at `at` consumed.
+    pub fn refund_adhoc(&self, rule: &Rule, hash_part: &str, at: Nanos, cost: u64) {
+        self.carried.refund(&rule.name, hash_part, at, cost);
     }
 
-    /// Drops idle keys of every rule; returns how many. Run it periodically.
+    /// Drops the keys at rest of every rule (their state equal to a fresh
+    /// key's, so no answer changes); returns how many. Run it periodically,
+    /// off the request path: a full table then rarely has to on a new key.
     pub fn sweep(&self) -> usize {
         let now = self.clock.now();
         let t = self.tables.load();
-        let adhoc: usize = self.adhoc.iter().map(|c| c.sweep(now)).sum();
-        // An ad-hoc table with no keys left is as good as absent: drop it so
-        // the MAX_ADHOC_POLICIES slots free up again.
-        self.adhoc.retain(|_, c| !c.is_empty());
-        adhoc + t.counters.iter().map(|c| c.sweep(now)).sum::<usize>()
+        self.carried.sweep(now) + t.counters.iter().map(|c| c.sweep(now)).sum::<usize>()
+    }
+
+    /// Keys dropped at rest and new keys refused at the ceiling, over every
+    /// table in force and the carried limits' one.
+    pub fn store_counts(&self) -> StoreCounts {
+        let t = self.tables.load();
+        t.counters
+            .iter()
+            .map(|c| c.counts())
+            .fold(self.carried.counts(), |a, b| a + b)
+    }
+
+    /// Whether this process holds a counter of `rule` for `hash_part`.
+    pub fn holds(&self, rule: &str, hash_part: &str) -> bool {
+        self.counters(rule).is_ok_and(|c| c.contains(hash_part))
     }
 
     /// Keys held across all rules.
@@ -486,9 +494,9 @@ impl Limiter {
             .collect()
     }
 
-    /// Keys held by the ad-hoc tables (rules carried by requests), together.
+    /// Keys held for limits carried by requests, together.
     pub fn adhoc_keys(&self) -> usize {
-        self.adhoc.iter().map(|c| c.len()).sum()
+        self.carried.len()
     }
 
     /// Removes and returns every counter whose hash part `keep` rejects.
@@ -507,13 +515,17 @@ impl Limiter {
         out
     }
 
-    /// Folds in a counter handed over by another node. False when its rule is
-    /// unknown here or now uses another algorithm.
-    pub fn absorb(&self, snap: CounterSnapshot) -> bool {
-        match self.counters(&snap.rule) {
-            Ok(c) => c.absorb(&snap.hash_part, snap.state, self.clock.now()),
-            Err(_) => false,
+    /// Folds in a counter handed over by another node, after checking it:
+    /// a key no check could name, a state that breaks its algorithm's
+    /// invariants, or a new key past the ceiling is refused, and a refused
+    /// counter changes nothing.
+    pub fn absorb(&self, snap: CounterSnapshot) -> Result<(), Absorb> {
+        let c = self.counters(&snap.rule).map_err(|_| Absorb::UnknownRule)?;
+        if snap.hash_part.is_empty() || snap.hash_part.len() > MAX_KEY_LEN {
+            return Err(Absorb::Refused(AbsorbError::Invalid));
         }
+        c.absorb(&snap.hash_part, snap.state, self.clock.now())
+            .map_err(Absorb::Refused)
     }
 }
 

@@ -18,24 +18,164 @@ use crate::algorithm::{
 use crate::clock::{Nanos, NANOS_PER_SEC};
 use crate::decision::Decision;
 
+pub use carried::Carried;
+
 /// Keys are attacker-chosen strings, so the hasher is seeded per process
 /// (foldhash's RandomState) to keep collision floods out.
 type Map<S> = DashMap<CompactString, S, foldhash::fast::RandomState>;
 
-/// The store is at its key ceiling and nothing idle could be dropped.
+/// The store is at its key ceiling and every key it holds is live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
-/// How often a full store may sweep on the request path; a flood of new keys
-/// must not turn every request into a full scan.
-const SWEEP_EVERY: Nanos = NANOS_PER_SEC;
+/// Why a handed-over state was not taken. Nothing changed in any case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AbsorbError {
+    /// The state is another algorithm's (the rule changed meanwhile).
+    #[error("the state belongs to another algorithm")]
+    OtherAlgorithm,
+    /// The state breaks its algorithm's invariants; no honest node holds it.
+    #[error("the state breaks its algorithm's invariants")]
+    Invalid,
+    /// A new key, and the store is at its ceiling with every key live.
+    #[error("the store is full")]
+    Full,
+}
+
+/// How often a sweep on the request path may come up empty: when the key
+/// that was about to rest was spent again, the sweep frees nothing, and a
+/// caller that keeps doing that must not turn every new key into a scan.
+const FRUITLESS_SWEEP_EVERY: Nanos = NANOS_PER_SEC;
+
+/// What a store did at its ceiling, since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Keys dropped because they were at rest (their state equal to a
+    /// fresh key's): no answer changes.
+    pub dropped_at_rest: u64,
+    /// New keys refused because every held key was live.
+    pub refused_full: u64,
+}
+
+impl std::ops::Add for StoreCounts {
+    type Output = StoreCounts;
+    fn add(self, o: StoreCounts) -> StoreCounts {
+        StoreCounts {
+            dropped_at_rest: self.dropped_at_rest + o.dropped_at_rest,
+            refused_full: self.refused_full + o.refused_full,
+        }
+    }
+}
+
+/// The key ceiling of one store and what it did there. No live key is
+/// ever evicted: a new key takes the room of keys at rest, or is refused.
+pub(crate) struct Ceiling {
+    len: AtomicUsize,
+    max_keys: usize,
+    /// No held key comes to rest before this instant: a lower bound, lowered
+    /// on every write and made exact by every sweep. While `now` is below
+    /// it, a full store refuses a new key with no scan at all.
+    earliest_rest: AtomicU64,
+    /// When a sweep on the request path last freed nothing.
+    fruitless_at: AtomicU64,
+    /// One sweep at a time; a second caller waits for it rather than scan too.
+    sweeping: std::sync::Mutex<()>,
+    dropped_at_rest: AtomicU64,
+    refused_full: AtomicU64,
+}
+
+impl Ceiling {
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Ceiling {
+            len: AtomicUsize::new(0),
+            max_keys,
+            earliest_rest: AtomicU64::new(Nanos::MAX),
+            fruitless_at: AtomicU64::new(0),
+            sweeping: std::sync::Mutex::new(()),
+            dropped_at_rest: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn added(&self) {
+        self.len.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn removed(&self, n: usize) {
+        self.len.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// A key's state changed and comes to rest at `at`.
+    pub(crate) fn rests_at(&self, at: Nanos) {
+        self.earliest_rest.fetch_min(at, Ordering::Relaxed);
+    }
+
+    /// Before a new key: Ok when there is room, after dropping keys at rest
+    /// with `sweep` if some may be; Err when every held key is live. `sweep`
+    /// drops the keys at rest at `now` and returns how many, and the
+    /// earliest rest of those it kept.
+    pub(crate) fn make_room(
+        &self,
+        now: Nanos,
+        sweep: impl FnOnce() -> (usize, Nanos),
+    ) -> Result<(), Full> {
+        if self.len() < self.max_keys {
+            return Ok(());
+        }
+        let may_rest = now >= self.earliest_rest.load(Ordering::Relaxed);
+        let fruitless = self.fruitless_at.load(Ordering::Relaxed);
+        let worth_it = fruitless == 0 || now.saturating_sub(fruitless) >= FRUITLESS_SWEEP_EVERY;
+        if may_rest && worth_it {
+            let _one = self.sweep_lock();
+            if self.len() >= self.max_keys {
+                let freed = self.swept(sweep());
+                if freed == 0 {
+                    self.fruitless_at.store(now.max(1), Ordering::Relaxed);
+                }
+            }
+        }
+        if self.len() < self.max_keys {
+            return Ok(());
+        }
+        self.refused_full.fetch_add(1, Ordering::Relaxed);
+        Err(Full)
+    }
+
+    /// Held while sweeping. A panic mid-sweep leaves nothing to repair
+    /// (retain is per key), so a poisoned lock is taken as it is.
+    pub(crate) fn sweep_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.sweeping.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Books a sweep's outcome: `(dropped, earliest rest of the kept)`.
+    /// Returns how many were dropped.
+    pub(crate) fn swept(&self, (dropped, earliest): (usize, Nanos)) -> usize {
+        self.removed(dropped);
+        self.dropped_at_rest
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        // Exact for the keys the sweep kept. A write racing the sweep can
+        // be missed here, which only delays its key's drop to a later sweep
+        // (the node sweeps every table each second).
+        self.earliest_rest.store(earliest, Ordering::Relaxed);
+        dropped
+    }
+
+    pub(crate) fn counts(&self) -> StoreCounts {
+        StoreCounts {
+            dropped_at_rest: self.dropped_at_rest.load(Ordering::Relaxed),
+            refused_full: self.refused_full.load(Ordering::Relaxed),
+        }
+    }
+}
 
 struct KeyedStore<A: Algorithm> {
     algo: A,
     map: Map<A::State>,
-    len: AtomicUsize,
-    max_keys: usize,
-    last_sweep: AtomicU64,
+    ceiling: Ceiling,
 }
 
 impl<A> KeyedStore<A>
@@ -47,70 +187,64 @@ where
         KeyedStore {
             algo,
             map: Map::default(),
-            len: AtomicUsize::new(0),
-            max_keys,
-            last_sweep: AtomicU64::new(0),
+            ceiling: Ceiling::new(max_keys),
         }
+    }
+
+    /// Decides `cost` on `s` and notes when the key comes to rest.
+    fn decide(&self, s: &mut A::State, now: Nanos, cost: u64) -> Decision {
+        let d = self.algo.decide(s, now, cost);
+        self.ceiling.rests_at(self.algo.rest_at(s));
+        d
     }
 
     fn consume(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Full> {
+        // The guard of `get_mut` is dropped at the end of this `if let`
+        // (it has no `else`), before `make_room` write-locks shards.
         if let Some(mut s) = self.map.get_mut(key) {
-            return Ok(self.algo.decide(&mut s, now, cost));
+            return Ok(self.decide(&mut s, now, cost));
         }
-        self.make_room(now)?;
+        self.ceiling.make_room(now, || self.sweep_at(now))?;
         match self.map.entry(CompactString::new(key)) {
-            Entry::Occupied(mut o) => Ok(self.algo.decide(o.get_mut(), now, cost)),
+            Entry::Occupied(mut o) => Ok(self.decide(o.get_mut(), now, cost)),
             Entry::Vacant(v) => {
                 let mut s = self.algo.fresh();
-                let d = self.algo.decide(&mut s, now, cost);
+                let d = self.decide(&mut s, now, cost);
                 v.insert(s);
-                self.len.fetch_add(1, Ordering::Relaxed);
+                self.ceiling.added();
                 Ok(d)
             }
-        }
-    }
-
-    /// Before a new key: if at the ceiling, sweep idle keys (at most once per
-    /// SWEEP_EVERY) and refuse if that freed nothing.
-    fn make_room(&self, now: Nanos) -> Result<(), Full> {
-        if self.len.load(Ordering::Relaxed) < self.max_keys {
-            return Ok(());
-        }
-        let last = self.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= SWEEP_EVERY
-            && self
-                .last_sweep
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.sweep(now);
-        }
-        if self.len.load(Ordering::Relaxed) < self.max_keys {
-            Ok(())
-        } else {
-            Err(Full)
         }
     }
 
     fn refund(&self, key: &str, at: Nanos, cost: u64) {
         if let Some(mut s) = self.map.get_mut(key) {
             self.algo.refund(&mut s, at, cost);
+            self.ceiling.rests_at(self.algo.rest_at(&s));
         }
     }
 
     /// Records `cost` spent elsewhere on `key`, creating it when it is new
     /// (refused only when the store is full of live keys).
     fn charge(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Full> {
+        // The guard is dropped at the end of this `if let` (no `else`),
+        // before `make_room` write-locks shards.
         if let Some(mut s) = self.map.get_mut(key) {
             self.algo.charge(&mut s, now, cost);
+            self.ceiling.rests_at(self.algo.rest_at(&s));
             return Ok(());
         }
-        self.make_room(now)?;
-        let mut entry = self.map.entry(CompactString::new(key)).or_insert_with(|| {
-            self.len.fetch_add(1, Ordering::Relaxed);
-            self.algo.fresh()
-        });
-        self.algo.charge(&mut entry, now, cost);
+        self.ceiling.make_room(now, || self.sweep_at(now))?;
+        match self.map.entry(CompactString::new(key)) {
+            Entry::Occupied(mut o) => self.algo.charge(o.get_mut(), now, cost),
+            Entry::Vacant(v) => {
+                let mut s = self.algo.fresh();
+                self.algo.charge(&mut s, now, cost);
+                self.ceiling.rests_at(self.algo.rest_at(&s));
+                v.insert(s);
+                self.ceiling.added();
+            }
+        }
         Ok(())
     }
 
@@ -118,16 +252,21 @@ where
         self.map.get(key).map(|s| s.clone())
     }
 
-    /// Replaces `key`'s state whole (a replica taking its owner's copy); a
-    /// new key needs room, as for a consume.
-    fn put(&self, key: &str, state: A::State, now: Nanos) -> Result<(), Full> {
+    /// Replaces `key`'s state whole (a replica taking its owner's copy),
+    /// after checking it as a hand-off is checked; a new key needs room,
+    /// as for a consume.
+    fn put(&self, key: &str, state: A::State, now: Nanos) -> Result<(), AbsorbError> {
+        let state = self.algo.admit(state, now).ok_or(AbsorbError::Invalid)?;
+        self.ceiling.rests_at(self.algo.rest_at(&state));
         if let Some(mut s) = self.map.get_mut(key) {
             *s = state;
             return Ok(());
         }
-        self.make_room(now)?;
+        self.ceiling
+            .make_room(now, || self.sweep_at(now))
+            .map_err(|Full| AbsorbError::Full)?;
         if self.map.insert(CompactString::new(key), state).is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
+            self.ceiling.added();
         }
         Ok(())
     }
@@ -138,19 +277,29 @@ where
 
     fn remove(&self, key: &str) -> Option<A::State> {
         let (_, s) = self.map.remove(key)?;
-        self.len.fetch_sub(1, Ordering::Relaxed);
+        self.ceiling.removed(1);
         Some(s)
     }
 
-    fn sweep(&self, now: Nanos) -> usize {
+    /// Drops every key at rest at `now`; returns how many, and the earliest
+    /// rest of those kept.
+    fn sweep_at(&self, now: Nanos) -> (usize, Nanos) {
         let mut removed = 0;
+        let mut earliest = Nanos::MAX;
         self.map.retain(|_, s| {
             let idle = self.algo.is_idle(s, now);
             removed += usize::from(idle);
+            if !idle {
+                earliest = earliest.min(self.algo.rest_at(s));
+            }
             !idle
         });
-        self.len.fetch_sub(removed, Ordering::Relaxed);
-        removed
+        (removed, earliest)
+    }
+
+    fn sweep(&self, now: Nanos) -> usize {
+        let _one = self.ceiling.sweep_lock();
+        self.ceiling.swept(self.sweep_at(now))
     }
 
     fn take(&self, keep: &mut dyn FnMut(&str) -> bool) -> Vec<(CompactString, A::State)> {
@@ -162,7 +311,7 @@ where
             out.push((k.clone(), s.clone()));
             false
         });
-        self.len.fetch_sub(out.len(), Ordering::Relaxed);
+        self.ceiling.removed(out.len());
         out
     }
 
@@ -174,20 +323,43 @@ where
         for e in self.map.iter() {
             let mut s = out.algo.fresh();
             out.algo.merge(&mut s, e.value().clone(), now);
+            out.ceiling.rests_at(out.algo.rest_at(&s));
             out.map.insert(e.key().clone(), s);
         }
-        out.len.store(out.map.len(), Ordering::Relaxed);
+        out.ceiling.len.store(out.map.len(), Ordering::Relaxed);
         out
     }
 
-    fn absorb(&self, key: &str, other: A::State, now: Nanos) {
+    /// Folds a peer's state for `key` in, after checking it: an invalid
+    /// state, or a new key past the ceiling, is refused and changes nothing.
+    fn absorb(&self, key: &str, other: A::State, now: Nanos) -> Result<(), AbsorbError> {
+        let other = self.algo.admit(other, now).ok_or(AbsorbError::Invalid)?;
+        // Merged into a fresh state, so the state held is one this node's
+        // own arithmetic produced (a log trimmed, times clamped).
+        let mut incoming = self.algo.fresh();
+        self.algo.merge(&mut incoming, other, now);
+        if self.algo.is_idle(&incoming, now) {
+            return Ok(());
+        }
+        // Room is made before the entry's guard is taken: a sweep
+        // write-locks every shard, this key's among them.
+        if !self.map.contains_key(key) {
+            self.ceiling
+                .make_room(now, || self.sweep_at(now))
+                .map_err(|Full| AbsorbError::Full)?;
+        }
         match self.map.entry(CompactString::new(key)) {
-            Entry::Occupied(mut o) => self.algo.merge(o.get_mut(), other, now),
+            Entry::Occupied(mut o) => {
+                self.algo.merge(o.get_mut(), incoming, now);
+                self.ceiling.rests_at(self.algo.rest_at(o.get()));
+            }
             Entry::Vacant(v) => {
-                v.insert(other);
-                self.len.fetch_add(1, Ordering::Relaxed);
+                self.ceiling.rests_at(self.algo.rest_at(&incoming));
+                v.insert(incoming);
+                self.ceiling.added();
             }
         }
+        Ok(())
     }
 }
 
@@ -263,7 +435,7 @@ impl Counters {
     }
 
     /// Replaces `key`'s state whole. False when the state is of another
-    /// algorithm, or the key is new and the store is full.
+    /// algorithm, breaks its invariants, or is new and the store is full.
     pub fn put(&self, key: &str, state: State, now: Nanos) -> bool {
         match (&self.inner, state) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.put(key, st, now).is_ok(),
@@ -294,13 +466,23 @@ impl Counters {
         }
     }
 
-    /// Drops every key whose state equals a fresh one; returns how many.
+    /// Drops every key at rest (its state equal to a fresh one); returns how many.
     pub fn sweep(&self, now: Nanos) -> usize {
         each_store!(&self.inner, s => s.sweep(now))
     }
 
     pub fn len(&self) -> usize {
-        each_store!(&self.inner, s => s.len.load(Ordering::Relaxed))
+        each_store!(&self.inner, s => s.ceiling.len())
+    }
+
+    /// Whether a counter is held for `key` (a read: nothing moves).
+    pub fn contains(&self, key: &str) -> bool {
+        each_store!(&self.inner, s => s.map.contains_key(key))
+    }
+
+    /// What this table did at its key ceiling.
+    pub fn counts(&self) -> StoreCounts {
+        each_store!(&self.inner, s => s.ceiling.counts())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -341,18 +523,17 @@ impl Counters {
         }
     }
 
-    /// Folds a handed-over state into `key`. Returns false when the state is
-    /// of another algorithm (the rule changed meanwhile) and was dropped.
-    pub fn absorb(&self, key: &str, state: State, now: Nanos) -> bool {
+    /// Folds a handed-over state into `key`, after checking it against its
+    /// algorithm's invariants and the key ceiling.
+    pub fn absorb(&self, key: &str, state: State, now: Nanos) -> Result<(), AbsorbError> {
         match (&self.inner, state) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.absorb(key, st, now),
             (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.absorb(key, st, now),
             (Inner::FixedWindow(s), State::FixedWindow(st)) => s.absorb(key, st, now),
             (Inner::SlidingLog(s), State::SlidingLog(st)) => s.absorb(key, st, now),
             (Inner::SlidingCounter(s), State::SlidingCounter(st)) => s.absorb(key, st, now),
-            _ => return false,
+            _ => Err(AbsorbError::OtherAlgorithm),
         }
-        true
     }
 }
 
@@ -360,5 +541,6 @@ fn wrap<S>(v: Vec<(CompactString, S)>, f: fn(S) -> State) -> Vec<(CompactString,
     v.into_iter().map(|(k, s)| (k, f(s))).collect()
 }
 
+mod carried;
 #[cfg(test)]
 mod tests;

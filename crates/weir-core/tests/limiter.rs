@@ -195,26 +195,59 @@ fn the_budget_returns_with_the_clock() {
 }
 
 #[test]
-fn adhoc_rules_free_their_slot_once_idle() {
+fn carried_limits_of_many_values_share_one_ceiling_and_never_lock_each_other_out() {
+    // Once each distinct carried limit took one of 256 tables; 256 yearly
+    // overrides then refused every later override for up to two years.
     let clock = Arc::new(FakeClock::at_secs(6_000.0));
-    let l = Limiter::new(RuleSet::empty(), clock.clone(), LimiterConfig::default());
-    let rule = |n: usize| {
-        let body = format!(
-            r#"{{"rules":[{{"name":"o{n}","algorithm":"fixed_window","limit":1,"window":"1s"}}]}}"#
-        );
-        RuleSet::parse_tier_json(None, &body).unwrap().remove(0)
-    };
-    for n in 0..weir_core::MAX_ADHOC_POLICIES {
-        assert!(l.check_adhoc(&rule(n), "k", 1).unwrap().allowed);
+    let l = Limiter::new(
+        RuleSet::empty(),
+        clock.clone(),
+        LimiterConfig {
+            max_keys_per_rule: 1_000,
+        },
+    );
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let yearly = |n: u64| weir_core::Rule::carried(&format!("override:{n}-per-year"), n, year);
+    for n in 1..=400 {
+        assert!(l.check_adhoc(&yearly(n).unwrap(), "k", 1).unwrap().allowed);
     }
-    let extra = rule(weir_core::MAX_ADHOC_POLICIES);
+    assert_eq!(l.adhoc_keys(), 400);
+}
+
+#[test]
+fn carried_limits_are_refused_only_when_every_held_key_is_live() {
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let l = Limiter::new(
+        RuleSet::empty(),
+        clock.clone(),
+        LimiterConfig {
+            max_keys_per_rule: 3,
+        },
+    );
+    let per_sec = weir_core::Rule::carried("override:5-per-second", 5, Duration::from_secs(1));
+    let per_min = weir_core::Rule::carried("override:5-per-minute", 5, Duration::from_secs(60));
+    let (per_sec, per_min) = (per_sec.unwrap(), per_min.unwrap());
+    // One ceiling over every carried limit: three keys in all, not per limit.
+    l.check_adhoc(&per_sec, "a", 1).unwrap();
+    l.check_adhoc(&per_min, "b", 1).unwrap();
+    l.check_adhoc(&per_min, "c", 1).unwrap();
     assert!(matches!(
-        l.check_adhoc(&extra, "k", 1),
-        Err(CheckError::Unavailable(Unavailable::StoreFull { .. }))
+        l.check_adhoc(&per_sec, "d", 1),
+        Err(CheckError::Unavailable(Unavailable::CarriedFull {
+            max_keys: 3
+        }))
     ));
+    assert_eq!(l.store_counts().refused_full, 1);
+    // Two seconds on, "a" is at rest: the next new key takes its room with
+    // no sweep run by anyone, and nothing live was dropped.
     clock.advance(Duration::from_secs(2));
-    l.sweep();
-    assert!(l.check_adhoc(&extra, "k", 1).unwrap().allowed);
+    assert!(l.check_adhoc(&per_sec, "d", 1).unwrap().allowed);
+    assert_eq!(l.store_counts().dropped_at_rest, 1);
+    assert_eq!(
+        l.check_adhoc(&per_min, "b", 1).unwrap().remaining,
+        3,
+        "b kept its spend"
+    );
 }
 
 #[test]
@@ -306,7 +339,7 @@ fn a_carried_rule_whose_limit_changed_is_decided_not_deadlocked() {
         .expect("the second check returned instead of hanging");
     assert_eq!(
         remaining,
-        (4, 5),
-        "the changed limit starts a table of its own"
+        (4, 4),
+        "the resized limit keeps what the caller spent"
     );
 }

@@ -1,11 +1,13 @@
 //! Client connections: at most N open per listener, TLS when configured, handshakes off the accept loop.
 
 mod capped;
+mod watch;
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,12 +20,31 @@ use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 pub use capped::{CappedListener, CappedStream};
+use watch::Watch;
+pub use watch::{Activity, Busy};
+
+/// How long a connection may take and sit: `head` for a TLS handshake and
+/// for an HTTP/2 client's preface and SETTINGS, `idle` with no request.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub head: Duration,
+    pub idle: Duration,
+}
 
 /// One accepted connection, holding its slot until dropped.
 pub struct Conn {
     io: Io,
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
+    watch: Watch,
+}
+
+/// What a gRPC request learns of its connection: the address, as tonic
+/// reports it, and the activity the server counts requests on.
+#[derive(Clone)]
+pub struct ConnInfo {
+    pub tcp: TcpConnectInfo,
+    pub activity: Arc<Activity>,
 }
 
 enum Io {
@@ -35,25 +56,28 @@ impl Conn {
     pub fn remote_addr(&self) -> Option<SocketAddr> {
         self.remote
     }
+
+    /// Where the server counts this connection's requests.
+    pub fn activity(&self) -> Arc<Activity> {
+        self.watch.activity().clone()
+    }
 }
 
 /// Accepts on `listener` until `stop` resolves, then closes it (new
 /// connections are refused from then on) and ends the stream. Connections
 /// come out in the order their TLS handshakes finish.
 ///
-/// A TLS handshake runs in a task of its own, bounded by `handshake_timeout`:
+/// A TLS handshake runs in a task of its own, bounded by the head timeout:
 /// on the accept loop, one client that opens a connection and says nothing
-/// would hold up every other client.
-///
-/// `preface` bytes (the HTTP/2 client preface, for gRPC) must arrive on a
-/// plaintext connection within the same timeout before it is handed on:
-/// the HTTP/2 server would otherwise wait for them with no deadline.
+/// would hold up every other client. Every connection is then watched
+/// (`watch.rs`): an HTTP/2 client's preface and SETTINGS must arrive
+/// within the head timeout too, and a connection with no request for the
+/// idle timeout is closed.
 pub fn incoming(
     listener: TcpListener,
     max_connections: usize,
     tls: Option<TlsAcceptor>,
-    handshake_timeout: Duration,
-    preface: usize,
+    timeouts: Timeouts,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> mpsc::Receiver<Conn> {
     // Small: a connection waiting here already holds a slot.
@@ -67,46 +91,34 @@ pub fn incoming(
                 _ = tx.closed() => return,
                 (stream, _) = listener.accept() => stream,
             };
+            let (local, remote) = (
+                stream.tcp().local_addr().ok(),
+                stream.tcp().peer_addr().ok(),
+            );
+            // The clock starts at accept: the handshake's time counts
+            // against the head timeout of the HTTP/2 start as well.
+            let watch = Watch::new(timeouts.head, timeouts.idle);
             let Some(acceptor) = tls.clone() else {
-                let (local, remote) = (
-                    stream.tcp().local_addr().ok(),
-                    stream.tcp().peer_addr().ok(),
-                );
                 let conn = Conn {
                     io: Io::Plain(stream),
                     local,
                     remote,
+                    watch,
                 };
-                if preface == 0 {
-                    if tx.send(conn).await.is_err() {
-                        return;
-                    }
-                    continue;
+                if tx.send(conn).await.is_err() {
+                    return;
                 }
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let Io::Plain(s) = &conn.io else { return };
-                    match tokio::time::timeout(handshake_timeout, arrived(s.tcp(), preface)).await {
-                        Ok(true) => {
-                            let _ = tx.send(conn).await;
-                        }
-                        _ => tracing::debug!(?remote, "no preface in time; closing"),
-                    }
-                });
                 continue;
             };
             let tx = tx.clone();
             tokio::spawn(async move {
-                let (local, remote) = (
-                    stream.tcp().local_addr().ok(),
-                    stream.tcp().peer_addr().ok(),
-                );
-                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                match tokio::time::timeout(timeouts.head, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
                         let conn = Conn {
                             io: Io::Tls(Box::new(tls)),
                             local,
                             remote,
+                            watch,
                         };
                         let _ = tx.send(conn).await;
                     }
@@ -119,44 +131,41 @@ pub fn incoming(
     rx
 }
 
-/// Waits until `n` bytes can be read without consuming them; false if the
-/// peer closed first.
-async fn arrived(tcp: &tokio::net::TcpStream, n: usize) -> bool {
-    let mut buf = vec![0u8; n];
-    loop {
-        match tcp.peek(&mut buf).await {
-            Ok(k) if k >= n => return true,
-            Ok(0) | Err(_) => return false,
-            // Part of it is here; peek would return at once again, so wait
-            // a little for the rest instead of spinning.
-            Ok(_) => tokio::time::sleep(PEEK_AGAIN).await,
-        }
-    }
-}
-
-const PEEK_AGAIN: Duration = Duration::from_millis(5);
-
 impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        TcpConnectInfo {
-            local_addr: self.local,
-            remote_addr: self.remote,
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            tcp: TcpConnectInfo {
+                local_addr: self.local,
+                remote_addr: self.remote,
+            },
+            activity: self.activity(),
         }
     }
 }
 
 impl AsyncRead for Conn {
+    /// Reads as closed (end of stream) once the watch says so: the server
+    /// then ends the connection and its slot comes back.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        if this.watch.expired(cx) {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let read = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let Poll::Ready(Ok(())) = read {
+            this.watch.saw(&buf.filled()[before..]);
         }
+        read
     }
 }
 

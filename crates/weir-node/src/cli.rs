@@ -121,7 +121,8 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub admin_token: Option<String>,
-    /// Shared secret that authenticates gossip between nodes.
+    /// Shared secret that authenticates gossip and peer calls between nodes;
+    /// without it a node takes neither and runs alone.
     #[arg(
         long,
         value_name = "SECRET",
@@ -129,6 +130,11 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub cluster_secret: Option<String>,
+    /// INSECURE: with no --cluster-secret, take gossip and peer calls from
+    /// anyone who can reach the ports (they can join the ring and replace
+    /// the rules). Only for isolated test networks.
+    #[arg(long)]
+    pub insecure_open_cluster: bool,
     /// Log line format; the level comes from RUST_LOG [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
@@ -153,6 +159,9 @@ pub struct ServeArgs {
     /// How long an HTTP client may take to send a request's body [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Option<Duration>,
+    /// How long a connection may sit with no request before it is closed [default: 60s].
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
     /// How long shutdown waits for in-flight requests [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub drain_timeout: Option<Duration>,
@@ -255,6 +264,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
             replicas: args.replicas.map_or(c.replicas, usize::from),
             secret: secret("--cluster-secret", &args.cluster_secret)?,
+            insecure_open: args.insecure_open_cluster,
             ..c.clone()
         },
         retry_jitter: args.retry_jitter,
@@ -280,6 +290,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
                 args.body_read_timeout,
                 d.limits.body_read_timeout,
             )?,
+            idle_timeout: nonzero("--idle-timeout", args.idle_timeout, d.limits.idle_timeout)?,
         },
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),

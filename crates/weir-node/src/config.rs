@@ -31,6 +31,10 @@ pub struct InputLimits {
     pub header_read_timeout: Duration,
     /// How long a client has to send a whole request body.
     pub body_read_timeout: Duration,
+    /// How long a connection may sit with no request before it is closed,
+    /// on every listener and protocol (an HTTP/2 client answering pings
+    /// would otherwise hold its slot forever).
+    pub idle_timeout: Duration,
 }
 
 impl Default for InputLimits {
@@ -44,6 +48,10 @@ impl Default for InputLimits {
             // stalled client's hold on its connection slot.
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
+            // Long enough that a client pool's connections between bursts
+            // stay up (a reconnect costs a handshake), short enough that
+            // abandoned ones come back within a minute.
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -102,6 +110,16 @@ impl Default for ServeConfig {
     }
 }
 
+impl InputLimits {
+    /// The timing rules every listener's connections are held to.
+    pub fn timeouts(&self) -> crate::accept::Timeouts {
+        crate::accept::Timeouts {
+            head: self.header_read_timeout,
+            idle: self.idle_timeout,
+        }
+    }
+}
+
 impl ServeConfig {
     /// Every port on 127.0.0.1:0, for tests and embedding.
     pub fn ephemeral() -> Self {
@@ -126,7 +144,6 @@ impl ServeConfig {
 
     /// Why this config cannot run, in one line.
     pub fn validate(&self) -> Result<(), String> {
-        self.cluster.validate().map_err(str::to_string)?;
         if self.tls.is_some() && self.peer_grpc.is_none() {
             return Err(
                 "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
@@ -134,7 +151,31 @@ impl ServeConfig {
                     .into(),
             );
         }
-        self.check_advertised()
+        self.check_advertised()?;
+        self.check_trust()?;
+        self.cluster.validate().map_err(str::to_string)
+    }
+
+    /// Refuses a node that would join peers it cannot authenticate: seeds
+    /// need the cluster secret, or the operator's explicit
+    /// `--insecure-open-cluster` (which a secret contradicts).
+    fn check_trust(&self) -> Result<(), String> {
+        let c = &self.cluster;
+        if c.secret.is_some() && c.insecure_open {
+            return Err(
+                "--insecure-open-cluster and --cluster-secret contradict each other: \
+                 a cluster with a secret takes only its members"
+                    .into(),
+            );
+        }
+        if !c.seeds.is_empty() && c.secret.is_none() && !c.insecure_open {
+            return Err(
+                "--seeds needs --cluster-secret (or WEIR_CLUSTER_SECRET): a node without \
+                 one takes no gossip and runs alone (--insecure-open-cluster lets anyone join)"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Where peers send this node gossip.

@@ -226,7 +226,7 @@ mod tests {
 
     use weir_core::{CheckRequest, FakeClock, Limiter, LimiterConfig, RuleSet};
 
-    use super::Metrics;
+    use super::{bump, bump_by, AtomicU64, DashMap, Metrics, Ordering};
 
     #[test]
     fn a_batch_is_counted_per_label_and_timed_per_check() {
@@ -259,5 +259,24 @@ mod tests {
             text.contains("weir_decision_seconds_bucket{le=\"0.000025\"} 4\n"),
             "{text}"
         );
+    }
+
+    /// `bump_by` reads the counter and, for a label never seen, takes the
+    /// map's entry: the read's guard must be gone by then, or the thread
+    /// deadlocks on its own shard lock.
+    #[test]
+    fn a_new_label_is_counted_with_no_guard_held_across_the_insert() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let map: DashMap<&'static str, AtomicU64> = DashMap::new();
+            bump(&map, "key");
+            bump(&map, "key");
+            bump_by(&map, "ip", 3);
+            let _ = done.send((map.get("key").unwrap().load(Ordering::Relaxed), map.len()));
+        });
+        let got = result
+            .recv_timeout(Duration::from_secs(10))
+            .expect("returned instead of deadlocking");
+        assert_eq!(got, (2, 2));
     }
 }

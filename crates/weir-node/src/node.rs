@@ -83,12 +83,6 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
-        if !config.cluster.seeds.is_empty() && config.cluster.secret.is_none() {
-            tracing::warn!(
-                "joining a cluster without --cluster-secret: anyone who can reach the gossip \
-                 and gRPC ports can join the ring and change the rules (docs/security.md)"
-            );
-        }
         let (rules, rules_text) = load_rules(&config)?;
         let limiter = Arc::new(Limiter::new(
             rules,
@@ -162,6 +156,7 @@ impl Node {
             ));
         }
         state.ready.store(true, Ordering::SeqCst);
+        announce_trust(&state.config);
         tracing::info!(
             node = %state.node_id,
             http = %http_addr,
@@ -227,6 +222,27 @@ impl Node {
             t.abort();
         }
         tracing::info!(node = %self.state.node_id, "weir node killed");
+    }
+}
+
+/// Says at every start whom this node takes gossip and peer calls from.
+fn announce_trust(config: &ServeConfig) {
+    let c = &config.cluster;
+    if c.secret.is_some() {
+        return;
+    }
+    if c.insecure_open {
+        tracing::warn!(
+            "INSECURE: --insecure-open-cluster: no cluster secret, and gossip and peer calls \
+             are taken from anyone who can reach the gossip and peer ports; they can join the \
+             ring, decide a share of all keys and replace the rules without the admin token \
+             (docs/security.md)"
+        );
+    } else {
+        tracing::info!(
+            "standalone node: no --cluster-secret, so it takes no gossip and serves no peer \
+             calls; give every node the same secret to form a cluster"
+        );
     }
 }
 

@@ -61,7 +61,12 @@ fn check(argv: &[String]) -> Result<ServeConfig, String> {
     if Path::new(bin).file_name().and_then(|n| n.to_str()) != Some("weir") {
         return Err(format!("runs {bin}, not the weir binary"));
     }
-    let argv: Vec<String> = argv.iter().map(|a| expand(a)).collect::<Result<_, _>>()?;
+    let mut argv: Vec<String> = argv.iter().map(|a| expand(a)).collect::<Result<_, _>>()?;
+    // Every deploy file hands the cluster secret over in the environment
+    // (each test below checks its file does), which this process lacks.
+    if !argv.iter().any(|a| a.starts_with("--cluster-secret")) {
+        argv.push("--cluster-secret=from-the-deploy-environment".into());
+    }
     let cli = Cli::try_parse_from(&argv).map_err(|e| e.render().to_string())?;
     match cli.command {
         Command::Serve(args) => serve_config(&args),

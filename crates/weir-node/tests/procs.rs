@@ -47,6 +47,7 @@ pub fn spawn(id: &str, rules: &Path, seed: Option<&str>, extra: &[&str]) -> Proc
         .arg(rules)
         .args(extra)
         .env("RUST_LOG", "info")
+        .env("WEIR_CLUSTER_SECRET", "weir-node-test-secret")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -1,53 +1,94 @@
-//! Peer-call authentication: a token derived from the cluster secret, checked by a tonic interceptor.
+//! Peer-call authentication: a time-stamped token under a key derived from the cluster secret, checked by a tonic interceptor.
+//!
+//! Every `weir.v1.Peer` call carries `x-weir-cluster-auth: <unix ms>.<hex
+//! HMAC-SHA256(peer key, label | unix ms)>`, the peer key derived from the
+//! secret for this use alone (`crate::keys`). The receiver takes it while
+//! the stamp is within [`crate::keys::FRESHNESS_MS`] of its own clock, so a
+//! token captured off the wire is useless once that window has passed; an
+//! observer who keeps watching sees fresh ones, which is why the peer port
+//! belongs on a private network (docs/security.md).
 
 use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::{Request, Status};
 
+use crate::keys;
 use crate::stats::{bump, Stats};
 
 /// The metadata key every `weir.v1.Peer` call carries when a secret is set.
 pub const PEER_AUTH_HEADER: &str = "x-weir-cluster-auth";
 
-/// Domain label of the token, so the token is useless as a gossip key and
-/// a gossip tag is useless as a token.
+/// What the MAC covers besides the time: the token is for peer calls only.
 const TOKEN_LABEL: &[u8] = b"weir.v1.Peer token";
 
-/// HMAC-SHA256(secret, label) in hex. The secret itself never goes on the
-/// wire; without TLS the token is still a bearer credential for peer calls
-/// (see docs/cluster.md), while gossip is authenticated per datagram.
+/// Makes and checks peer tokens. The secret itself never goes on the wire.
 #[derive(Clone)]
 pub struct PeerToken {
-    hex: AsciiMetadataValue,
+    mac: Hmac<Sha256>,
+    /// The token of the current millisecond-second, reused by every call
+    /// made within it (one MAC a second, not one per call).
+    cached: Arc<Mutex<(u64, AsciiMetadataValue)>>,
 }
 
 impl PeerToken {
     /// None for an empty secret, which would authenticate nothing.
     pub fn new(secret: &[u8]) -> Option<PeerToken> {
-        if secret.is_empty() {
-            return None;
-        }
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
-        mac.update(TOKEN_LABEL);
-        let tag = mac.finalize().into_bytes();
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        let key = keys::derive(secret, keys::PEER)?;
+        let mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
+        let empty = AsciiMetadataValue::from_static("");
         Some(PeerToken {
-            hex: AsciiMetadataValue::try_from(hex).ok()?,
+            mac,
+            cached: Arc::new(Mutex::new((u64::MAX, empty))),
         })
     }
 
-    pub(crate) fn attach(&self, metadata: &mut MetadataMap) {
-        metadata.insert(PEER_AUTH_HEADER, self.hex.clone());
+    fn hex_mac(&self, at_ms: u64) -> String {
+        let mut mac = self.mac.clone();
+        mac.update(TOKEN_LABEL);
+        mac.update(&at_ms.to_be_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
-    fn matches(&self, metadata: &MetadataMap) -> bool {
-        metadata
-            .get(PEER_AUTH_HEADER)
-            .is_some_and(|got| bool::from(got.as_bytes().ct_eq(self.hex.as_bytes())))
+    /// The token stamped `at_ms`.
+    pub(crate) fn token_at(&self, at_ms: u64) -> AsciiMetadataValue {
+        AsciiMetadataValue::try_from(format!("{at_ms}.{}", self.hex_mac(at_ms)))
+            .expect("digits, a dot and hex are ASCII")
+    }
+
+    pub(crate) fn attach(&self, metadata: &mut MetadataMap) {
+        // Stamped to the second: fresh enough, and one MAC a second.
+        let second = keys::unix_ms() / 1000 * 1000;
+        let token = {
+            let mut cached = self.cached.lock();
+            if cached.0 != second {
+                *cached = (second, self.token_at(second));
+            }
+            cached.1.clone()
+        };
+        metadata.insert(PEER_AUTH_HEADER, token);
+    }
+
+    /// Whether `metadata` carries a token of this key, fresh at `now_ms`.
+    fn accepts(&self, metadata: &MetadataMap, now_ms: u64) -> bool {
+        let Some(got) = metadata.get(PEER_AUTH_HEADER).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let Some((stamp, mac)) = got.split_once('.') else {
+            return false;
+        };
+        let Ok(at) = stamp.parse::<u64>() else {
+            return false;
+        };
+        keys::fresh(at, now_ms) && bool::from(mac.as_bytes().ct_eq(self.hex_mac(at).as_bytes()))
     }
 }
 
@@ -57,31 +98,39 @@ impl std::fmt::Debug for PeerToken {
     }
 }
 
-/// The server side: refuses calls without the token (counted) when the
-/// cluster has a secret; lets everything through when it has none.
+/// The server side: with a secret, refuses calls without a fresh token
+/// (counted); without one, refuses every call unless the operator opened
+/// the cluster (`insecure_open`), so a node started without a secret serves
+/// no peer calls at all.
 #[derive(Clone)]
 pub struct PeerAuth {
     expected: Option<PeerToken>,
+    open: bool,
     stats: Arc<Stats>,
 }
 
 impl PeerAuth {
-    pub fn new(expected: Option<PeerToken>, stats: Arc<Stats>) -> Self {
-        PeerAuth { expected, stats }
+    pub fn new(expected: Option<PeerToken>, insecure_open: bool, stats: Arc<Stats>) -> Self {
+        PeerAuth {
+            expected,
+            open: insecure_open,
+            stats,
+        }
     }
 }
 
 impl tonic::service::Interceptor for PeerAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        match &self.expected {
-            Some(token) if !token.matches(request.metadata()) => {
-                bump(&self.stats.unauthenticated, 1);
-                Err(Status::unauthenticated(
-                    "peer call without the cluster secret",
-                ))
+        let refusal = match &self.expected {
+            Some(token) if token.accepts(request.metadata(), keys::unix_ms()) => {
+                return Ok(request)
             }
-            _ => Ok(request),
-        }
+            Some(_) => "peer call without a fresh token of the cluster secret",
+            None if self.open => return Ok(request),
+            None => "this node has no cluster secret and serves no peer calls",
+        };
+        bump(&self.stats.unauthenticated, 1);
+        Err(Status::unauthenticated(refusal))
     }
 }
 
@@ -90,45 +139,76 @@ mod tests {
     use super::*;
     use tonic::service::Interceptor;
 
-    fn request_with(token: Option<&PeerToken>) -> Request<()> {
+    fn request_with(token: Option<AsciiMetadataValue>) -> Request<()> {
         let mut r = Request::new(());
         if let Some(t) = token {
-            t.attach(r.metadata_mut());
+            r.metadata_mut().insert(PEER_AUTH_HEADER, t);
         }
         r
     }
 
-    #[test]
-    fn interceptor_refuses_missing_and_wrong_tokens_and_counts_them() {
-        let stats = Arc::new(Stats::default());
-        let right = PeerToken::new(b"s3cret").unwrap();
-        let wrong = PeerToken::new(b"other").unwrap();
-        let mut auth = PeerAuth::new(Some(right.clone()), stats.clone());
-        assert!(auth.call(request_with(Some(&right))).is_ok());
-        let e = auth.call(request_with(Some(&wrong))).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::Unauthenticated);
-        let e = auth.call(request_with(None)).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::Unauthenticated);
-        assert_eq!(
-            stats
-                .unauthenticated
-                .load(std::sync::atomic::Ordering::Relaxed),
-            2
-        );
+    fn attached(t: &PeerToken) -> Request<()> {
+        let mut r = Request::new(());
+        t.attach(r.metadata_mut());
+        r
+    }
+
+    fn unauthenticated(stats: &Stats) -> u64 {
+        stats
+            .unauthenticated
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     #[test]
-    fn without_a_secret_everything_passes() {
-        let mut auth = PeerAuth::new(None, Arc::new(Stats::default()));
-        assert!(auth.call(request_with(None)).is_ok());
+    fn interceptor_refuses_missing_wrong_and_stale_tokens_and_counts_them() {
+        let stats = Arc::new(Stats::default());
+        let right = PeerToken::new(b"s3cret").unwrap();
+        let wrong = PeerToken::new(b"other").unwrap();
+        let mut auth = PeerAuth::new(Some(right.clone()), false, stats.clone());
+        assert!(auth.call(attached(&right)).is_ok());
+        for refused in [
+            attached(&wrong),
+            request_with(None),
+            // Captured sixteen minutes ago: a valid MAC, a stale stamp.
+            request_with(Some(right.token_at(keys::unix_ms() - 16 * 60_000))),
+            request_with(Some(AsciiMetadataValue::from_static("12.zz"))),
+        ] {
+            let e = auth.call(refused).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        }
+        assert_eq!(unauthenticated(&stats), 4);
+    }
+
+    #[test]
+    fn without_a_secret_nothing_passes_unless_the_cluster_is_opened() {
+        let stats = Arc::new(Stats::default());
+        let mut closed = PeerAuth::new(None, false, stats.clone());
+        let e = closed.call(request_with(None)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains("no cluster secret"), "{}", e.message());
+        let mut open = PeerAuth::new(None, true, stats.clone());
+        assert!(open.call(request_with(None)).is_ok());
+        assert_eq!(unauthenticated(&stats), 1);
         assert!(PeerToken::new(b"").is_none());
     }
 
     #[test]
-    fn token_does_not_carry_the_secret() {
+    fn the_token_carries_neither_the_secret_nor_the_gossip_key() {
         let t = PeerToken::new(b"s3cret").unwrap();
-        let s = t.hex.to_str().unwrap();
-        assert_eq!(s.len(), 64);
-        assert!(!s.contains("s3cret"));
+        let shown = t.token_at(1_000).to_str().unwrap().to_string();
+        let (stamp, mac) = shown.split_once('.').unwrap();
+        assert_eq!((stamp, mac.len()), ("1000", 64));
+        assert!(!shown.contains("s3cret"));
+        let gossip = keys::derive(b"s3cret", keys::GOSSIP).unwrap();
+        let mut other = Hmac::<Sha256>::new_from_slice(&gossip).unwrap();
+        other.update(TOKEN_LABEL);
+        other.update(&1_000u64.to_be_bytes());
+        let under_gossip_key: String = other
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_ne!(mac, under_gossip_key);
     }
 }

@@ -1,9 +1,12 @@
 //! The deny cache (seed, "The deny cache"): "denied until T" per counter, answered with no round trip.
 //!
-//! It holds denials only, so it can never over-admit; the worst it does is
-//! keep refusing a caller until T when a refund elsewhere freed budget a
-//! little earlier, an error in the safe direction and already announced in
-//! the Retry-After the caller was given.
+//! It holds denials only, so it can never over-admit. A denial can be
+//! caused by budget that a refund gives back a moment later (a check that
+//! another limit denied consumed it first); when this gateway sends that
+//! refund it forgets the counter's cached denial, and refuses to cache one
+//! from a check sent before the refund. A refund sent by another gateway
+//! can still leave a denial here until T: the safe direction, and already
+//! announced in the Retry-After the caller was given.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,15 +33,51 @@ struct Entry {
 /// every lookup.
 pub struct DenyCache {
     map: DashMap<CompactString, Vec<Entry>>,
+    /// Refunds this gateway sent lately, per hash part: (rule, when).
+    refunds: DashMap<CompactString, Vec<(Arc<str>, Nanos)>>,
     max_keys: usize,
 }
+
+/// How long a refund is remembered: longer than any check waits for its
+/// owner's answer (the owner deadline is milliseconds), so a denial from a
+/// check sent before the refund always finds it.
+const REFUND_MEMORY: Nanos = 10 * weir_core::NANOS_PER_SEC;
 
 impl DenyCache {
     pub fn new(max_keys: usize) -> Self {
         DenyCache {
             map: DashMap::new(),
+            refunds: DashMap::new(),
             max_keys,
         }
+    }
+
+    /// This gateway gave back budget on (rule, hash part) at local time
+    /// `now`: a cached denial of it may no longer hold, and a denial from a
+    /// check sent before now may have been caused by what was given back.
+    pub fn refunded(&self, rule: &Arc<str>, hash_part: &str, now: Nanos) {
+        self.map.remove_if_mut(hash_part, |_, entries| {
+            entries.retain(|e| e.rule != *rule);
+            entries.is_empty()
+        });
+        if self.refunds.len() >= self.max_keys && !self.refunds.contains_key(hash_part) {
+            self.purge(now);
+        }
+        let mut seen = self
+            .refunds
+            .entry(CompactString::new(hash_part))
+            .or_default();
+        match seen.iter_mut().find(|(r, _)| r == rule) {
+            Some(slot) => slot.1 = slot.1.max(now),
+            None => seen.push((rule.clone(), now)),
+        }
+    }
+
+    /// Whether a refund of (rule, hash part) was sent at or after `sent`.
+    fn refunded_since(&self, rule: &str, hash_part: &str, sent: Nanos) -> bool {
+        self.refunds
+            .get(hash_part)
+            .is_some_and(|r| r.iter().any(|(name, at)| &**name == rule && *at >= sent))
     }
 
     /// The cached denial of `cost` on (rule, hash_part) at local time `now`,
@@ -66,7 +105,7 @@ impl DenyCache {
     /// Records a denial an owner returned; `now` is the local clock when
     /// the check was sent, so the entry never outlives the owner's answer.
     pub fn insert(&self, rule: &Arc<str>, hash_part: &str, cost: u64, d: &Decision, now: Nanos) {
-        if d.allowed || d.retry_after.is_zero() {
+        if d.allowed || d.retry_after.is_zero() || self.refunded_since(rule, hash_part, now) {
             return;
         }
         if self.map.len() >= self.max_keys && !self.map.contains_key(hash_part) {
@@ -102,17 +141,22 @@ impl DenyCache {
         });
     }
 
-    /// Drops every expired denial.
+    /// Drops every expired denial, and refunds too old to matter.
     pub fn purge(&self, now: Nanos) {
         self.map.retain(|_, entries| {
             entries.retain(|e| e.until > now);
             !entries.is_empty()
+        });
+        self.refunds.retain(|_, seen| {
+            seen.retain(|(_, at)| at.saturating_add(REFUND_MEMORY) > now);
+            !seen.is_empty()
         });
     }
 
     /// Forgets everything: a new rule set may have raised the limits.
     pub fn clear(&self) {
         self.map.clear();
+        self.refunds.clear();
     }
 
     #[cfg(test)]
@@ -176,5 +220,56 @@ mod tests {
         assert!(c.lookup("r", "c", 1, 1).is_none());
         c.clear();
         assert!(c.lookup("r", "a", 1, 1).is_none());
+    }
+
+    #[test]
+    fn a_refund_sent_here_clears_the_denial_it_may_have_caused() {
+        let c = DenyCache::new(100);
+        let rule: Arc<str> = Arc::from("r");
+        let t0 = 1_000 * NANOS_PER_SEC;
+        c.insert(&rule, "k", 1, &denial(6), t0);
+        assert!(c.lookup("r", "k", 1, t0 + 1).is_some());
+        // A check consumed budget here, another limit denied it, and the
+        // refund went out: the cached denial may have been its doing.
+        c.refunded(&rule, "k", t0 + 2);
+        assert!(c.lookup("r", "k", 1, t0 + 3).is_none());
+        // The answer to a check sent before the refund arrives after it: it
+        // may have seen the refunded budget spent, so it is not cached.
+        c.insert(&rule, "k", 1, &denial(6), t0 + 1);
+        assert!(c.lookup("r", "k", 1, t0 + 4).is_none());
+        // A check sent after the refund is a denial on its own merits.
+        c.insert(&rule, "k", 1, &denial(6), t0 + 5);
+        assert!(c.lookup("r", "k", 1, t0 + 6).is_some());
+        // Another rule of the same caller is not touched.
+        let other: Arc<str> = Arc::from("o");
+        c.insert(&other, "k", 1, &denial(6), t0 + 1);
+        assert!(c.lookup("o", "k", 1, t0 + 6).is_some());
+    }
+
+    /// Every path that reads an entry and then changes the map (an expired
+    /// entry dropped on lookup, a full cache purged before an insert, a
+    /// refund clearing a denial) on a thread with a deadline: a guard held
+    /// across the change would deadlock on its own shard lock.
+    #[test]
+    fn reads_that_change_the_map_hold_no_guard_across_the_change() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let c = DenyCache::new(1);
+            let rule: Arc<str> = Arc::from("r");
+            c.insert(&rule, "k", 1, &denial(1), 0);
+            assert!(
+                c.lookup("r", "k", 1, 2 * NANOS_PER_SEC).is_none(),
+                "expired on lookup"
+            );
+            c.insert(&rule, "a", 1, &denial(1), 0);
+            c.insert(&rule, "b", 1, &denial(1), 2 * NANOS_PER_SEC); // purges "a"
+            c.refunded(&rule, "b", 3 * NANOS_PER_SEC);
+            c.refunded(&rule, "c", 4 * NANOS_PER_SEC); // full of refunds: purges
+            let _ = done.send(c.len());
+        });
+        let left = result
+            .recv_timeout(Duration::from_secs(10))
+            .expect("returned instead of deadlocking");
+        assert_eq!(left, 0);
     }
 }

@@ -129,10 +129,17 @@ impl Gateway {
             // Answer only once the refunds have landed (or their deadline
             // passed): a client that retries straight after its denial then
             // finds the budget it was not charged.
-            let refunds = steps.iter().filter(|s| s.decision.allowed).map(|s| {
-                self.remote
-                    .refund(&s.rule, &s.hash_part, req.cost, &s.decision, &s.via)
-            });
+            let refunds = steps
+                .iter()
+                .filter(|s| s.decision.allowed)
+                .map(|s| async move {
+                    self.remote
+                        .refund(&s.rule, &s.hash_part, req.cost, &s.decision, &s.via)
+                        .await;
+                    // A denial cached from this budget being briefly spent no longer holds.
+                    self.deny
+                        .refunded(&s.rule.name, &s.hash_part, self.local.limiter().now());
+                });
             futures::future::join_all(refunds).await;
         }
         if let Some(e) = failure {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use weir_core::{CounterSnapshot, Limiter};
+use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
@@ -41,29 +41,47 @@ pub async fn sweep<T: Send + 'static>(
     tokio::task::spawn_blocking(f).await.ok()
 }
 
-/// Folds received counters into `limiter`; returns how many were taken.
-/// Counters of rules this node does not know (or that changed algorithm)
-/// are dropped: their budget cannot be expressed here. A copy this node
-/// held of a received counter is superseded by it (its stand-in
+/// What became of the counters of one Handoff call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Absorbed {
+    pub accepted: u32,
+    /// Refused as no honest peer would send them (undecodable, a state that
+    /// breaks its algorithm's invariants, a key no check could name), or a
+    /// new key past `--max-keys`.
+    pub refused: u32,
+}
+
+/// Folds received counters into `limiter`, each checked before it is
+/// taken. Counters of rules this node does not know (or that changed
+/// algorithm) are dropped without being counted as refused: their budget
+/// cannot be expressed here, which is not the sender's fault. A copy this
+/// node held of a received counter is superseded by it (its stand-in
 /// admissions are charged here instead), so a promotion cannot count the
 /// same spend again.
-pub fn absorb(limiter: &Limiter, replicas: &Replicas, counters: Vec<CounterState>) -> u32 {
-    let mut accepted = 0;
+pub fn absorb(limiter: &Limiter, replicas: &Replicas, counters: Vec<CounterState>) -> Absorbed {
+    let mut out = Absorbed::default();
     for c in counters {
         let Some(snap) = wire::snapshot_from_wire(c) else {
-            tracing::warn!("dropped a handed-over counter that does not decode");
+            out.refused += 1;
             continue;
         };
-        let standins = replicas.superseded(&snap.rule, &snap.hash_part);
         let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
-        if limiter.absorb(snap) {
-            accepted += 1;
-            if standins > 0 {
-                let _ = limiter.charge(&rule, &hash_part, standins);
+        match limiter.absorb(snap) {
+            Ok(()) => {
+                out.accepted += 1;
+                let standins = replicas.superseded(&rule, &hash_part);
+                if standins > 0 {
+                    let _ = limiter.charge(&rule, &hash_part, standins);
+                }
             }
+            Err(Absorb::UnknownRule | Absorb::Refused(AbsorbError::OtherAlgorithm)) => {}
+            Err(Absorb::Refused(_)) => out.refused += 1,
         }
     }
-    accepted
+    if out.refused > 0 {
+        tracing::warn!(refused = out.refused, "refused handed-over counters");
+    }
+    out
 }
 
 /// Hands counters to their owners.
@@ -135,7 +153,10 @@ impl Handoff {
         );
         if !undelivered.is_empty() {
             for snap in undelivered {
-                self.local.limiter().absorb(snap);
+                // This node's own states, taken a moment ago: only a key
+                // ceiling reached meanwhile refuses one, and that costs
+                // what losing it costs.
+                let _ = self.local.limiter().absorb(snap);
             }
             self.local.mark_stray();
         }
@@ -255,7 +276,7 @@ mod tests {
             .filter_map(wire::snapshot_to_wire)
             .collect();
         let copies = Replicas::new(&new);
-        assert_eq!(absorb(&new, &copies, sent), 1);
+        assert_eq!(absorb(&new, &copies, sent).accepted, 1);
         let d = new.consume("r", "k", 1, new.now()).unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
@@ -271,6 +292,12 @@ mod tests {
             key: "k".into(),
             state: vec![0xff, 0xff, 0xff],
         };
-        assert_eq!(absorb(&l, &Replicas::new(&l), vec![garbage]), 0);
+        assert_eq!(
+            absorb(&l, &Replicas::new(&l), vec![garbage]),
+            Absorbed {
+                accepted: 0,
+                refused: 1
+            }
+        );
     }
 }

@@ -62,6 +62,11 @@ impl GossipStrategy {
         self.counts.heard(&r.name, key, self.limiter.now(), window)
     }
 
+    /// Keys held from peers' reports.
+    pub fn heard_keys(&self) -> usize {
+        self.counts.heard_keys()
+    }
+
     fn decide(&self, req: &CheckRequest) -> Result<Verdict, weir_core::CheckError> {
         let mut v = self.limiter.check(req)?;
         if !v.allowed {
@@ -157,7 +162,29 @@ impl Strategy for GossipStrategy {
         vec![tokio::spawn(self.sync_loop()).abort_handle()]
     }
 
+    /// Takes a live peer's counts of known rules for the current or the
+    /// previous window only, each clamped to its rule's limit, and holds at
+    /// most `max_keys_per_rule` keys per rule in force: nothing a peer
+    /// sends can outlive two windows or grow memory past what this node's
+    /// own counters may hold.
     fn sync_counts(&self, from: &str, deltas: &[CountDelta]) -> Result<usize, SyncRefused> {
-        Ok(self.counts.apply(from, deltas))
+        if from == self.routing.me() || !self.routing.is_member(from) {
+            return Err(SyncRefused("the sender is not a live member of this ring"));
+        }
+        let rules = self.limiter.rules();
+        let now = self.limiter.now();
+        let accept = |d: &CountDelta| {
+            let (_, r) = rules.get(&d.rule)?;
+            let current = now
+                / u64::try_from(r.window.as_nanos())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+            (d.window == current || d.window.checked_add(1) == Some(current)).then_some(r.limit)
+        };
+        let max_keys =
+            (self.limiter.config().max_keys_per_rule).saturating_mul(rules.rules().len());
+        let taken = self.counts.apply(from, deltas, accept, max_keys);
+        bump(&self.stats.sync_refused, (deltas.len() - taken) as u64);
+        Ok(taken)
     }
 }

@@ -94,20 +94,42 @@ impl GossipCounts {
         out
     }
 
-    /// Records what `from` reported.
-    pub fn apply(&self, from: &str, deltas: &[CountDelta]) -> usize {
+    /// Records what `from` reported, each delta only if `accept` gives
+    /// it a ceiling (its rule is known and its window is the current or
+    /// the previous one); its count is clamped to that ceiling. A key not
+    /// heard before is taken only while fewer than `max_keys` are held.
+    /// Returns how many deltas were taken.
+    pub fn apply(
+        &self,
+        from: &str,
+        deltas: &[CountDelta],
+        accept: impl Fn(&CountDelta) -> Option<u64>,
+        max_keys: usize,
+    ) -> usize {
+        let mut taken = 0;
         for d in deltas {
-            let mut heard = self
-                .remote
-                .entry((Arc::from(d.rule.as_str()), CompactString::new(&d.key)))
-                .or_default();
-            let slot = heard.entry(CompactString::new(from)).or_insert((0, 0));
-            // Newer windows replace older ones; within a window counts only grow.
-            if d.window > slot.0 || (d.window == slot.0 && d.count > slot.1) {
-                *slot = (d.window, d.count);
+            let Some(ceiling) = accept(d) else { continue };
+            let key = (Arc::from(d.rule.as_str()), CompactString::new(&d.key));
+            // len() before entry(): DashMap's len reads every shard, and
+            // the entry's guard write-locks one of them.
+            if self.remote.len() >= max_keys && !self.remote.contains_key(&key) {
+                continue;
             }
+            let mut heard = self.remote.entry(key).or_default();
+            let slot = heard.entry(CompactString::new(from)).or_insert((0, 0));
+            let count = d.count.min(ceiling);
+            // Newer windows replace older ones; within a window counts only grow.
+            if d.window > slot.0 || (d.window == slot.0 && count > slot.1) {
+                *slot = (d.window, count);
+            }
+            taken += 1;
         }
-        deltas.len()
+        taken
+    }
+
+    /// Keys held from peers' reports.
+    pub fn heard_keys(&self) -> usize {
+        self.remote.len()
     }
 
     /// Drops counts of windows that ended before `now`'s previous one.
@@ -138,12 +160,13 @@ mod tests {
             window,
             count,
         };
-        g.apply("a", &[d(10, 3)]);
-        g.apply("b", &[d(10, 4)]);
-        g.apply("c", &[d(9, 50)]);
+        let any = |_: &CountDelta| Some(u64::MAX);
+        g.apply("a", &[d(10, 3)], any, 10);
+        g.apply("b", &[d(10, 4)], any, 10);
+        g.apply("c", &[d(9, 50)], any, 10);
         assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
         // A stale, smaller count from the same peer never lowers what was heard.
-        g.apply("a", &[d(10, 1)]);
+        g.apply("a", &[d(10, 1)], any, 10);
         assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
     }
 
@@ -157,5 +180,59 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].count, 3);
         assert!(g.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn refused_deltas_and_keys_past_the_cap_are_not_held() {
+        let g = GossipCounts::default();
+        let d = |key: &str, window, count| CountDelta {
+            rule: "r".into(),
+            key: key.into(),
+            window,
+            count,
+        };
+        let only_window_10 = |d: &CountDelta| (d.window == 10).then_some(5);
+        let sent = [
+            d("a", 10, 9),
+            d("b", 1 << 62, 1),
+            d("c", 10, 1),
+            d("d", 10, 1),
+        ];
+        assert_eq!(g.apply("p", &sent, only_window_10, 2), 2);
+        assert_eq!(
+            g.heard_keys(),
+            2,
+            "the far window is refused, the third key is over the cap"
+        );
+        let rule: Arc<str> = Arc::from("r");
+        assert_eq!(
+            g.heard(&rule, "a", 10 * 7, 7),
+            5,
+            "a count is clamped to the limit"
+        );
+    }
+
+    /// At the cap, `apply` reads the map's length and membership before it
+    /// takes an entry; with a guard alive across them it would deadlock.
+    #[test]
+    fn applying_at_the_cap_holds_no_guard_across_the_checks() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let g = GossipCounts::default();
+            let d = |key: &str| CountDelta {
+                rule: "r".into(),
+                key: key.into(),
+                window: 1,
+                count: 1,
+            };
+            let sent: Vec<CountDelta> = (0..64).map(|i| d(&format!("k{i}"))).collect();
+            let taken = g.apply("p", &sent, |_| Some(5), 16);
+            let again = g.apply("p", &sent, |_| Some(5), 16);
+            let _ = done.send((taken, again, g.heard_keys()));
+        });
+        let got = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("returned instead of deadlocking");
+        assert_eq!(got, (16, 16, 16));
     }
 }

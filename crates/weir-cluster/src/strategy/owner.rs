@@ -76,7 +76,10 @@ impl OwnerStrategy {
                 .snapshot(&snap.rule, &snap.hash_part)
                 .is_none()
             {
-                self.limiter().absorb(snap);
+                let (rule, key) = (snap.rule.clone(), snap.hash_part.clone());
+                if let Err(e) = self.limiter().absorb(snap) {
+                    tracing::warn!(%rule, %key, ?e, "a promoted copy was not taken");
+                }
             }
         }
         if !theirs.is_empty() {

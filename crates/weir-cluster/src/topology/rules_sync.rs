@@ -230,7 +230,7 @@ impl RulesSync {
         if theirs <= mine {
             return Ok(false);
         }
-        let set = RuleSet::from_json(&offered.rules_json)?.with_version(offered.version);
+        let set = RuleSet::from_json(&offered.rules_json)?.with_version(offered.version)?;
         limiter.install(set);
         *meta = Meta {
             origin: offered.origin.clone(),
@@ -328,5 +328,31 @@ mod tests {
         };
         assert!(sa.offer(&a, &bad).is_err());
         assert_eq!((a.rules().version(), limit_of(&a)), (1, 5));
+    }
+
+    #[test]
+    fn a_version_past_the_ceiling_is_refused_and_writes_never_wrap() {
+        let a = limiter(set(5, 1));
+        let sa = RulesSync::new(&a.rules());
+        let forged = WireRuleSet {
+            version: u64::MAX,
+            origin: "stranger".into(),
+            rules_json: a.rules().to_json().to_string(),
+        };
+        assert!(sa.offer(&a, &forged).is_err(), "u64::MAX is refused");
+        assert_eq!(a.rules().version(), 1);
+
+        // At the ceiling itself a set is valid, but no later write is: it
+        // fails with an error instead of wrapping to 0, which every peer
+        // would rank below the set it holds.
+        let top = WireRuleSet {
+            version: weir_core::MAX_RULES_VERSION,
+            ..forged
+        };
+        assert!(sa.offer(&a, &top).unwrap());
+        let next = sa.write(&a, "node-a", |cur| Ok(set(7, cur.next_version()?)));
+        assert!(next.is_err(), "a write past the ceiling is refused");
+        assert_eq!(a.rules().version(), weir_core::MAX_RULES_VERSION);
+        assert_eq!(limit_of(&a), 5);
     }
 }

@@ -63,11 +63,16 @@ fn limiter(rules: &str, clock: Arc<dyn Clock>) -> Arc<Limiter> {
     ))
 }
 
-/// The fast gossip profile and a 1 s owner deadline (generous: a debug
-/// build on a loaded machine must not fall back by accident), seeded with
-/// `seeds`; `tweak` may change any of it.
+/// The secret test members share unless a test says otherwise: a cluster
+/// runs with one, as every deployment should.
+pub const SECRET: &str = "weir-test-cluster-secret";
+
+/// The fast gossip profile, the test secret and a 1 s owner deadline
+/// (generous: a debug build on a loaded machine must not fall back by
+/// accident), seeded with `seeds`; `tweak` may change any of it.
 fn config(seeds: &[SocketAddr], tweak: impl FnOnce(&mut ClusterConfig)) -> ClusterConfig {
     let mut config = ClusterConfig {
+        secret: Some(SECRET.into()),
         seeds: seeds.iter().map(ToString::to_string).collect(),
         gossip_profile: GossipProfile::Fast,
         owner_deadline: Duration::from_secs(1),
@@ -263,6 +268,7 @@ pub async fn memory_cluster(
 pub fn defaults(c: &mut ClusterConfig) {
     *c = ClusterConfig {
         seeds: std::mem::take(&mut c.seeds),
+        secret: c.secret.take(),
         ..ClusterConfig::default()
     };
 }

@@ -74,6 +74,13 @@ impl Algorithm for FixedWindow {
         s.count == 0 || now / self.window > s.idx
     }
 
+    fn rest_at(&self, s: &FixedWindowState) -> Nanos {
+        if s.count == 0 {
+            return 0;
+        }
+        s.idx.saturating_add(1).saturating_mul(self.window)
+    }
+
     fn merge(&self, into: &mut FixedWindowState, other: FixedWindowState, now: Nanos) {
         self.roll(into, now);
         if other.idx == into.idx {
@@ -100,6 +107,13 @@ impl Algorithm for FixedWindow {
             s.count
         };
         FixedWindowState { idx: s.idx, count }
+    }
+
+    fn admit(&self, s: FixedWindowState, now: Nanos) -> Option<FixedWindowState> {
+        (s.count <= self.limit).then(|| FixedWindowState {
+            idx: s.idx.min(now / self.window),
+            count: s.count,
+        })
     }
 
     fn max_cost(&self) -> u64 {

@@ -32,7 +32,16 @@ pub struct LeakyBucket {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LeakyBucketState {
     tat: Nanos,
+    /// When the latest admission was decided, or [`NO_REFUND`]. A refund
+    /// moves `tat` back only for that admission: one decided earlier has
+    /// checks scheduled behind it, and moving `tat` under them would hand
+    /// their slots out a second time.
+    last: Nanos,
 }
+
+/// `last` when no admission can be refunded: none yet, two at one instant
+/// (which of them is refunded cannot be told), or a state merged from two.
+const NO_REFUND: Nanos = Nanos::MAX;
 
 impl LeakyBucket {
     fn span(&self, n: u64) -> Nanos {
@@ -44,7 +53,10 @@ impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
     fn fresh(&self) -> LeakyBucketState {
-        LeakyBucketState { tat: 0 }
+        LeakyBucketState {
+            tat: 0,
+            last: NO_REFUND,
+        }
     }
 
     fn decide(&self, s: &mut LeakyBucketState, now: Nanos, cost: u64) -> Decision {
@@ -53,6 +65,7 @@ impl Algorithm for LeakyBucket {
         let allowed = new_tat <= horizon;
         let (remaining, retry, delay) = if allowed {
             s.tat = new_tat;
+            s.last = if s.last == now { NO_REFUND } else { now };
             // The request conforms once `tat - burst*T` is reached.
             let conform_at = new_tat.saturating_sub(self.span(self.burst));
             let remaining = (horizon - new_tat) / self.interval;
@@ -72,18 +85,39 @@ impl Algorithm for LeakyBucket {
         }
     }
 
-    fn refund(&self, s: &mut LeakyBucketState, _at: Nanos, cost: u64) {
-        s.tat = s.tat.saturating_sub(self.span(cost));
+    fn refund(&self, s: &mut LeakyBucketState, at: Nanos, cost: u64) {
+        if at == s.last {
+            s.tat = s.tat.saturating_sub(self.span(cost));
+            s.last = NO_REFUND;
+        }
     }
 
     fn is_idle(&self, s: &LeakyBucketState, now: Nanos) -> bool {
         s.tat <= now
     }
 
+    fn rest_at(&self, s: &LeakyBucketState) -> Nanos {
+        s.tat
+    }
+
     fn merge(&self, into: &mut LeakyBucketState, other: LeakyBucketState, now: Nanos) {
         // Both backlogs must drain: their lengths past `now` add.
-        let backlog = into.tat.saturating_sub(now) + other.tat.saturating_sub(now);
-        into.tat = now + backlog;
+        let backlog = into
+            .tat
+            .saturating_sub(now)
+            .saturating_add(other.tat.saturating_sub(now));
+        into.tat = now.saturating_add(backlog);
+        into.last = NO_REFUND;
+    }
+
+    /// A backlog is at most `burst + queue` intervals past the decision
+    /// that made it; a longer one is cut to that.
+    fn admit(&self, s: LeakyBucketState, now: Nanos) -> Option<LeakyBucketState> {
+        let most = now.saturating_add(self.span(self.burst + self.queue));
+        Some(LeakyBucketState {
+            tat: s.tat.min(most),
+            last: NO_REFUND,
+        })
     }
 
     fn charge(&self, s: &mut LeakyBucketState, now: Nanos, cost: u64) {
@@ -92,7 +126,10 @@ impl Algorithm for LeakyBucket {
 
     fn since(&self, s: &LeakyBucketState, base: &LeakyBucketState, now: Nanos) -> LeakyBucketState {
         let backlog = s.tat.saturating_sub(base.tat.max(now));
-        LeakyBucketState { tat: now + backlog }
+        LeakyBucketState {
+            tat: now + backlog,
+            last: NO_REFUND,
+        }
     }
 
     fn max_cost(&self) -> u64 {

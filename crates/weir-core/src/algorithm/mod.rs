@@ -49,6 +49,9 @@ pub(crate) trait Algorithm {
     /// True once the state says no more than a fresh one, so dropping it
     /// loses nothing (the chapter's TTLs, computed instead of set).
     fn is_idle(&self, s: &Self::State, now: Nanos) -> bool;
+    /// The instant from which the state says no more than a fresh one if
+    /// no request comes first: `is_idle` holds from then on.
+    fn rest_at(&self, s: &Self::State) -> Nanos;
     /// Folds in the state another node held for the same key; spent budgets
     /// add, so a merge never hands out a fresh budget.
     fn merge(&self, into: &mut Self::State, other: Self::State, now: Nanos);
@@ -61,6 +64,13 @@ pub(crate) trait Algorithm {
     /// the part a node that stood in for an owner hands back to it, so the
     /// owner does not count `base` twice.
     fn since(&self, s: &Self::State, base: &Self::State, now: Nanos) -> Self::State;
+    /// A state received from a peer, checked against the invariants this
+    /// algorithm keeps: None when no honest node could hold it (a count
+    /// above the limit, a log whose total is not the sum of its entries,
+    /// tokens that are not a number). Times ahead of `now` are taken as
+    /// `now`, so neither a peer's clock skew nor a forged far-future time
+    /// can hold a key past the window it would have held it anyway.
+    fn admit(&self, s: Self::State, now: Nanos) -> Option<Self::State>;
     /// The largest cost that can ever succeed.
     fn max_cost(&self) -> u64;
 }
@@ -327,6 +337,66 @@ impl Policy {
             (Policy::FixedWindow(a), State::FixedWindow(s)) => a.decide(s, now, cost),
             (Policy::SlidingLog(a), State::SlidingLog(s)) => a.decide(s, now, cost),
             (Policy::SlidingCounter(a), State::SlidingCounter(s)) => a.decide(s, now, cost),
+            _ => return None,
+        })
+    }
+}
+
+/// Runs `$body` with `$a` and `$s` bound to the algorithm and state of one
+/// kind; `$other` when the state belongs to another algorithm.
+macro_rules! each_pair {
+    ($policy:expr, $state:expr, ($a:ident, $s:ident) => $body:expr, _ => $other:expr) => {
+        match ($policy, $state) {
+            (Policy::TokenBucket($a), State::TokenBucket($s)) => $body,
+            (Policy::LeakyBucket($a), State::LeakyBucket($s)) => $body,
+            (Policy::FixedWindow($a), State::FixedWindow($s)) => $body,
+            (Policy::SlidingLog($a), State::SlidingLog($s)) => $body,
+            (Policy::SlidingCounter($a), State::SlidingCounter($s)) => $body,
+            _ => $other,
+        }
+    };
+}
+
+impl Policy {
+    /// Gives back `cost` consumed at `at`; nothing for another algorithm's state.
+    pub fn refund(&self, state: &mut State, at: Nanos, cost: u64) {
+        each_pair!(self, state, (a, s) => a.refund(s, at, cost), _ => ())
+    }
+
+    /// True once the state says no more than a fresh one (another
+    /// algorithm's state says nothing this policy can use: idle too).
+    pub fn is_idle(&self, state: &State, now: Nanos) -> bool {
+        each_pair!(self, state, (a, s) => a.is_idle(s, now), _ => true)
+    }
+
+    /// When the state comes to rest if no request comes first.
+    pub fn rest_at(&self, state: &State) -> Nanos {
+        each_pair!(self, state, (a, s) => a.rest_at(s), _ => 0)
+    }
+
+    /// Whether counts kept under `self` mean the same under `to`: the same
+    /// counting algorithm over the same window, only the limit changed (a
+    /// divided share resized), or the very same policy.
+    pub fn keeps_counts_as(&self, to: &Policy) -> bool {
+        match (self, to) {
+            (Policy::FixedWindow(a), Policy::FixedWindow(b)) => a.window == b.window,
+            (Policy::SlidingCounter(a), Policy::SlidingCounter(b)) => a.window == b.window,
+            (Policy::SlidingLog(a), Policy::SlidingLog(b)) => a.window == b.window,
+            _ => self == to,
+        }
+    }
+
+    /// A state received from a peer, validated as [`Algorithm::admit`]
+    /// does; None too when it is another algorithm's.
+    pub fn admit(&self, state: State, now: Nanos) -> Option<State> {
+        Some(match (self, state) {
+            (Policy::TokenBucket(a), State::TokenBucket(s)) => State::TokenBucket(a.admit(s, now)?),
+            (Policy::LeakyBucket(a), State::LeakyBucket(s)) => State::LeakyBucket(a.admit(s, now)?),
+            (Policy::FixedWindow(a), State::FixedWindow(s)) => State::FixedWindow(a.admit(s, now)?),
+            (Policy::SlidingLog(a), State::SlidingLog(s)) => State::SlidingLog(a.admit(s, now)?),
+            (Policy::SlidingCounter(a), State::SlidingCounter(s)) => {
+                State::SlidingCounter(a.admit(s, now)?)
+            }
             _ => return None,
         })
     }

@@ -134,12 +134,34 @@ impl Algorithm for SlidingCounter {
         (s.prev == 0 && s.curr == 0) || idx >= high + 2 || (idx == high + 1 && s.curr == 0)
     }
 
+    fn rest_at(&self, s: &SlidingCounterState) -> Nanos {
+        let idx = s.high / self.window;
+        let idle_from = if s.curr > 0 {
+            idx.saturating_add(2)
+        } else if s.prev > 0 {
+            idx.saturating_add(1)
+        } else {
+            return 0;
+        };
+        idle_from.saturating_mul(self.window)
+    }
+
     fn merge(&self, into: &mut SlidingCounterState, other: SlidingCounterState, now: Nanos) {
         let mut other = other;
         let (now, _) = self.roll(into, now);
         self.roll(&mut other, now);
-        into.prev += other.prev;
-        into.curr += other.curr;
+        // Saturating: spent budgets add, and past the limit more says nothing.
+        into.prev = into.prev.saturating_add(other.prev);
+        into.curr = into.curr.saturating_add(other.curr);
+    }
+
+    /// Counts above the limit are honest (a merge of two full counters),
+    /// so only the time is checked.
+    fn admit(&self, s: SlidingCounterState, now: Nanos) -> Option<SlidingCounterState> {
+        Some(SlidingCounterState {
+            high: s.high.min(now),
+            ..s
+        })
     }
 
     fn charge(&self, s: &mut SlidingCounterState, now: Nanos, cost: u64) {

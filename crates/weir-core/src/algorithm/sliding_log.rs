@@ -116,6 +116,37 @@ impl Algorithm for SlidingLog {
             .is_none_or(|&(t, _)| t.saturating_add(self.window) <= now)
     }
 
+    fn rest_at(&self, s: &SlidingLogState) -> Nanos {
+        s.entries
+            .back()
+            .map_or(0, |&(t, _)| t.saturating_add(self.window))
+    }
+
+    /// Oldest first, every cost at least 1, `used` their sum and at most the
+    /// limit: what `decide` and `merge` keep. A log that says otherwise
+    /// could make `used` wrap when its entries age out.
+    fn admit(&self, s: SlidingLogState, now: Nanos) -> Option<SlidingLogState> {
+        let sorted = s
+            .entries
+            .iter()
+            .zip(s.entries.iter().skip(1))
+            .all(|(a, b)| a.0 <= b.0);
+        let costs_ok = s.entries.iter().all(|&(_, c)| c >= 1);
+        let sum: u64 = s.entries.iter().map(|&(_, c)| u64::from(c)).sum();
+        if !(sorted && costs_ok && sum == s.used && sum <= self.limit) {
+            return None;
+        }
+        let entries = s
+            .entries
+            .into_iter()
+            .map(|(t, c)| (t.min(now), c))
+            .collect();
+        Some(SlidingLogState {
+            entries,
+            used: s.used,
+        })
+    }
+
     fn merge(&self, into: &mut SlidingLogState, other: SlidingLogState, now: Nanos) {
         let mut all: Vec<(Nanos, u32)> = into.entries.drain(..).chain(other.entries).collect();
         all.sort_unstable_by_key(|&(t, _)| t);

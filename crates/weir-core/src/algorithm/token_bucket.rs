@@ -89,6 +89,10 @@ impl Algorithm for TokenBucket {
         probe.tokens + EPS >= self.capacity as f64
     }
 
+    fn rest_at(&self, s: &TokenBucketState) -> Nanos {
+        s.ts.saturating_add(self.time_for(self.capacity as f64 - s.tokens))
+    }
+
     fn merge(&self, into: &mut TokenBucketState, other: TokenBucketState, now: Nanos) {
         let mut other = other;
         self.refill(into, now);
@@ -119,6 +123,17 @@ impl Algorithm for TokenBucket {
             tokens: self.capacity as f64 - spent,
             ts: s.ts,
         }
+    }
+
+    fn admit(&self, s: TokenBucketState, now: Nanos) -> Option<TokenBucketState> {
+        // Down to one bucket of debt: what `charge` leaves after admissions
+        // decided elsewhere.
+        let capacity = self.capacity as f64;
+        let valid = s.tokens.is_finite() && (-capacity..=capacity + EPS).contains(&s.tokens);
+        valid.then(|| TokenBucketState {
+            tokens: s.tokens.min(self.capacity as f64),
+            ts: s.ts.min(now),
+        })
     }
 
     fn max_cost(&self) -> u64 {

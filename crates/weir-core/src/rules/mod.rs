@@ -153,6 +153,30 @@ impl RulesError {
     }
 }
 
+/// Highest rule-set version: 2^53 - 1, the largest integer a JSON reader
+/// keeps exactly, so every client of `GET /v1/limits` sees the version a
+/// node holds. A write a microsecond for 285 years does not reach it, so a
+/// set that claims more was not counted up to it: refusing it keeps a
+/// forged version from making the next write wrap (or stall) below it.
+pub const MAX_VERSION: u64 = (1 << 53) - 1;
+
+fn version_error(reason: &str) -> RulesError {
+    RuleError {
+        rule: "(rule set)".into(),
+        field: "version".into(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// Refuses a version above [`MAX_VERSION`].
+fn bounded(version: u64) -> Result<u64, RulesError> {
+    if version > MAX_VERSION {
+        return Err(version_error("must be at most 9007199254740991 (2^53 - 1)"));
+    }
+    Ok(version)
+}
+
 /// A validated, versioned set of rules with its selection index.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
@@ -165,6 +189,7 @@ impl RuleSet {
     /// Validates the whole set: every rule alone, then names unique and no two
     /// rules tied for the same requests.
     pub fn new(version: u64, rules: Vec<Rule>) -> Result<RuleSet, RulesError> {
+        bounded(version)?;
         let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
         for (i, r) in rules.iter().enumerate() {
             if rules[..i].iter().any(|o| o.name == r.name) {
@@ -230,11 +255,22 @@ impl RuleSet {
         RuleSet::new(version, kept.chain(rules).collect())
     }
 
-    /// The same rules under another version number.
-    pub fn with_version(&self, version: u64) -> RuleSet {
-        RuleSet {
-            version,
+    /// The same rules under another version number, at most [`MAX_VERSION`].
+    pub fn with_version(&self, version: u64) -> Result<RuleSet, RulesError> {
+        Ok(RuleSet {
+            version: bounded(version)?,
             ..self.clone()
+        })
+    }
+
+    /// The version the next write takes; an error once [`MAX_VERSION`] is
+    /// reached, rather than a wrap to a version every peer ranks lower.
+    pub fn next_version(&self) -> Result<u64, RulesError> {
+        match self.version.checked_add(1) {
+            Some(v) if v <= MAX_VERSION => Ok(v),
+            _ => Err(version_error(
+                "is at its ceiling; no later version can be written",
+            )),
         }
     }
 

@@ -78,7 +78,7 @@ fn taken_counters_absorbed_elsewhere_keep_their_spend() {
     assert_eq!(here.len(), 1);
     there.consume("moving", t, 1).unwrap(); // traffic that reached the new owner first
     for (k, s) in moved {
-        assert!(there.absorb(&k, s, t));
+        assert_eq!(there.absorb(&k, s, t), Ok(()));
     }
     assert!(
         !there.consume("moving", t, 1).unwrap().allowed,
@@ -92,6 +92,137 @@ fn absorb_refuses_another_algorithms_state() {
     let b = counters(AlgorithmKind::TokenBucket, 5, 10);
     a.consume("k", SEC, 1).unwrap();
     let (k, s) = a.take_unless(|_| false).pop().unwrap();
-    assert!(!b.absorb(&k, s, SEC));
+    assert_eq!(b.absorb(&k, s, SEC), Err(AbsorbError::OtherAlgorithm));
     assert_eq!(b.len(), 0);
+}
+
+#[test]
+fn a_full_store_of_live_keys_refuses_and_counts_without_dropping_any() {
+    let c = counters(AlgorithmKind::SlidingWindowLog, 5, 2);
+    let t = 600 * SEC;
+    c.consume("a", t, 1).unwrap();
+    c.consume("b", t + 30 * SEC, 1).unwrap();
+    assert_eq!(c.consume("c", t + 59 * SEC, 1), Err(Full));
+    // "a" rests at t + 60 s; "b" is still live, so only "a" goes.
+    assert!(c.consume("c", t + 61 * SEC, 1).is_ok());
+    assert_eq!(
+        c.counts(),
+        StoreCounts {
+            dropped_at_rest: 1,
+            refused_full: 1
+        }
+    );
+    assert_eq!(c.consume("b", t + 61 * SEC, 1).unwrap().remaining, 3);
+}
+
+fn state(json: serde_json::Value) -> State {
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn absorb_refuses_states_no_honest_node_holds_and_clamps_future_times() {
+    let t = 600 * SEC;
+    let log = counters(AlgorithmKind::SlidingWindowLog, 5, 10);
+    // `used` that is not the sum of the entries would wrap when they age out.
+    let lying = state(serde_json::json!({"SlidingLog": {"entries": [[t, 1]], "used": 0}}));
+    assert_eq!(log.absorb("k", lying, t), Err(AbsorbError::Invalid));
+    let too_many =
+        state(serde_json::json!({"SlidingLog": {"entries": [[t, 3], [t, 3]], "used": 6}}));
+    assert_eq!(log.absorb("k", too_many, t), Err(AbsorbError::Invalid));
+    let fixed = counters(AlgorithmKind::FixedWindow, 5, 10);
+    let over = state(serde_json::json!({"FixedWindow": {"idx": t / (60 * SEC), "count": 6}}));
+    assert_eq!(fixed.absorb("k", over, t), Err(AbsorbError::Invalid));
+    let bucket = counters(AlgorithmKind::TokenBucket, 5, 10);
+    let nan = state(serde_json::json!({"TokenBucket": {"tokens": -1.0, "ts": t}}));
+    assert_eq!(bucket.absorb("k", nan, t), Err(AbsorbError::Invalid));
+    assert_eq!(
+        log.len() + fixed.len() + bucket.len(),
+        0,
+        "nothing refused was kept"
+    );
+
+    // A window far in the future is this one: the key is free again a
+    // minute on, not in a thousand years.
+    let far = state(serde_json::json!({"FixedWindow": {"idx": u64::MAX / (60 * SEC), "count": 5}}));
+    assert_eq!(fixed.absorb("k", far, t), Ok(()));
+    assert!(!fixed.consume("k", t, 1).unwrap().allowed);
+    assert!(fixed.consume("k", t + 60 * SEC, 1).unwrap().allowed);
+}
+
+#[test]
+fn absorb_of_a_new_key_respects_the_ceiling() {
+    let here = counters(AlgorithmKind::FixedWindow, 5, 1);
+    let t = 600 * SEC;
+    here.consume("held", t, 1).unwrap();
+    let spent = state(serde_json::json!({"FixedWindow": {"idx": t / (60 * SEC), "count": 2}}));
+    assert_eq!(here.absorb("new", spent.clone(), t), Err(AbsorbError::Full));
+    assert_eq!(here.len(), 1);
+    assert_eq!(
+        here.absorb("held", spent, t),
+        Ok(()),
+        "a held key still merges"
+    );
+    assert_eq!(here.consume("held", t, 1).unwrap().remaining, 1);
+}
+
+/// Runs `f` on a thread of its own and fails if it has not returned within
+/// ten seconds: a DashMap guard held across another access of its own map
+/// deadlocks the thread on its own shard lock, which would otherwise hang
+/// the test instead of failing it.
+fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("returned instead of deadlocking on its own shard lock")
+}
+
+// Each path that makes room on a full table sweeps the whole map, which
+// write-locks every shard: no guard of that map may be alive meanwhile.
+
+#[test]
+fn a_new_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let c = Arc::new(counters(AlgorithmKind::FixedWindow, 5, 4));
+    within(move || {
+        for k in ["a", "b", "c", "d"] {
+            c.consume(k, 0, 1).unwrap();
+        }
+        // A minute on, all four rest: the new key sweeps on this thread.
+        assert!(c.consume("e", 60 * SEC, 1).unwrap().allowed);
+        assert_eq!(c.len(), 1);
+    });
+}
+
+#[test]
+fn a_handed_over_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let c = Arc::new(counters(AlgorithmKind::FixedWindow, 5, 1));
+    within(move || {
+        c.consume("held", 0, 1).unwrap();
+        let t = 60 * SEC;
+        let spent = state(serde_json::json!({"FixedWindow": {"idx": 1, "count": 2}}));
+        assert_eq!(c.absorb("new", spent, t), Ok(()));
+        assert_eq!(c.len(), 1, "the key at rest made room");
+    });
+}
+
+#[test]
+fn a_carried_key_at_the_ceiling_sweeps_with_no_guard_held() {
+    let carried = Arc::new(Carried::new(2));
+    within(move || {
+        let p = Policy::new(
+            AlgorithmKind::SlidingWindowCounter,
+            5,
+            Duration::from_secs(1),
+            None,
+            None,
+        )
+        .unwrap();
+        let name: std::sync::Arc<str> = std::sync::Arc::from("override:5-per-second");
+        carried.consume(&name, &p, "a", 0, 1).unwrap();
+        carried.consume(&name, &p, "b", 0, 1).unwrap();
+        assert!(carried.consume(&name, &p, "c", 3 * SEC, 1).unwrap().allowed);
+        assert_eq!(carried.len(), 1);
+    });
 }

@@ -112,6 +112,27 @@ fn nonsense_values_are_refused_naming_the_flag() {
 }
 
 #[test]
+fn seeds_need_the_secret_or_the_insecure_flag_and_not_both() {
+    let e = parse(&["weir", "serve", "--seeds=a:7946"]).unwrap_err();
+    assert!(e.contains("--cluster-secret"), "{e}");
+    let open = parse(&["weir", "serve", "--seeds=a:7946", "--insecure-open-cluster"]).unwrap();
+    assert!(open.cluster.insecure_open && open.cluster.secret.is_none());
+    let e = parse(&[
+        "weir",
+        "serve",
+        "--cluster-secret=s",
+        "--insecure-open-cluster",
+    ])
+    .unwrap_err();
+    assert!(e.contains("contradict"), "{e}");
+    let alone = parse(&["weir", "serve"]).unwrap();
+    assert!(
+        !alone.cluster.insecure_open,
+        "a node without a secret is closed by default"
+    );
+}
+
+#[test]
 fn a_cluster_node_must_advertise_addresses_peers_can_reach() {
     let seeds = "--seeds=a:7946";
     let e = parse(&["weir", "serve", "--grpc=0.0.0.0:8081", seeds]).unwrap_err();
@@ -137,6 +158,7 @@ fn a_cluster_node_must_advertise_addresses_peers_can_reach() {
         "--gossip=0.0.0.0:7946",
         "--advertise-grpc=10.0.0.7:8081",
         "--advertise-gossip=10.0.0.7:7946",
+        "--cluster-secret=s",
         seeds,
     ])
     .unwrap();

@@ -120,6 +120,9 @@ fn descriptor_check(
     d: &RateLimitDescriptor,
 ) -> Result<CheckRequest, MapError> {
     let key = match entry(d, &CLIENT_KEYS) {
+        // An override's counter is its descriptor's own (below), so two
+        // descriptors of one client with one override value never share it.
+        _ if d.limit.is_some() => override_key(domain, d),
         Some(client) => client.to_string(),
         None => derived_key(domain, d).ok_or_else(|| MapError {
             descriptor: Some(i),
@@ -171,6 +174,30 @@ fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
         }
     }
     Some(key)
+}
+
+/// The counter key of a descriptor carrying an override: its domain and
+/// every entry, as Envoy's own service keys one (the limit's value is in
+/// the rule's name, which keys the table). Readable (`domain|k=v|...`) when
+/// that is unambiguous and short enough; otherwise a SHA-256 of the
+/// length-prefixed parts, so no two descriptors can be made to collide by
+/// putting `|` or `=` in a value.
+pub fn override_key(domain: &str, d: &RateLimitDescriptor) -> String {
+    let plain = |s: &str| !s.contains(['|', '=', '#']);
+    let readable = plain(domain) && d.entries.iter().all(|e| plain(&e.key) && plain(&e.value));
+    if readable {
+        if let Some(key) = derived_key(domain, d) {
+            return key;
+        }
+    }
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in std::iter::once(domain).chain(d.entries.iter().flat_map(|e| [&*e.key, &*e.value])) {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("#{hex}")
 }
 
 /// The rule a descriptor's `limit` override stands for.

@@ -41,10 +41,10 @@ pub fn max_message_bytes(max_batch_items: usize) -> usize {
         .saturating_add(REQUEST_OVERHEAD_BYTES)
 }
 
-/// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 section 3.4).
-const H2_PREFACE_LEN: usize = 24;
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pings find a client whose host vanished (it never closes its
+/// connection), so its slot under --max-connections comes back.
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves weir.v1.RateLimiter and Envoy's RLS (over TLS when `tls` is
 /// set), and weir.v1.Peer: on `peer_listener` when there is one, else on
@@ -72,16 +72,19 @@ pub async fn serve(
         let stop = stop.clone();
         let conns = incoming(&state, l, None, stop.clone());
         tokio::spawn(async move {
-            let server = Server::builder().add_service(peer);
+            let server = Server::builder()
+                .layer(CountRequests)
+                .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+                .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+                .add_service(peer);
             if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
                 tracing::error!(error = %e, "gRPC peer server failed");
             }
         })
     });
     let conns = incoming(&state, listener, tls, stop.clone());
-    // A client whose host vanished never closes its connection; pings find
-    // it, so its slot under --max-connections comes back.
     let server = Server::builder()
+        .layer(CountRequests)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(weir)
@@ -107,9 +110,53 @@ fn incoming(
         listener,
         limits.max_connections,
         tls,
-        limits.header_read_timeout,
-        H2_PREFACE_LEN,
+        limits.timeouts(),
         stop,
     );
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
+}
+
+/// Counts each gRPC request on its connection's activity, so a connection
+/// that carries requests is never closed as idle and one that carries none is.
+#[derive(Clone, Copy)]
+struct CountRequests;
+
+impl<S> tower::Layer<S> for CountRequests {
+    type Service = Counted<S>;
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted(inner)
+    }
+}
+
+#[derive(Clone)]
+struct Counted<S>(S);
+
+impl<S, B> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let busy = req
+            .extensions()
+            .get::<accept::ConnInfo>()
+            .map(|c| c.activity.begin());
+        let answer = self.0.call(req);
+        Box::pin(async move {
+            let out = answer.await;
+            drop(busy);
+            out
+        })
+    }
 }

@@ -10,7 +10,6 @@ pub mod ops;
 pub mod problem;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::Request;
@@ -68,50 +67,45 @@ pub async fn serve(
         listener,
         limits.max_connections,
         tls,
-        limits.header_read_timeout,
-        0,
+        limits.timeouts(),
         stop.clone(),
     );
     let app = router(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The HTTP/1 head timeout runs from when the connection is ready for a
-    // request, so it also ends a kept-alive connection left idle.
+    // request, so it also ends a kept-alive connection left idle. HTTP/2
+    // gets pings (a vanished client is found) and the connection watch
+    // (`accept/watch.rs`: a late start, or no request for the idle timeout).
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(crate::grpc::KEEPALIVE_INTERVAL))
+        .keep_alive_timeout(crate::grpc::KEEPALIVE_TIMEOUT);
     let graceful = GracefulShutdown::new();
     while let Some(conn) = conns.recv().await {
-        let first = Arc::new(AtomicBool::new(false));
+        let activity = conn.activity();
         let service = {
-            let (app, first) = (app.clone(), first.clone());
+            let app = app.clone();
             service_fn(move |req: Request<Incoming>| {
-                first.store(true, Ordering::Relaxed);
-                app.clone().oneshot(req)
+                let busy = activity.begin();
+                let answer = app.clone().oneshot(req);
+                async move {
+                    let out = answer.await;
+                    drop(busy);
+                    out
+                }
             })
         };
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(conn), service)
             .into_owned();
         let connection = graceful.watch(connection);
-        let head_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            tokio::pin!(connection);
-            // Until a first request arrives the HTTP/1 head timeout may not
-            // be running yet: the version sniff (HTTP/1 or an HTTP/2
-            // preface) and the HTTP/2 handshake wait on the client with no
-            // deadline of their own.
-            let ended = tokio::select! {
-                r = connection.as_mut() => Some(r),
-                _ = tokio::time::sleep(head_timeout) => None,
-            };
-            let result = match ended {
-                Some(r) => r,
-                None if !first.load(Ordering::Relaxed) => return,
-                None => connection.await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "HTTP connection ended with an error");
             }
         });

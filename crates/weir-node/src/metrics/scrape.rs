@@ -58,6 +58,21 @@ pub fn render(state: &NodeState) -> String {
         "Most keys one rule may hold (--max-keys).",
         state.config.max_keys_per_rule as u64,
     );
+    let at_ceiling = limiter.store_counts();
+    one(
+        &mut out,
+        "weir_keys_dropped_at_rest_total",
+        "counter",
+        "Keys dropped because their state equalled a fresh key's (no answer changes).",
+        at_ceiling.dropped_at_rest,
+    );
+    one(
+        &mut out,
+        "weir_keys_refused_total",
+        "counter",
+        "New keys refused (503) because a table was at --max-keys with every key live.",
+        at_ceiling.refused_full,
+    );
     one(
         &mut out,
         "weir_rules_version",
@@ -155,7 +170,7 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             s.rules_adopted,
         ),
     ];
-    let sync: [(&str, &str, u64); 3] = [
+    let sync: [(&str, &str, u64); 5] = [
         (
             "weir_sync_messages_total",
             "Gossip strategy: Peer/SyncCounts messages sent.",
@@ -170,6 +185,18 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             "weir_sync_deltas_total",
             "Gossip strategy: per-key counts those messages carried.",
             s.sync_deltas,
+        ),
+        (
+            "weir_sync_refused_total",
+            "Gossip strategy: per-key counts received and refused (a sender not on the ring, \
+             an unknown rule, a window other than the current or previous one, the key cap).",
+            s.sync_refused,
+        ),
+        (
+            "weir_handoff_refused_total",
+            "Handed-over counters refused: a state that breaks its algorithm's invariants, \
+             or a new key past --max-keys.",
+            s.handoff_refused,
         ),
     ];
     for (name, help, v) in counters.into_iter().chain(sync) {
@@ -229,8 +256,18 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
         out,
         "weir_gossip_bad_mac_dropped_total",
         "counter",
-        "Gossip datagrams dropped for a missing or wrong HMAC tag.",
+        "Gossip datagrams dropped for a missing or wrong HMAC tag (all of them on a node \
+         with no cluster secret).",
         g.bad_mac_dropped,
+    );
+    labeled(
+        out,
+        "weir_gossip_replay_dropped_total",
+        "counter",
+        "Authentic gossip datagrams dropped as replays: stamped outside the freshness window, \
+         or seen before.",
+        "reason",
+        &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
     );
     one(
         out,

@@ -16,6 +16,9 @@ pub struct MembershipConfig {
     pub seeds: Vec<SocketAddr>,
     /// Shared cluster secret; when set every datagram carries an HMAC tag.
     pub secret: Option<Vec<u8>>,
+    /// Without a secret: take gossip from anyone (true) or from no one
+    /// (false, the default: a node alone). Ignored with a secret.
+    pub insecure_open: bool,
     pub foca: foca::Config,
     /// How often to re-announce to the seeds while this node knows no peer.
     pub announce_interval: Duration,
@@ -27,6 +30,7 @@ impl std::fmt::Debug for MembershipConfig {
             .field("identity", &self.identity)
             .field("seeds", &self.seeds)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("insecure_open", &self.insecure_open)
             .field("foca", &self.foca)
             .field("announce_interval", &self.announce_interval)
             .finish()
@@ -40,6 +44,7 @@ impl MembershipConfig {
             identity,
             seeds,
             secret: None,
+            insecure_open: false,
             foca: Self::lan_foca_config(),
             announce_interval: Duration::from_secs(1),
         }
@@ -57,6 +62,13 @@ impl MembershipConfig {
 
     pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
         self.secret = Some(secret.into());
+        self
+    }
+
+    /// Without a secret, takes gossip from anyone who can reach the socket:
+    /// anyone can then join and own keys. For tests and isolated networks.
+    pub fn insecure_open(mut self) -> Self {
+        self.insecure_open = true;
         self
     }
 

@@ -84,11 +84,27 @@ pub struct MembershipStats {
     pub packets_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// Datagrams dropped because the HMAC tag was missing or wrong.
+    /// Datagrams dropped because the HMAC tag was missing or wrong (every
+    /// datagram, on a node with no secret that was not opened).
     pub bad_mac_dropped: u64,
     /// Authentic (or unauthenticated-mode) datagrams foca refused to parse.
     pub invalid_dropped: u64,
     pub send_errors: u64,
+    /// Authentic datagrams stamped outside the freshness window (a replay
+    /// of an old capture, or a peer whose clock is far off).
+    pub stale_dropped: u64,
+    /// Authentic, fresh datagrams received a second time (a replay).
+    pub replayed_dropped: u64,
+}
+
+/// Who may speak gossip to this node.
+pub(crate) enum Gate<A> {
+    /// Holders of the cluster secret: tagged, fresh, first-seen datagrams.
+    Secret(A),
+    /// Anyone: the operator asked for an open cluster.
+    Open,
+    /// No one: no secret and not opened, so this node stays alone.
+    Closed,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +137,8 @@ struct Counters {
     bad_mac_dropped: AtomicU64,
     invalid_dropped: AtomicU64,
     send_errors: AtomicU64,
+    stale_dropped: AtomicU64,
+    replayed_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -182,15 +200,16 @@ impl Membership {
             identity.gossip.set_ip(local_addr.ip());
         }
 
-        let auth = match &config.secret {
-            Some(secret) => Some(
+        let gate = match &config.secret {
+            Some(secret) => Gate::Secret(
                 PacketAuth::new(secret)
                     .ok_or(MembershipError::Config("cluster secret must not be empty"))?,
             ),
-            None => None,
+            None if config.insecure_open => Gate::Open,
+            None => Gate::Closed,
         };
         let mut foca_config = config.foca.clone();
-        if auth.is_some() {
+        if matches!(gate, Gate::Secret(_)) {
             // Keep whole datagrams within the configured size, tag included.
             foca_config.max_packet_size =
                 NonZeroUsize::new(foca_config.max_packet_size.get() - TAG_LEN)
@@ -224,7 +243,7 @@ impl Membership {
             identity,
             foca_config,
             socket,
-            auth,
+            gate,
             seeds,
             config.announce_interval,
             Arc::clone(&shared),
@@ -276,6 +295,8 @@ impl Membership {
             bad_mac_dropped: get(&c.bad_mac_dropped),
             invalid_dropped: get(&c.invalid_dropped),
             send_errors: get(&c.send_errors),
+            stale_dropped: get(&c.stale_dropped),
+            replayed_dropped: get(&c.replayed_dropped),
         }
     }
 

@@ -12,9 +12,11 @@ use rand_foca::SeedableRng;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::auth::PacketAuth;
+use super::auth::{Dropped, PacketAuth};
 use super::datagrams::Datagrams;
+use super::Gate;
 use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
+use crate::keys;
 
 type SwimNode = Foca<NodeIdentity, PostcardCodec, SmallRng, NoCustomBroadcast>;
 
@@ -50,7 +52,7 @@ pub(super) struct Driver {
     foca: SwimNode,
     rt: AccumulatingRuntime<NodeIdentity>,
     socket: Arc<dyn Datagrams>,
-    auth: Option<PacketAuth>,
+    gate: Gate<PacketAuth>,
     seeds: Vec<SocketAddr>,
     announce_interval: Duration,
     timers: BinaryHeap<Reverse<Scheduled>>,
@@ -70,7 +72,7 @@ impl Driver {
         identity: NodeIdentity,
         config: foca::Config,
         socket: Arc<dyn Datagrams>,
-        auth: Option<PacketAuth>,
+        gate: Gate<PacketAuth>,
         seeds: Vec<SocketAddr>,
         announce_interval: Duration,
         shared: Arc<Shared>,
@@ -84,7 +86,7 @@ impl Driver {
             foca: Foca::new(identity, config, rng, PostcardCodec),
             rt: AccumulatingRuntime::new(),
             socket,
-            auth,
+            gate,
             seeds,
             announce_interval,
             timers: BinaryHeap::new(),
@@ -147,16 +149,27 @@ impl Driver {
         let stats = &self.shared.stats;
         Counters::add(&stats.packets_in, 1);
         Counters::add(&stats.bytes_in, datagram.len() as u64);
-        let payload = match &self.auth {
-            Some(auth) => match auth.open(datagram) {
-                Some(payload) => payload,
-                None => {
-                    Counters::add(&stats.bad_mac_dropped, 1);
-                    tracing::debug!(%from, len = datagram.len(), "dropped gossip datagram with a bad tag");
+        let payload = match &mut self.gate {
+            Gate::Secret(auth) => match auth.open(datagram, keys::unix_ms()) {
+                Ok(payload) => payload,
+                Err(why) => {
+                    let counter = match why {
+                        Dropped::BadTag => &stats.bad_mac_dropped,
+                        Dropped::Stale => &stats.stale_dropped,
+                        Dropped::Replayed => &stats.replayed_dropped,
+                    };
+                    Counters::add(counter, 1);
+                    tracing::debug!(%from, len = datagram.len(), ?why, "dropped gossip datagram");
                     return;
                 }
             },
-            None => datagram,
+            Gate::Open => datagram,
+            // No secret and not opened: this node is a cluster of one, and
+            // a datagram without a tag is as good as one with a wrong tag.
+            Gate::Closed => {
+                Counters::add(&stats.bad_mac_dropped, 1);
+                return;
+            }
         };
         if let Err(error) = self.foca.handle_data(payload, &mut self.rt) {
             Counters::add(&stats.invalid_dropped, 1);
@@ -230,8 +243,8 @@ impl Driver {
     async fn send(&mut self, to: SocketAddr, payload: &[u8]) {
         self.out.clear();
         self.out.extend_from_slice(payload);
-        if let Some(auth) = &self.auth {
-            auth.sign_into(&mut self.out);
+        if let Gate::Secret(auth) = &self.gate {
+            auth.sign_into(&mut self.out, keys::unix_ms());
         }
         let stats = &self.shared.stats;
         match self.socket.send_to(&self.out, to).await {

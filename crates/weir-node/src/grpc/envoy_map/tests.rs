@@ -164,6 +164,40 @@ fn with_override(requests_per_unit: u32, unit: RateLimitUnit) -> RateLimitDescri
 }
 
 #[test]
+fn override_counters_are_keyed_by_domain_entries_and_never_by_the_client_alone() {
+    let d = |route: &str| RateLimitDescriptor {
+        limit: with_override(5, RateLimitUnit::Minute).limit,
+        ..desc(&[("client", "c"), ("path", route)])
+    };
+    let key = |domain: &str, d: RateLimitDescriptor| one(req(domain, vec![d])).key;
+    assert_eq!(key("edge", d("/a")), "edge|client=c|path=/a");
+    assert_ne!(
+        key("edge", d("/a")),
+        key("edge", d("/b")),
+        "one client, two descriptors"
+    );
+    assert_ne!(key("edge", d("/a")), key("other", d("/a")), "two domains");
+    // `|` and `=` in values cannot make two descriptors one counter.
+    let two = RateLimitDescriptor {
+        limit: with_override(5, RateLimitUnit::Minute).limit,
+        ..desc(&[("client", "c"), ("path", "x")])
+    };
+    let one_crafted = RateLimitDescriptor {
+        limit: with_override(5, RateLimitUnit::Minute).limit,
+        ..desc(&[("client", "c|path=x")])
+    };
+    let crafted = key("edge", one_crafted);
+    assert_ne!(key("edge", two), crafted);
+    assert!(crafted.starts_with('#') && crafted.len() == 65, "{crafted}");
+    // A long descriptor still gets a key within the bound.
+    let long = RateLimitDescriptor {
+        limit: with_override(5, RateLimitUnit::Minute).limit,
+        ..desc(&[("client", "c"), ("path", &"p".repeat(400))])
+    };
+    assert_eq!(key("edge", long).len(), 65);
+}
+
+#[test]
 fn an_override_is_a_sliding_counter_rule_over_its_unit() {
     let c = one(req("edge", vec![with_override(5, RateLimitUnit::Minute)]));
     let rule = c.limit.expect("override rule");

@@ -1,0 +1,261 @@
+//! How long a connection may hold its slot: until its HTTP/2 start (preface and SETTINGS) is late, or until it has sat with no request for the idle timeout.
+//!
+//! An HTTP/2 client can hold a connection open forever by answering pings
+//! and sending nothing, and a raw socket that sends the 24-byte preface
+//! and stops used to count as having started. So every connection is
+//! watched from its reads: the client's first frame, SETTINGS, must follow
+//! the preface within the head timeout, and a connection that has not
+//! started a request for the idle timeout (none in flight) reads as closed,
+//! which ends it and frees its slot. Requests are counted by the servers
+//! (`Activity::begin`), whatever the protocol.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+/// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 section 3.4).
+pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// A frame header: 24-bit length, type, flags, stream id (RFC 9113 4.1).
+const FRAME_HEADER: usize = 9;
+const SETTINGS: u8 = 0x4;
+
+/// Requests under way on one connection, and when the last one began.
+pub struct Activity {
+    opened: Instant,
+    /// Milliseconds from `opened` to the last request's start (or to the
+    /// connection's HTTP/2 start).
+    last_ms: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            opened: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// A request began; it counts as in flight until the guard drops.
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        Busy(self.clone())
+    }
+
+    fn last(&self) -> Instant {
+        self.opened + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A request in flight on a connection.
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How far the client's HTTP/2 start has come.
+enum Start {
+    /// The first bytes, up to the preface and the first frame's header.
+    Head {
+        seen: [u8; 24 + FRAME_HEADER],
+        n: usize,
+    },
+    /// The preface and a SETTINGS header arrived; this much of its payload is due.
+    Settings { due: usize },
+    /// Started (or not HTTP/2: HTTP/1 has the head timeout of its server).
+    Done,
+}
+
+/// The timing rules of one connection, checked on every read.
+pub struct Watch {
+    activity: Arc<Activity>,
+    head_timeout: Duration,
+    idle_timeout: Duration,
+    start: Start,
+    timer: Pin<Box<Sleep>>,
+    expired: bool,
+}
+
+impl Watch {
+    pub fn new(head_timeout: Duration, idle_timeout: Duration) -> Self {
+        let activity = Arc::new(Activity::new());
+        let first = activity.opened + head_timeout;
+        Watch {
+            activity,
+            head_timeout,
+            idle_timeout,
+            start: Start::Head {
+                seen: [0; 24 + FRAME_HEADER],
+                n: 0,
+            },
+            timer: Box::pin(tokio::time::sleep_until(first)),
+            expired: false,
+        }
+    }
+
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    /// When the connection is to be closed if nothing changes; None while
+    /// a request is in flight.
+    fn deadline(&self) -> Option<Instant> {
+        match self.start {
+            Start::Head { .. } | Start::Settings { .. } => {
+                Some(self.activity.opened + self.head_timeout)
+            }
+            Start::Done if self.activity.in_flight.load(Ordering::Relaxed) > 0 => None,
+            Start::Done => Some(self.activity.last() + self.idle_timeout),
+        }
+    }
+
+    /// True once the connection must read as closed. Registers the waker
+    /// for the next deadline otherwise.
+    pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.expired {
+            return true;
+        }
+        loop {
+            let at = self
+                .deadline()
+                .unwrap_or_else(|| Instant::now() + self.idle_timeout);
+            if self.timer.deadline() != at {
+                self.timer.as_mut().reset(at);
+            }
+            match self.timer.as_mut().poll(cx) {
+                Poll::Pending => return false,
+                Poll::Ready(()) => {
+                    // The deadline may have moved while the timer ran.
+                    if self.deadline().is_some_and(|d| d <= Instant::now()) {
+                        self.expired = true;
+                        tracing::debug!("connection idle or slow to start; closing");
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Follows the client's first bytes through its HTTP/2 start.
+    pub fn saw(&mut self, mut bytes: &[u8]) {
+        loop {
+            match &mut self.start {
+                Start::Done => return,
+                Start::Head { seen, n } => {
+                    let take = bytes.len().min(seen.len() - *n);
+                    seen[*n..*n + take].copy_from_slice(&bytes[..take]);
+                    *n += take;
+                    bytes = &bytes[take..];
+                    let upto = (*n).min(24);
+                    if seen[..upto] != H2_PREFACE[..upto] {
+                        // Not HTTP/2: its own server's head timeout applies.
+                        self.start = Start::Done;
+                        self.activity.touch();
+                        return;
+                    }
+                    if *n < seen.len() {
+                        return;
+                    }
+                    let f = &seen[24..];
+                    let len = usize::from(f[0]) << 16 | usize::from(f[1]) << 8 | usize::from(f[2]);
+                    if f[3] != SETTINGS {
+                        // A protocol error the HTTP/2 server answers; the
+                        // head deadline stays, so it cannot hold the slot.
+                        return;
+                    }
+                    self.start = Start::Settings { due: len };
+                }
+                Start::Settings { due } => {
+                    *due -= bytes.len().min(*due);
+                    if *due > 0 {
+                        return;
+                    }
+                    self.start = Start::Done;
+                    self.activity.touch();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(len: usize) -> Vec<u8> {
+        let mut f = H2_PREFACE.to_vec();
+        f.extend_from_slice(&[
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            SETTINGS,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]);
+        f.extend(std::iter::repeat_n(0u8, len));
+        f
+    }
+
+    fn noop() -> Context<'static> {
+        Context::from_waker(futures::task::noop_waker_ref())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_preface_alone_does_not_start_a_connection() {
+        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        w.saw(H2_PREFACE);
+        tokio::time::advance(Duration::from_millis(2_001)).await;
+        assert!(
+            w.expired(&mut noop()),
+            "no SETTINGS within the head timeout"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_connection_lives_while_requests_come_and_closes_when_idle() {
+        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let bytes = settings(12);
+        // In pieces, as TCP may deliver them.
+        w.saw(&bytes[..10]);
+        w.saw(&bytes[10..30]);
+        w.saw(&bytes[30..]);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(!w.expired(&mut noop()));
+        let busy = w.activity().begin();
+        tokio::time::advance(Duration::from_secs(120)).await;
+        assert!(!w.expired(&mut noop()), "a request in flight is never idle");
+        drop(busy);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!w.expired(&mut noop()));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(w.expired(&mut noop()), "sixty seconds with no request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http1_bytes_leave_the_start_to_the_http1_server() {
+        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        w.saw(b"GET / HTTP/1.1\r\n");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!w.expired(&mut noop()));
+    }
+}
