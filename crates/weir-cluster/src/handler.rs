@@ -1,17 +1,19 @@
 //! What a node does for its peers, one method per `weir.v1.Peer` call, whatever carries the call (gRPC, or the in-memory network).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
-    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    DecideRequest, DecideResponse, FallbackSummary, HandoffRequest, HandoffResponse,
+    MembersResponse, NodeSummary, PushRulesResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::owner::handoff;
 use crate::owner::serve::OwnerService;
 use crate::stats::{bump, Stats};
 use crate::strategy::{Strategy, SyncRefused};
+use crate::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 
@@ -22,6 +24,8 @@ pub struct PeerHandler {
     limiter: Arc<Limiter>,
     membership: Arc<Membership>,
     stats: Arc<Stats>,
+    /// The embedding node's per-second activity, once it reports it.
+    activity: OnceLock<Arc<dyn ActivitySource>>,
 }
 
 impl PeerHandler {
@@ -40,6 +44,7 @@ impl PeerHandler {
             limiter,
             membership,
             stats,
+            activity: OnceLock::new(),
         }
     }
 
@@ -96,6 +101,41 @@ impl PeerHandler {
         MembersResponse {
             node: m.identity().id,
             live,
+        }
+    }
+
+    /// Where summaries take their activity from; the first source set stays.
+    pub fn set_activity(&self, source: Arc<dyn ActivitySource>) {
+        let _ = self.activity.set(source);
+    }
+
+    /// This node's state and its last `seconds` of activity, for a dashboard.
+    pub fn summary(&self, req: SummaryRequest) -> NodeSummary {
+        let fallback = self.strategy.fallback_status();
+        let stats = self.stats.snapshot(&self.strategy.fallback_counts());
+        let seconds = req.seconds.min(MAX_SUMMARY_SECONDS);
+        NodeSummary {
+            node: self.membership.identity().id,
+            strategy: self.strategy.name().to_string(),
+            rules_version: self.limiter.rules().version(),
+            fallback: Some(FallbackSummary {
+                active: fallback.active,
+                owners: fallback.owners,
+                entered_total: fallback.entered_total,
+            }),
+            fallback_decisions: stats.fallback_decisions,
+            deny_cache_hits: stats.deny_cache_hits,
+            activity: self
+                .activity
+                .get()
+                .map(|a| a.recent(seconds))
+                .unwrap_or_default(),
+            // Not kept by this node yet: replica holders, breakers per owner
+            // and heavy hitters fill these in when they exist; absent is
+            // shown as "not known", never as zero.
+            replica_decisions: None,
+            breakers: None,
+            hot_keys: None,
         }
     }
 }

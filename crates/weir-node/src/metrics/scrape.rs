@@ -1,79 +1,124 @@
 //! Metrics read at scrape time from the limiter and the cluster, which keep their own counters.
 
-use std::fmt::Write;
+use std::fmt;
+use std::sync::Arc;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use weir_cluster::membership::MemberState;
-use weir_cluster::Cluster;
+use weir_cluster::{Cluster, Engine};
 
 use super::OVERRIDE_LABEL;
-use crate::state::NodeState;
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn one(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
-    header(out, name, kind, help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// One metric with a single label taking each of `samples`' values.
-fn labeled(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    label: &str,
-    samples: &[(&str, u64)],
-) {
-    header(out, name, kind, help);
-    for (v, n) in samples {
-        let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
-    }
-}
 
 /// Everything `/metrics` shows beyond the node's own check counters.
-pub fn render(state: &NodeState) -> String {
-    let mut out = String::new();
-    let limiter = state.engine.limiter();
-    header(
-        &mut out,
-        "weir_keys",
-        "gauge",
-        "Counter keys held in memory, by rule.",
-    );
-    for (rule, n) in limiter.keys_per_rule() {
-        let _ = writeln!(out, "weir_keys{{rule=\"{rule}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "weir_keys{{rule=\"{OVERRIDE_LABEL}\"}} {}",
-        limiter.adhoc_keys()
-    );
-    one(
-        &mut out,
-        "weir_max_keys",
-        "gauge",
-        "Most keys one rule may hold (--max-keys).",
-        state.config.max_keys_per_rule as u64,
-    );
-    one(
-        &mut out,
-        "weir_rules_version",
-        "gauge",
-        "Version of the rule set in force.",
-        state.engine.rules().version(),
-    );
-    if let Some(cluster) = state.engine.cluster() {
-        render_cluster(&mut out, cluster);
-    }
-    out
+pub struct NodeCollector {
+    engine: Arc<Engine>,
+    max_keys: usize,
 }
 
-fn render_cluster(out: &mut String, cluster: &Cluster) {
+impl NodeCollector {
+    pub fn new(engine: Arc<Engine>, max_keys: usize) -> Self {
+        NodeCollector { engine, max_keys }
+    }
+}
+
+impl fmt::Debug for NodeCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NodeCollector")
+    }
+}
+
+/// One metric family as exported; names are written here whole, as
+/// docs/operations.md and its alerts spell them.
+struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+    kind: MetricType,
+}
+
+const fn counter<'a>(name: &'a str, help: &'a str) -> Family<'a> {
+    Family {
+        name,
+        help,
+        kind: MetricType::Counter,
+    }
+}
+
+const fn gauge<'a>(name: &'a str, help: &'a str) -> Family<'a> {
+    Family {
+        name,
+        help,
+        kind: MetricType::Gauge,
+    }
+}
+
+impl Family<'_> {
+    fn descriptor<'e>(
+        &'e self,
+        enc: &'e mut DescriptorEncoder,
+    ) -> Result<MetricEncoder<'e>, fmt::Error> {
+        // The library appends `_total` to a counter's name itself.
+        let name = match self.kind {
+            MetricType::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
+            _ => self.name,
+        };
+        enc.encode_descriptor(name, self.help, None, self.kind)
+    }
+
+    fn sample(&self, m: MetricEncoder, value: u64) -> fmt::Result {
+        match self.kind {
+            MetricType::Counter => ConstCounter::new(value).encode(m),
+            _ => ConstGauge::new(value).encode(m),
+        }
+    }
+
+    /// The family with one unlabelled sample.
+    fn one(&self, enc: &mut DescriptorEncoder, value: u64) -> fmt::Result {
+        let m = self.descriptor(enc)?;
+        self.sample(m, value)
+    }
+
+    /// The family with one sample per value of `label`.
+    fn labeled(
+        &self,
+        enc: &mut DescriptorEncoder,
+        label: &str,
+        samples: &[(&str, u64)],
+    ) -> fmt::Result {
+        let mut m = self.descriptor(enc)?;
+        for (value, n) in samples {
+            self.sample(m.encode_family(&[(label, *value)])?, *n)?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let limiter = self.engine.limiter();
+        let per_rule = limiter.keys_per_rule();
+        let adhoc = limiter.adhoc_keys() as u64;
+        let mut keys: Vec<(&str, u64)> = per_rule.iter().map(|(r, n)| (&**r, *n as u64)).collect();
+        keys.push((OVERRIDE_LABEL, adhoc));
+        gauge("weir_keys", "Counter keys held in memory, by rule.")
+            .labeled(&mut enc, "rule", &keys)?;
+        gauge("weir_max_keys", "Most keys one rule may hold (--max-keys).")
+            .one(&mut enc, self.max_keys as u64)?;
+        gauge("weir_rules_version", "Version of the rule set in force.")
+            .one(&mut enc, self.engine.rules().version())?;
+        match self.engine.cluster() {
+            Some(cluster) => encode_cluster(&mut enc, cluster),
+            None => Ok(()),
+        }
+    }
+}
+
+fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result {
     let s = cluster.stats();
-    let counters: [(&str, &str, u64); 16] = [
+    let counters = [
         (
             "weir_peer_calls_total",
             "Peer/Decide calls sent.",
@@ -154,8 +199,6 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             "Rule sets taken from peers.",
             s.rules_adopted,
         ),
-    ];
-    let sync: [(&str, &str, u64); 3] = [
         (
             "weir_sync_messages_total",
             "Gossip strategy: Peer/SyncCounts messages sent.",
@@ -172,76 +215,71 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             s.sync_deltas,
         ),
     ];
-    for (name, help, v) in counters.into_iter().chain(sync) {
-        one(out, name, "counter", help, v);
+    for (name, help, v) in counters {
+        counter(name, help).one(enc, v)?;
     }
-    one(
-        out,
+    gauge(
         "weir_fallback_active",
-        "gauge",
         "Owners this node is deciding for on its local fallback now.",
-        s.fallback_active,
-    );
-    labeled(
-        out,
+    )
+    .one(enc, s.fallback_active)?;
+    counter(
         "weir_keys_moved_total",
-        "counter",
         "Counters handed to other nodes (out) and taken over from them (in).",
+    )
+    .labeled(
+        enc,
         "direction",
         &[("in", s.keys_moved_in), ("out", s.keys_moved_out)],
-    );
+    )?;
 
     let members = cluster.members_status();
     let count = |st: MemberState| members.iter().filter(|m| m.state == st).count() as u64;
-    labeled(
-        out,
+    gauge(
         "weir_members",
-        "gauge",
         "Cluster members as this node sees them, by state.",
+    )
+    .labeled(
+        enc,
         "state",
         &[
             ("alive", count(MemberState::Alive)),
             ("suspect", count(MemberState::Suspect)),
             ("down", count(MemberState::Down)),
         ],
-    );
+    )?;
 
     let g = cluster.gossip_stats();
-    labeled(
-        out,
+    let direction = |i, o| [("in", i), ("out", o)];
+    counter(
         "weir_gossip_packets_total",
-        "counter",
         "Gossip datagrams received and sent.",
+    )
+    .labeled(enc, "direction", &direction(g.packets_in, g.packets_out))?;
+    counter("weir_gossip_bytes_total", "Gossip bytes received and sent.").labeled(
+        enc,
         "direction",
-        &[("in", g.packets_in), ("out", g.packets_out)],
-    );
-    labeled(
-        out,
-        "weir_gossip_bytes_total",
-        "counter",
-        "Gossip bytes received and sent.",
-        "direction",
-        &[("in", g.bytes_in), ("out", g.bytes_out)],
-    );
-    one(
-        out,
-        "weir_gossip_bad_mac_dropped_total",
-        "counter",
-        "Gossip datagrams dropped for a missing or wrong HMAC tag.",
-        g.bad_mac_dropped,
-    );
-    one(
-        out,
-        "weir_gossip_invalid_dropped_total",
-        "counter",
-        "Authentic gossip datagrams that did not parse.",
-        g.invalid_dropped,
-    );
-    one(
-        out,
-        "weir_gossip_send_errors_total",
-        "counter",
-        "Gossip datagrams that could not be sent.",
-        g.send_errors,
-    );
+        &direction(g.bytes_in, g.bytes_out),
+    )?;
+    let gossip = [
+        (
+            "weir_gossip_bad_mac_dropped_total",
+            "Gossip datagrams dropped for a missing or wrong HMAC tag.",
+            g.bad_mac_dropped,
+        ),
+        (
+            "weir_gossip_invalid_dropped_total",
+            "Authentic gossip datagrams that did not parse.",
+            g.invalid_dropped,
+        ),
+        (
+            "weir_gossip_send_errors_total",
+            "Gossip datagrams that could not be sent.",
+            g.send_errors,
+        ),
+    ];
+    for (name, help, v) in gossip {
+        counter(name, help).one(enc, v)?;
+    }
+    Ok(())
 }
