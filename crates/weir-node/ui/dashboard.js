@@ -6,6 +6,7 @@
 (() => {
   const WINDOW_S = 300; // what every node keeps: five minutes of seconds
   const AVERAGE_S = 10; // table rates: the mean of the last 10 whole seconds
+  const MIN_SPAN_S = 60; // the shortest span a chart draws
   const POLL_MS = 1000;
   // After the first load only the last seconds are asked for again; they
   // replace what the page holds, so a second a slow member added late is
@@ -64,13 +65,21 @@
     }
   }
 
-  /** The window's seconds, oldest first, as [t, entry or undefined]. */
+  /** The seconds the charts span, oldest first, as [t, entry or undefined]:
+   * the last five minutes, or since the first second any node reported
+   * (at least a minute), so a young cluster's charts are not a sliver. */
   function windowSeconds() {
     if (seconds.size === 0) return [];
     const latest = Math.max(...seconds.keys());
+    const earliest = Math.min(...seconds.keys());
+    const span = Math.min(WINDOW_S, Math.max(MIN_SPAN_S, latest - earliest + 1));
     const out = [];
-    for (let t = latest - WINDOW_S + 1; t <= latest; t++) out.push([t, seconds.get(t)]);
+    for (let t = latest - span + 1; t <= latest; t++) out.push([t, seconds.get(t)]);
     return out;
+  }
+
+  function ago(s) {
+    return s >= 60 && s % 60 === 0 ? `${s / 60} min ago` : `${s} s ago`;
   }
 
   /** Shown state: a live member that did not answer is unknown. */
@@ -198,11 +207,11 @@
       hi.textContent = rate(max);
       const lo = svg("text", { x: 0, y: h - 2, class: "label" });
       lo.textContent = "0";
-      const ago = svg("text", { x: pad, y: 10, class: "label" });
-      ago.textContent = "5 min ago";
+      const start = svg("text", { x: pad, y: 10, class: "label" });
+      start.textContent = ago(series.length ? series[0].values.length : 0);
       const now = svg("text", { x: w - 2, y: 10, class: "label", "text-anchor": "end" });
       now.textContent = "now";
-      root.append(hi, lo, ago, now);
+      root.append(hi, lo, start, now);
     }
     const n = Math.max(1, series.length ? series[0].values.length - 1 : 1);
     for (const s of series) {
@@ -265,12 +274,11 @@
         { cls: "allowed", label: "allowed /s", values: column(0) },
         { cls: "denied", label: "denied /s", values: column(1) },
         { cls: "shadow", label: "shadow-denied /s", values: column(2) },
-      ], { width: 320, height: 48, labels: false });
+      ], { width: 220, height: 36, labels: false });
       const limit = r ? `${r.limit} / ${r.window}${r.shadow ? " · shadow" : ""}` : "–";
       tbody.append(el("tr", { "data-rule": name, class: denied > 0 ? "denying" : "" },
-        el("td", {}, name),
+        el("td", {}, name, el("div", { class: "sub" }, r ? r.algorithm : "")),
         el("td", {}, r ? appliesTo(r) : "not in the rule set"),
-        el("td", {}, r ? r.algorithm : "–"),
         el("td", {}, limit),
         el("td", { class: "num allowed", "data-field": "allowed" }, rate(allowed)),
         el("td", { class: "num denied", "data-field": "denied" }, rate(denied)),
