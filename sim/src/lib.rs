@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod error;
 pub mod faults;
 pub mod guard;
+pub mod html;
 pub mod load;
 pub mod netns;
 pub mod plot;
