@@ -385,7 +385,7 @@ impl Cluster {
 
     /// Every member as this node sees it, each live one with its own
     /// summary, asked all at once with `deadline` each; a member that does
-    /// not answer in time is [`Reply::NoAnswer`], not left out.
+    /// not answer in time is [`summary::Reply::NoAnswer`], not left out.
     pub async fn summaries(&self, seconds: u32, deadline: Duration) -> Vec<MemberSummary> {
         let identities = self.inner.membership.members();
         let members = self
