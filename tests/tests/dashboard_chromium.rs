@@ -87,7 +87,7 @@ impl Driver {
             base: format!("http://127.0.0.1:{port}"),
             http: client(),
             session: String::new(),
-            profile: profile,
+            profile,
         };
         wait_until("chromedriver is ready", || async {
             let status = driver.http.get(format!("{}/status", driver.base)).send();
