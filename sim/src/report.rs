@@ -3,9 +3,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use clap::ValueEnum;
+
 use crate::error::SimError;
 use crate::html::RunInfo;
 use crate::score::RunResult;
+use crate::workloads::Workload;
 
 fn fault_note(r: &RunResult) -> Option<String> {
     let f = r.fault.as_ref()?;
@@ -41,27 +44,16 @@ fn fault_note(r: &RunResult) -> Option<String> {
     Some(s)
 }
 
-/// The order workloads are shown in; others follow.
-const WORKLOAD_ORDER: [&str; 8] = [
-    "steady",
-    "boundary",
-    "single-connection",
-    "spread",
-    "burst",
-    "hot-key",
-    "retry-storm",
-    "fault",
-];
-
-/// Runs grouped by workload so strategies sit side by side; stable, so
-/// strategies and variants keep the order they ran in.
+/// Runs grouped by workload, in the order the comparison runs them, so
+/// strategies sit side by side; stable, so strategies and variants keep
+/// the order they ran in.
 pub fn ordered(results: &[RunResult]) -> Vec<&RunResult> {
     let mut rows: Vec<&RunResult> = results.iter().collect();
+    let all = Workload::value_variants();
     rows.sort_by_key(|r| {
-        WORKLOAD_ORDER
-            .iter()
-            .position(|x| *x == r.workload)
-            .unwrap_or(WORKLOAD_ORDER.len())
+        all.iter()
+            .position(|w| w.name() == r.workload)
+            .unwrap_or(all.len())
     });
     rows
 }

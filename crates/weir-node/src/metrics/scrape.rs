@@ -118,6 +118,7 @@ impl Collector for NodeCollector {
 
 fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result {
     let s = cluster.stats();
+    let g = cluster.gossip_stats();
     let counters = [
         (
             "weir_peer_calls_total",
@@ -214,10 +215,26 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
             "Gossip strategy: per-key counts those messages carried.",
             s.sync_deltas,
         ),
+        (
+            "weir_gossip_bad_mac_dropped_total",
+            "Gossip datagrams dropped for a missing or wrong HMAC tag.",
+            g.bad_mac_dropped,
+        ),
+        (
+            "weir_gossip_invalid_dropped_total",
+            "Authentic gossip datagrams that did not parse.",
+            g.invalid_dropped,
+        ),
+        (
+            "weir_gossip_send_errors_total",
+            "Gossip datagrams that could not be sent.",
+            g.send_errors,
+        ),
     ];
     for (name, help, v) in counters {
         counter(name, help).one(enc, v)?;
     }
+    let direction = |i, o| [("in", i), ("out", o)];
     gauge(
         "weir_fallback_active",
         "Owners this node is deciding for on its local fallback now.",
@@ -230,7 +247,7 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
     .labeled(
         enc,
         "direction",
-        &[("in", s.keys_moved_in), ("out", s.keys_moved_out)],
+        &direction(s.keys_moved_in, s.keys_moved_out),
     )?;
 
     let members = cluster.members_status();
@@ -249,8 +266,6 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         ],
     )?;
 
-    let g = cluster.gossip_stats();
-    let direction = |i, o| [("in", i), ("out", o)];
     counter(
         "weir_gossip_packets_total",
         "Gossip datagrams received and sent.",
@@ -261,25 +276,5 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         "direction",
         &direction(g.bytes_in, g.bytes_out),
     )?;
-    let gossip = [
-        (
-            "weir_gossip_bad_mac_dropped_total",
-            "Gossip datagrams dropped for a missing or wrong HMAC tag.",
-            g.bad_mac_dropped,
-        ),
-        (
-            "weir_gossip_invalid_dropped_total",
-            "Authentic gossip datagrams that did not parse.",
-            g.invalid_dropped,
-        ),
-        (
-            "weir_gossip_send_errors_total",
-            "Gossip datagrams that could not be sent.",
-            g.send_errors,
-        ),
-    ];
-    for (name, help, v) in gossip {
-        counter(name, help).one(enc, v)?;
-    }
     Ok(())
 }
