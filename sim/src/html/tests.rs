@@ -1,3 +1,5 @@
+//! index.html from made-up runs and the plots drawn for them, without a cluster.
+
 use serde_json::json;
 
 use super::{page, write_index, RunInfo};

@@ -1,3 +1,5 @@
+//! The per-second ring: what one second holds, and how much it keeps.
+
 use std::sync::Arc;
 
 use weir_cluster::summary::{ActivitySource, MAX_SUMMARY_SECONDS};

@@ -1,3 +1,5 @@
+//! Counting and the exposition's names, without a node.
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,3 +1,5 @@
+//! The dashboard's document from members' replies, without a network.
+
 use weir_cluster::link::PeerFailure;
 use weir_cluster::membership::MemberState;
 use weir_cluster::summary::{MemberSummary, Reply};
