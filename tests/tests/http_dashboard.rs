@@ -73,6 +73,9 @@ async fn the_page_and_its_files_come_from_the_binary_under_a_strict_policy() {
         let res = node.get(target).await;
         assert_eq!(res.status(), 200, "{target}");
     }
+    let slash = node.get("/ui/").await;
+    assert_eq!(slash.status(), 200, "/ui/ leads to the page");
+    assert_eq!(slash.url().path(), "/ui");
     for (path, kind) in [
         ("/ui/dashboard.js", "text/javascript; charset=utf-8"),
         ("/ui/dashboard.css", "text/css; charset=utf-8"),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::http::{header, HeaderName, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 
@@ -27,6 +27,7 @@ pub fn routes() -> Router<Arc<NodeState>> {
             "/ui",
             get(|| async { asset(PAGE, "text/html; charset=utf-8") }),
         )
+        .route("/ui/", get(|| async { Redirect::permanent("/ui") }))
         .route(
             "/ui/dashboard.js",
             get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
