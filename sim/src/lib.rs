@@ -11,6 +11,7 @@ pub mod error;
 pub mod faults;
 pub mod guard;
 pub mod hogs;
+pub mod html;
 pub mod load;
 pub mod netns;
 pub mod plot;

@@ -1,9 +1,10 @@
-//! The `weir-sim` binary: parse, run, print the table, write JSON and plots.
+//! The `weir-sim` binary: parse, run, print the table, write JSON, plots and `index.html`.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use weir_sim::cli::Cli;
+use weir_sim::html::RunInfo;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -36,13 +37,22 @@ fn main() -> ExitCode {
     };
     println!("{}", weir_sim::report::table(&results));
     let command: Vec<String> = std::env::args().collect();
-    if let Err(e) = weir_sim::report::write_json(&cli.out, &command, &results) {
+    let info = RunInfo::here(&command);
+    if let Err(e) = weir_sim::report::write_json(&cli.out, &info, &results) {
         eprintln!("weir-sim: {e}");
         return ExitCode::from(1);
     }
     let plots = weir_sim::plot::draw_all(&cli.out, &results);
+    let index = match weir_sim::html::write_index(&cli.out, &info, &results, &plots) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("weir-sim: {e}");
+            return ExitCode::from(1);
+        }
+    };
     println!(
-        "wrote {} and {} plots under {}",
+        "wrote {}, {} and {} plots under {}",
+        index.display(),
         cli.out.join("results.json").display(),
         plots.len(),
         cli.out.display()
@@ -59,10 +69,12 @@ fn replot(file: &std::path::Path, out: &std::path::Path) -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|text| {
             let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-            serde_json::from_value::<Vec<weir_sim::score::RunResult>>(doc["runs"].clone())
-                .map_err(|e| e.to_string())
+            let runs =
+                serde_json::from_value::<Vec<weir_sim::score::RunResult>>(doc["runs"].clone())
+                    .map_err(|e| e.to_string())?;
+            Ok((RunInfo::recorded(&doc), runs))
         });
-    let results = match runs {
+    let (info, results) = match runs {
         Ok(r) => r,
         Err(e) => {
             eprintln!("weir-sim: cannot read {}: {e}", file.display());
@@ -75,6 +87,17 @@ fn replot(file: &std::path::Path, out: &std::path::Path) -> ExitCode {
     }
     println!("{}", weir_sim::report::table(&results));
     let plots = weir_sim::plot::draw_all(out, &results);
-    println!("drew {} plots under {}", plots.len(), out.display());
+    match weir_sim::html::write_index(out, &info, &results, &plots) {
+        Ok(index) => println!(
+            "drew {} plots and {} under {}",
+            plots.len(),
+            index.display(),
+            out.display()
+        ),
+        Err(e) => {
+            eprintln!("weir-sim: {e}");
+            return ExitCode::from(1);
+        }
+    }
     ExitCode::SUCCESS
 }

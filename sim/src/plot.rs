@@ -264,8 +264,16 @@ fn latency(path: &Path, labels: &[String], results: &[RunResult]) -> PlotResult 
     Ok(())
 }
 
-/// Draws every plot into `out`; returns the files written.
-pub fn draw_all(out: &Path, results: &[RunResult]) -> Vec<PathBuf> {
+/// A plot written, and the workload it belongs to (None: it covers every
+/// workload, as the latency panels do).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plot {
+    pub path: PathBuf,
+    pub workload: Option<String>,
+}
+
+/// Draws every plot into `out`; returns the plots written.
+pub fn draw_all(out: &Path, results: &[RunResult]) -> Vec<Plot> {
     let mut labels: Vec<String> = Vec::new();
     for r in results.iter().filter(|r| r.error.is_none()) {
         if !labels.contains(&r.label()) {
@@ -273,9 +281,12 @@ pub fn draw_all(out: &Path, results: &[RunResult]) -> Vec<PathBuf> {
         }
     }
     let mut written = Vec::new();
-    let mut keep = |p: PathBuf, res: PlotResult| match res {
-        Ok(()) => written.push(p),
-        Err(e) => eprintln!("weir-sim: could not draw {}: {e}", p.display()),
+    let mut keep = |path: PathBuf, workload: Option<&str>, res: PlotResult| match res {
+        Ok(()) => written.push(Plot {
+            path,
+            workload: workload.map(str::to_string),
+        }),
+        Err(e) => eprintln!("weir-sim: could not draw {}: {e}", path.display()),
     };
     for label in labels.iter().filter(|l| !l.starts_with("retry-storm")) {
         let runs: Vec<&RunResult> = results
@@ -284,7 +295,7 @@ pub fn draw_all(out: &Path, results: &[RunResult]) -> Vec<PathBuf> {
             .collect();
         let p = out.join(format!("admitted-{}.svg", file_stem(label)));
         let res = admitted(&p, label, &runs);
-        keep(p, res);
+        keep(p, runs.first().map(|r| r.workload.as_str()), res);
     }
     let storms: Vec<&RunResult> = results
         .iter()
@@ -293,12 +304,12 @@ pub fn draw_all(out: &Path, results: &[RunResult]) -> Vec<PathBuf> {
     if !storms.is_empty() {
         let p = out.join("retry-storm.svg");
         let res = retry_storm(&p, &storms);
-        keep(p, res);
+        keep(p, Some("retry-storm"), res);
     }
     if !labels.is_empty() {
         let p = out.join("latency.svg");
         let res = latency(&p, &labels, results);
-        keep(p, res);
+        keep(p, None, res);
     }
     written
 }

@@ -232,3 +232,39 @@ pub fn cluster_member(c: &mut ServeConfig, id: &str, seed: Option<std::net::Sock
     c.cluster.gossip_profile = weir_cluster::GossipProfile::Fast;
     c.cluster.owner_deadline = Duration::from_secs(1);
 }
+
+/// Cluster members `node-1` to `node-{n}`, each joined through the first
+/// (see [`cluster_member`]) and changed by `adjust`; returns once every one
+/// of them lists `n` alive members.
+pub async fn start_cluster(
+    n: usize,
+    rules: &str,
+    adjust: impl Fn(&mut ServeConfig),
+) -> Vec<TestNode> {
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for i in 1..=n {
+        let seed = nodes.first().map(|f| f.state().config.gossip);
+        let id = format!("node-{i}");
+        nodes.push(
+            TestNode::start(rules, |c| {
+                cluster_member(c, &id, seed);
+                adjust(c);
+            })
+            .await,
+        );
+    }
+    for node in &nodes {
+        wait_until(
+            &format!("{} lists {n} alive members", node.state().node_id),
+            || async {
+                let doc = node.get_json("/v1/cluster").await;
+                let alive = doc["members"]
+                    .as_array()
+                    .map_or(0, |m| m.iter().filter(|m| m["state"] == "alive").count());
+                alive == n
+            },
+        )
+        .await;
+    }
+    nodes
+}

@@ -20,7 +20,7 @@ async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
     assert_eq!(res.status(), 200);
     assert_eq!(
         header(res.headers(), "content-type"),
-        Some("text/plain; version=0.0.4")
+        Some("text/plain; version=0.0.4; charset=utf-8")
     );
     let text = res.text().await.unwrap();
     let keys = r#"weir_keys{rule="per-client"}"#;

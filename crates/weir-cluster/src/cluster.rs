@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 use tonic::service::interceptor::InterceptedService;
 use weir_core::{Limiter, RuleSet, RulesError};
 use weir_proto::weir::v1::peer_server::PeerServer;
+use weir_proto::weir::v1::{NodeSummary, SummaryRequest};
 
 use crate::background;
 use crate::config::{ClusterConfig, GossipProfile};
@@ -28,6 +29,7 @@ use crate::owner::replicate::Replicator;
 use crate::owner::serve::OwnerService;
 use crate::stats::{ClusterStats, FallbackStatus, MemberStatus, Stats};
 use crate::strategy::{self, Parts, Strategy};
+use crate::summary::{self, ActivitySource, MemberSummary};
 use crate::topology::membership::{
     Datagrams, Membership, MembershipConfig, MembershipError, MembershipStats, NodeIdentity,
     UdpDatagrams,
@@ -401,6 +403,33 @@ impl Cluster {
     pub fn kill(&self) {
         self.inner.stop();
         self.inner.membership.abort();
+    }
+
+    /// Where this node's summaries take their per-second activity from.
+    pub fn report_activity(&self, source: Arc<dyn ActivitySource>) {
+        self.inner.handler.set_activity(source);
+    }
+
+    /// This node's own summary, as a peer asking `Peer/Summary` gets it.
+    pub fn summary(&self, seconds: u32) -> NodeSummary {
+        self.inner.handler.summary(SummaryRequest { seconds })
+    }
+
+    /// Every member as this node sees it, each live one with its own
+    /// summary, asked all at once with `deadline` each; a member that does
+    /// not answer in time is [`summary::Reply::NoAnswer`], not left out.
+    pub async fn summaries(&self, seconds: u32, deadline: Duration) -> Vec<MemberSummary> {
+        let identities = self.inner.membership.members();
+        let members = self
+            .members_status()
+            .into_iter()
+            .filter_map(|m| {
+                let identity = identities.iter().find(|i| i.identity.id == m.id)?;
+                Some((m, identity.identity.clone()))
+            })
+            .collect();
+        let local = self.summary(seconds);
+        summary::ask_all(&*self.inner.link, members, local, seconds, deadline).await
     }
 }
 

@@ -1,11 +1,12 @@
 //! What a node does for its peers, one method per `weir.v1.Peer` call, whatever carries the call (gRPC, or the in-memory network).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
-    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
+    Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
+    HandoffRequest, HandoffResponse, MembersResponse, NodeSummary, PushRulesResponse,
+    ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest,
     SyncResponse,
 };
 
@@ -14,6 +15,7 @@ use crate::owner::replica::Replicas;
 use crate::owner::serve::OwnerService;
 use crate::stats::{bump, Stats};
 use crate::strategy::{Strategy, SyncRefused};
+use crate::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 use crate::wire;
@@ -26,6 +28,8 @@ pub struct PeerHandler {
     limiter: Arc<Limiter>,
     membership: Arc<Membership>,
     stats: Arc<Stats>,
+    /// The embedding node's per-second activity, once it reports it.
+    activity: OnceLock<Arc<dyn ActivitySource>>,
 }
 
 impl PeerHandler {
@@ -46,6 +50,7 @@ impl PeerHandler {
             limiter,
             membership,
             stats,
+            activity: OnceLock::new(),
         }
     }
 
@@ -125,6 +130,62 @@ impl PeerHandler {
         MembersResponse {
             node: m.identity().id,
             live,
+        }
+    }
+
+    /// This node's breaker for every other member of its ring.
+    fn breakers(&self) -> Breakers {
+        let me = self.membership.identity().id;
+        let ring = self.owner.routing.ring();
+        let owners = ring
+            .members()
+            .iter()
+            .filter(|m| m.id != me)
+            .map(|m| Breaker {
+                owner: m.id.clone(),
+                state: match self.strategy.breaker_of(&m.id) {
+                    "open" => BreakerState::Open,
+                    "half_open" => BreakerState::HalfOpen,
+                    _ => BreakerState::Closed,
+                } as i32,
+            })
+            .collect();
+        Breakers { owners }
+    }
+
+    /// Where summaries take their activity from; the first source set stays.
+    pub fn set_activity(&self, source: Arc<dyn ActivitySource>) {
+        let _ = self.activity.set(source);
+    }
+
+    /// This node's state and its last `seconds` of activity, for a dashboard.
+    pub fn summary(&self, req: SummaryRequest) -> NodeSummary {
+        let fallback = self.strategy.fallback_status();
+        let stats = self.stats.snapshot(&self.strategy.fallback_counts());
+        let seconds = req.seconds.min(MAX_SUMMARY_SECONDS);
+        // Breakers and replica holders exist only under the owner strategy.
+        let owner = self.strategy.name() == "owner";
+        NodeSummary {
+            node: self.membership.identity().id,
+            strategy: self.strategy.name().to_string(),
+            rules_version: self.limiter.rules().version(),
+            fallback: Some(FallbackSummary {
+                active: fallback.active,
+                owners: fallback.owners,
+                entered_total: fallback.entered_total,
+            }),
+            fallback_decisions: stats.fallback_decisions,
+            deny_cache_hits: stats.deny_cache_hits,
+            activity: self
+                .activity
+                .get()
+                .map(|a| a.recent(seconds))
+                .unwrap_or_default(),
+            replica_decisions: owner.then_some(stats.replica_decisions),
+            breakers: owner.then(|| self.breakers()),
+            // Heavy hitters are not kept yet: absent is shown as "not
+            // known", never as zero.
+            hot_keys: None,
         }
     }
 }

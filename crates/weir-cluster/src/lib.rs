@@ -6,7 +6,8 @@
 //! - [`link`]: the raw peer calls as a trait, and [`owner`]: the owner protocol over a small [`owner::peers::Peers`] trait;
 //! - [`strategy`]: one [`strategy::Strategy`] per `--strategy`;
 //! - [`net`] (gRPC and batching) and [`memory`] (an in-memory network for tests and simulations);
-//! - [`engine`] and [`cluster`]: the check path every API calls, and the wiring.
+//! - [`engine`] and [`cluster`]: the check path every API calls, and the wiring;
+//! - [`summary`]: what a node shows on a peer's dashboard (`Peer/Summary`).
 #![forbid(unsafe_code)]
 
 mod background;
@@ -22,6 +23,7 @@ pub mod net;
 pub mod owner;
 pub mod stats;
 pub mod strategy;
+pub mod summary;
 pub mod topology;
 pub mod wire;
 

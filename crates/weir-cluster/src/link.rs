@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use weir_proto::weir::v1::{
-    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
-    SyncResponse,
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::topology::membership::NodeIdentity;
@@ -84,4 +84,11 @@ pub trait Link: Send + Sync + 'static {
 
     /// Forgets connections to peers `keep` rejects (members that left).
     fn retain(&self, keep: &dyn Fn(&str) -> bool);
+
+    fn summary(
+        &self,
+        to: &NodeIdentity,
+        req: SummaryRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>>;
 }

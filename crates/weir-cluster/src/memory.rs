@@ -18,9 +18,9 @@ use rand::Rng;
 use tokio::sync::mpsc;
 use weir_core::{Clock, Limiter, Nanos};
 use weir_proto::weir::v1::{
-    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SyncRequest,
-    SyncResponse,
+    DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::cluster::{Cluster, ClusterError, Transport};
@@ -405,4 +405,13 @@ impl Link for MemoryLink {
     }
 
     fn retain(&self, _keep: &dyn Fn(&str) -> bool) {}
+
+    fn summary(
+        &self,
+        to: &NodeIdentity,
+        req: SummaryRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
+        self.call(to, deadline, move |h| async move { Ok(h.summary(req)) })
+    }
 }

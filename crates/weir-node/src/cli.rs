@@ -169,6 +169,15 @@ pub struct ServeArgs {
     /// sharing its host with the service it protects may take fewer.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    #[arg(
+        long,
+        value_name = "true|false",
+        help = format!(
+            "Serve the live dashboard at GET /ui [default: {}]",
+            ServeConfig::default().ui
+        )
+    )]
+    pub ui: Option<bool>,
 }
 
 /// Help text that ends in the default [`ClusterConfig`] holds, so the help
@@ -294,6 +303,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         },
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
+        ui: args.ui.unwrap_or(d.ui),
     };
     config.validate()?;
     Ok(config)

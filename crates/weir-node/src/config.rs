@@ -86,6 +86,8 @@ pub struct ServeConfig {
     pub max_keys_per_rule: usize,
     /// How long shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// Serve the live dashboard at `GET /ui`.
+    pub ui: bool,
 }
 
 impl Default for ServeConfig {
@@ -106,6 +108,7 @@ impl Default for ServeConfig {
             limits: InputLimits::default(),
             max_keys_per_rule: 1_000_000,
             drain_timeout: Duration::from_secs(10),
+            ui: true,
         }
     }
 }

@@ -191,6 +191,12 @@ impl NodeBuilder {
         self
     }
 
+    /// `--ui`: the dashboard at `GET /ui` on the HTTP port.
+    pub fn ui(mut self, on: bool) -> Self {
+        self.config.ui = on;
+        self
+    }
+
     pub fn config(&self) -> &ServeConfig {
         &self.config
     }
@@ -231,6 +237,7 @@ mod tests {
             .retry_jitter(true)
             .max_keys_per_rule(10)
             .drain_timeout(Duration::from_secs(1))
+            .ui(false)
             .into_config();
         assert_eq!(c.node_id.as_deref(), Some("n1"));
         assert_eq!((c.http, c.grpc, c.gossip), (addr(1), addr(2), addr(3)));
@@ -247,6 +254,7 @@ mod tests {
         assert!(c.retry_jitter);
         assert_eq!(c.max_keys_per_rule, 10);
         assert_eq!(c.drain_timeout, Duration::from_secs(1));
+        assert!(!c.ui);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accept;
+pub mod activity;
 pub mod cli;
 pub mod config;
 pub mod default_rules;

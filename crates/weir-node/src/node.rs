@@ -15,6 +15,7 @@ use weir_cluster::{Cluster, ClusterError, Engine};
 use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 
 use crate::config::ServeConfig;
+use crate::metrics::scrape::NodeCollector;
 use crate::metrics::Metrics;
 use crate::state::NodeState;
 
@@ -119,14 +120,17 @@ impl Node {
         // cluster of one until another joins through it.
         let cluster = Arc::new(start_cluster(&config, &node_id, limiter.clone()).await?);
         config.gossip = cluster.gossip_addr();
-        let engine = Arc::new(Engine::clustered(cluster));
+        let engine = Arc::new(Engine::clustered(cluster.clone()));
+        let scrape = NodeCollector::new(engine.clone(), config.max_keys_per_rule);
         let state = Arc::new(NodeState {
             node_id,
             engine,
             config,
-            metrics: Arc::new(Metrics::default()),
+            metrics: Arc::new(Metrics::new(Some(Box::new(scrape)))),
+            activity: Arc::default(),
             ready: Default::default(),
         });
+        cluster.report_activity(state.activity.clone());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
         let (http_tls, grpc_tls) = match tls {
@@ -147,6 +151,10 @@ impl Node {
             signal(stopped.clone()),
         )));
         tasks.push(tokio::spawn(sweep(limiter, signal(stopped.clone()))));
+        tasks.push(tokio::spawn(crate::activity::sample(
+            state.clone(),
+            signal(stopped.clone()),
+        )));
         if let Some(path) = state.config.rules_file.clone() {
             tasks.extend(crate::reload::spawn(
                 state.clone(),

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,10 +98,7 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
-            state
-                .metrics
-                .rules_reload_failures
-                .fetch_add(1, Ordering::Relaxed);
+            state.metrics.record_reload_failure();
             tracing::warn!(path = %path.display(), error = %e, "cannot read the rules file; keeping the rules in force");
             return;
         }
@@ -115,15 +111,12 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
     match RuleSet::from_toml(&text) {
         Ok(set) => {
             let installed = state.engine.install(set);
-            state.metrics.rules_reloads.fetch_add(1, Ordering::Relaxed);
+            state.metrics.record_reload();
             *last_loaded = Some(text);
             tracing::info!(path = %path.display(), version = installed.version(), rules = installed.rules().len(), "rules reloaded");
         }
         Err(e) => {
-            state
-                .metrics
-                .rules_reload_failures
-                .fetch_add(1, Ordering::Relaxed);
+            state.metrics.record_reload_failure();
             let (rule, field) = e
                 .rule_error()
                 .map_or(("", ""), |r| (r.rule.as_str(), r.field.as_str()));

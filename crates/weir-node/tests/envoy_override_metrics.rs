@@ -41,10 +41,7 @@ async fn override_verdicts_share_one_rule_label_whatever_their_limit() {
         .await
         .expect("a verdict");
     }
-    let text = node
-        .state()
-        .metrics
-        .render(&weir_node::metrics::scrape::render(node.state()));
+    let text = node.state().metrics.render();
     let sample = |series: &str| {
         text.lines().find_map(|l| {
             l.strip_prefix(series)?

@@ -130,7 +130,32 @@ pub fn sim(name: &str, args: &[&str]) -> Vec<RunResult> {
         );
         assert!(r.checks > 0, "{}: no checks were sent", r.label());
     }
+    assert_index_shows_the_run(&out, &runs);
     runs
+}
+
+/// `index.html` beside the results names every workload that ran and
+/// shows every plot the run wrote.
+fn assert_index_shows_the_run(out: &std::path::Path, runs: &[RunResult]) {
+    let index = std::fs::read_to_string(out.join("index.html"))
+        .unwrap_or_else(|_| panic!("no index.html in {}", out.display()));
+    for r in runs {
+        assert!(
+            index.contains(&format!("<h2>{}</h2>", r.workload)),
+            "index.html does not name {}",
+            r.workload
+        );
+    }
+    for entry in std::fs::read_dir(out).expect("read the output dir") {
+        let name = entry.expect("a dir entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".svg") {
+            assert!(
+                index.contains(&format!("src=\"{name}\"")),
+                "index.html does not show {name}"
+            );
+        }
+    }
 }
 
 /// The one run of `workload` (and `variant`) in `runs`.

@@ -10,8 +10,8 @@ use tonic::{Code, Request, Status};
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
-    MembersResponse, PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    MembersResponse, NodeSummary, PullRulesRequest, PushRulesResponse, ReplicateRequest,
+    ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
 };
 
 use super::auth::PeerToken;
@@ -210,5 +210,15 @@ impl Link for TonicLink {
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {
         self.clients.retain(|id, _| keep(id));
+    }
+
+    fn summary(
+        &self,
+        to: &NodeIdentity,
+        req: SummaryRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.summary(req).await })
     }
 }

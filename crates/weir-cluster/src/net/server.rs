@@ -6,8 +6,8 @@ use tonic::{Request, Response, Status};
 use weir_proto::weir::v1::peer_server::Peer;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
-    MembersResponse, PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SyncRequest, SyncResponse,
+    MembersResponse, NodeSummary, PullRulesRequest, PushRulesResponse, ReplicateRequest,
+    ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
 };
 
 use crate::handler::PeerHandler;
@@ -71,5 +71,9 @@ impl Peer for PeerService {
         _r: Request<MembersRequest>,
     ) -> Result<Response<MembersResponse>, Status> {
         Ok(Response::new(self.handler.members()))
+    }
+
+    async fn summary(&self, r: Request<SummaryRequest>) -> Result<Response<NodeSummary>, Status> {
+        Ok(Response::new(self.handler.summary(r.into_inner())))
     }
 }

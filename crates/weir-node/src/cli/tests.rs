@@ -31,6 +31,7 @@ fn the_help_shows_the_defaults_the_library_runs_with() {
             "[default: {}]",
             humantime::format_duration(c.owner_deadline)
         ),
+        format!("GET /ui [default: {}]", ServeConfig::default().ui),
     ] {
         assert!(help.contains(&shown), "help lacks {shown}:\n{help}");
     }
@@ -65,6 +66,7 @@ fn every_serve_flag_lands_in_the_config() {
         "--drain-timeout=2s",
         "--header-read-timeout=3s",
         "--body-read-timeout=4s",
+        "--ui=false",
     ])
     .unwrap();
     assert_eq!(c.node_id.as_deref(), Some("n1"));
@@ -90,6 +92,7 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.drain_timeout, Duration::from_secs(2));
     assert_eq!(c.limits.header_read_timeout, Duration::from_secs(3));
     assert_eq!(c.limits.body_read_timeout, Duration::from_secs(4));
+    assert!(!c.ui);
 }
 
 #[test]
@@ -109,6 +112,7 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--strategy=fastest"]).is_err());
     assert!(parse(&["weir", "serve", "--sync-interval=soon"]).is_err());
     assert!(parse(&["weir", "serve", "--http=nowhere"]).is_err());
+    assert!(parse(&["weir", "serve", "--ui=maybe"]).is_err());
 }
 
 #[test]

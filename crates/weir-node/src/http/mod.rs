@@ -1,13 +1,15 @@
-//! The HTTP API (axum): checks, limits, cluster view, metrics, health.
+//! The HTTP API (axum): checks, limits, cluster view, dashboard, metrics, health.
 
 mod auth;
 mod body;
 pub mod check;
 pub mod check_input;
 pub mod cluster;
+pub mod dashboard;
 pub mod limits;
 pub mod ops;
 pub mod problem;
+pub mod ui;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use problem::{Problem, ProblemResponse};
 /// Every endpoint. Handlers turn the wire format into one core request and
 /// hand it to the engine; no limiting logic lives in them.
 pub fn router(state: Arc<NodeState>) -> Router {
-    Router::new()
+    let mut app = Router::new()
         .route("/v1/check", post(check::check))
         .route(
             "/v1/limits/{tier}",
@@ -43,8 +45,12 @@ pub fn router(state: Arc<NodeState>) -> Router {
         .route("/v1/cluster", get(cluster::get_cluster))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .fallback(|| async { Problem::not_found("no such endpoint").into_response() })
+        .route("/readyz", get(ops::readyz));
+    // With `--ui false` the dashboard's paths are no endpoint at all: 404.
+    if state.config.ui {
+        app = app.merge(ui::routes());
+    }
+    app.fallback(|| async { Problem::not_found("no such endpoint").into_response() })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed().into_response() })
         .with_state(state)
 }

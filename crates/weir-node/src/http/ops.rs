@@ -7,19 +7,16 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::metrics::scrape;
+use crate::metrics;
 use crate::state::NodeState;
-
-/// The Prometheus text exposition format's content type.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 
 pub async fn metrics(State(state): State<Arc<NodeState>>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static(PROMETHEUS_TEXT),
+            HeaderValue::from_static(metrics::CONTENT_TYPE),
         )],
-        state.metrics.render(&scrape::render(&state)),
+        state.metrics.render(),
     )
         .into_response()
 }

@@ -1,94 +1,136 @@
 //! Metrics read at scrape time from the limiter and the cluster, which keep their own counters.
 
-use std::fmt::Write;
+use std::fmt;
+use std::sync::Arc;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use weir_cluster::membership::MemberState;
-use weir_cluster::Cluster;
+use weir_cluster::{Cluster, Engine};
 
 use super::OVERRIDE_LABEL;
-use crate::state::NodeState;
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn one(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
-    header(out, name, kind, help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// One metric with a single label taking each of `samples`' values.
-fn labeled(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    label: &str,
-    samples: &[(&str, u64)],
-) {
-    header(out, name, kind, help);
-    for (v, n) in samples {
-        let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
-    }
-}
 
 /// Everything `/metrics` shows beyond the node's own check counters.
-pub fn render(state: &NodeState) -> String {
-    let mut out = String::new();
-    let limiter = state.engine.limiter();
-    header(
-        &mut out,
-        "weir_keys",
-        "gauge",
-        "Counter keys held in memory, by rule.",
-    );
-    for (rule, n) in limiter.keys_per_rule() {
-        let _ = writeln!(out, "weir_keys{{rule=\"{rule}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "weir_keys{{rule=\"{OVERRIDE_LABEL}\"}} {}",
-        limiter.adhoc_keys()
-    );
-    one(
-        &mut out,
-        "weir_max_keys",
-        "gauge",
-        "Most keys one rule may hold (--max-keys).",
-        state.config.max_keys_per_rule as u64,
-    );
-    let at_ceiling = limiter.store_counts();
-    one(
-        &mut out,
-        "weir_keys_dropped_at_rest_total",
-        "counter",
-        "Keys dropped because their state equalled a fresh key's (no answer changes).",
-        at_ceiling.dropped_at_rest,
-    );
-    one(
-        &mut out,
-        "weir_keys_refused_total",
-        "counter",
-        "New keys refused (503) because a table was at --max-keys with every key live.",
-        at_ceiling.refused_full,
-    );
-    one(
-        &mut out,
-        "weir_rules_version",
-        "gauge",
-        "Version of the rule set in force.",
-        state.engine.rules().version(),
-    );
-    if let Some(cluster) = state.engine.cluster() {
-        render_cluster(&mut out, cluster);
-    }
-    out
+pub struct NodeCollector {
+    engine: Arc<Engine>,
+    max_keys: usize,
 }
 
-fn render_cluster(out: &mut String, cluster: &Cluster) {
+impl NodeCollector {
+    pub fn new(engine: Arc<Engine>, max_keys: usize) -> Self {
+        NodeCollector { engine, max_keys }
+    }
+}
+
+impl fmt::Debug for NodeCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NodeCollector")
+    }
+}
+
+/// One metric family as exported; names are written here whole, as
+/// docs/operations.md and its alerts spell them.
+struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+    kind: MetricType,
+}
+
+const fn counter<'a>(name: &'a str, help: &'a str) -> Family<'a> {
+    Family {
+        name,
+        help,
+        kind: MetricType::Counter,
+    }
+}
+
+const fn gauge<'a>(name: &'a str, help: &'a str) -> Family<'a> {
+    Family {
+        name,
+        help,
+        kind: MetricType::Gauge,
+    }
+}
+
+impl Family<'_> {
+    fn descriptor<'e>(
+        &'e self,
+        enc: &'e mut DescriptorEncoder,
+    ) -> Result<MetricEncoder<'e>, fmt::Error> {
+        // The library appends `_total` to a counter's name itself.
+        let name = match self.kind {
+            MetricType::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
+            _ => self.name,
+        };
+        enc.encode_descriptor(name, self.help, None, self.kind)
+    }
+
+    fn sample(&self, m: MetricEncoder, value: u64) -> fmt::Result {
+        match self.kind {
+            MetricType::Counter => ConstCounter::new(value).encode(m),
+            _ => ConstGauge::new(value).encode(m),
+        }
+    }
+
+    /// The family with one unlabelled sample.
+    fn one(&self, enc: &mut DescriptorEncoder, value: u64) -> fmt::Result {
+        let m = self.descriptor(enc)?;
+        self.sample(m, value)
+    }
+
+    /// The family with one sample per value of `label`.
+    fn labeled(
+        &self,
+        enc: &mut DescriptorEncoder,
+        label: &str,
+        samples: &[(&str, u64)],
+    ) -> fmt::Result {
+        let mut m = self.descriptor(enc)?;
+        for (value, n) in samples {
+            self.sample(m.encode_family(&[(label, *value)])?, *n)?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let limiter = self.engine.limiter();
+        let per_rule = limiter.keys_per_rule();
+        let adhoc = limiter.adhoc_keys() as u64;
+        let mut keys: Vec<(&str, u64)> = per_rule.iter().map(|(r, n)| (&**r, *n as u64)).collect();
+        keys.push((OVERRIDE_LABEL, adhoc));
+        gauge("weir_keys", "Counter keys held in memory, by rule.")
+            .labeled(&mut enc, "rule", &keys)?;
+        gauge("weir_max_keys", "Most keys one rule may hold (--max-keys).")
+            .one(&mut enc, self.max_keys as u64)?;
+        let at_ceiling = limiter.store_counts();
+        counter(
+            "weir_keys_dropped_at_rest_total",
+            "Keys dropped because their state equalled a fresh key's (no answer changes).",
+        )
+        .one(&mut enc, at_ceiling.dropped_at_rest)?;
+        counter(
+            "weir_keys_refused_total",
+            "New keys refused (503) because a table was at --max-keys with every key live.",
+        )
+        .one(&mut enc, at_ceiling.refused_full)?;
+        gauge("weir_rules_version", "Version of the rule set in force.")
+            .one(&mut enc, self.engine.rules().version())?;
+        match self.engine.cluster() {
+            Some(cluster) => encode_cluster(&mut enc, cluster),
+            None => Ok(()),
+        }
+    }
+}
+
+fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result {
     let s = cluster.stats();
-    let counters: [(&str, &str, u64); 16] = [
+    let g = cluster.gossip_stats();
+    let counters = [
         (
             "weir_peer_calls_total",
             "Peer/Decide calls sent.",
@@ -169,8 +211,6 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
             "Rule sets taken from peers.",
             s.rules_adopted,
         ),
-    ];
-    let sync: [(&str, &str, u64); 5] = [
         (
             "weir_sync_messages_total",
             "Gossip strategy: Peer/SyncCounts messages sent.",
@@ -198,113 +238,98 @@ fn render_cluster(out: &mut String, cluster: &Cluster) {
              or a new key past --max-keys.",
             s.handoff_refused,
         ),
+        (
+            "weir_gossip_bad_mac_dropped_total",
+            "Gossip datagrams dropped for a missing or wrong HMAC tag.",
+            g.bad_mac_dropped,
+        ),
+        (
+            "weir_gossip_invalid_dropped_total",
+            "Authentic gossip datagrams that did not parse.",
+            g.invalid_dropped,
+        ),
+        (
+            "weir_gossip_send_errors_total",
+            "Gossip datagrams that could not be sent.",
+            g.send_errors,
+        ),
     ];
-    for (name, help, v) in counters.into_iter().chain(sync) {
-        one(out, name, "counter", help, v);
+    for (name, help, v) in counters {
+        counter(name, help).one(enc, v)?;
     }
-    one(
-        out,
+    let direction = |i, o| [("in", i), ("out", o)];
+    gauge(
         "weir_fallback_active",
-        "gauge",
         "Owners this node is deciding for on its local fallback now.",
-        s.fallback_active,
-    );
-    labeled(
-        out,
+    )
+    .one(enc, s.fallback_active)?;
+    counter(
         "weir_keys_moved_total",
-        "counter",
         "Counters handed to other nodes (out) and taken over from them (in).",
+    )
+    .labeled(
+        enc,
         "direction",
-        &[("in", s.keys_moved_in), ("out", s.keys_moved_out)],
-    );
+        &direction(s.keys_moved_in, s.keys_moved_out),
+    )?;
 
     let members = cluster.members_status();
     let count = |st: MemberState| members.iter().filter(|m| m.state == st).count() as u64;
-    labeled(
-        out,
+    gauge(
         "weir_members",
-        "gauge",
         "Cluster members as this node sees them, by state.",
+    )
+    .labeled(
+        enc,
         "state",
         &[
             ("alive", count(MemberState::Alive)),
             ("suspect", count(MemberState::Suspect)),
             ("down", count(MemberState::Down)),
         ],
-    );
+    )?;
 
-    render_owner_path(out, cluster, &s);
-
-    let g = cluster.gossip_stats();
-    labeled(
-        out,
+    counter(
         "weir_gossip_packets_total",
-        "counter",
         "Gossip datagrams received and sent.",
+    )
+    .labeled(enc, "direction", &direction(g.packets_in, g.packets_out))?;
+    counter("weir_gossip_bytes_total", "Gossip bytes received and sent.").labeled(
+        enc,
         "direction",
-        &[("in", g.packets_in), ("out", g.packets_out)],
-    );
-    labeled(
-        out,
-        "weir_gossip_bytes_total",
-        "counter",
-        "Gossip bytes received and sent.",
-        "direction",
-        &[("in", g.bytes_in), ("out", g.bytes_out)],
-    );
-    one(
-        out,
-        "weir_gossip_bad_mac_dropped_total",
-        "counter",
-        "Gossip datagrams dropped for a missing or wrong HMAC tag (all of them on a node \
-         with no cluster secret).",
-        g.bad_mac_dropped,
-    );
-    labeled(
-        out,
-        "weir_gossip_replay_dropped_total",
-        "counter",
-        "Authentic gossip datagrams dropped as replays: stamped outside the freshness window, \
-         or seen before.",
-        "reason",
-        &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
-    );
-    one(
-        out,
-        "weir_gossip_invalid_dropped_total",
-        "counter",
-        "Authentic gossip datagrams that did not parse.",
-        g.invalid_dropped,
-    );
-    one(
-        out,
-        "weir_gossip_send_errors_total",
-        "counter",
-        "Gossip datagrams that could not be sent.",
-        g.send_errors,
-    );
+        &direction(g.bytes_in, g.bytes_out),
+    )?;
+    encode_owner_path(enc, cluster, &s)
 }
 
 /// How checks were decided when an owner did not answer, and what was
 /// reconciled and copied afterwards (the owner strategy's accuracy).
-fn render_owner_path(out: &mut String, cluster: &Cluster, s: &weir_cluster::ClusterStats) {
-    labeled(
-        out,
+fn encode_owner_path(
+    enc: &mut DescriptorEncoder,
+    cluster: &Cluster,
+    s: &weir_cluster::ClusterStats,
+) -> fmt::Result {
+    counter(
         "weir_decisions_without_owner_total",
-        "counter",
-        "Limits decided without an answer from their owner, by how: slow (refused for now, owner alive), replica (a copy stood in), fallback (decided here).",
+        "Limits decided without an answer from their owner, by how: slow (refused for now, \
+         owner alive), replica (a copy stood in), fallback (decided here).",
+    )
+    .labeled(
+        enc,
         "how",
         &[
             ("slow", s.slow_decisions),
             ("replica", s.replica_decisions),
             ("fallback", s.fallback_decisions),
         ],
-    );
-    labeled(
-        out,
+    )?;
+    counter(
         "weir_reconciled_total",
-        "counter",
-        "Late owner admissions refunded, and admissions decided without the owner: owed, charged to it, or dropped.",
+        "Late owner admissions refunded, and admissions decided without the owner: owed, \
+         charged to it, or dropped.",
+    )
+    .labeled(
+        enc,
         "kind",
         &[
             ("late_refund", s.late_refunds),
@@ -312,53 +337,52 @@ fn render_owner_path(out: &mut String, cluster: &Cluster, s: &weir_cluster::Clus
             ("charge_paid", s.charges_paid),
             ("charge_dropped", s.charges_dropped),
         ],
-    );
-    one(
-        out,
+    )?;
+    counter(
         "weir_replicated_total",
-        "counter",
         "Counter states copied to their replica holders.",
-        s.replicated,
-    );
-    one(
-        out,
+    )
+    .one(enc, s.replicated)?;
+    gauge(
         "weir_replication_pending",
-        "gauge",
         "Changes to counters owned here not yet copied to their holder.",
-        s.replication_pending,
-    );
+    )
+    .one(enc, s.replication_pending)?;
     let timings = [
         (
             "weir_replication_lag_seconds",
-            "How long a change waited to be copied to its holder (what a crash can lose).",
+            "How long a change waited to be copied to its holder (what a crash can lose), \
+             by quantile since start.",
             s.replication_lag,
         ),
         (
             "weir_forward_queue_seconds",
-            "Time a forwarded op waited in this gateway's queue.",
+            "Time a forwarded op waited in this gateway's queue, by quantile since start.",
             s.queue_wait,
         ),
         (
             "weir_forward_call_seconds",
-            "Time from sending a forwarded op to its owner's answer.",
+            "Time from sending a forwarded op to its owner's answer, by quantile since start.",
             s.call_time,
         ),
     ];
     for (name, help, t) in timings {
-        header(out, name, "summary", help);
+        let family = gauge(name, help);
+        let mut m = family.descriptor(enc)?;
         for (q, d) in [("0.5", t.p50), ("0.99", t.p99), ("1", t.max)] {
-            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", d.as_secs_f64());
+            ConstGauge::new(d.as_secs_f64()).encode(m.encode_family(&[("quantile", q)])?)?;
         }
-        let _ = writeln!(out, "{name}_count {}", t.count);
     }
-    let breakers: Vec<(String, &'static str)> = cluster
+    let breakers: Vec<(String, u64)> = cluster
         .members_status()
         .into_iter()
-        .map(|m| (m.id, m.breaker))
+        .map(|m| (m.id, u64::from(m.breaker != "closed")))
         .collect();
-    header(out, "weir_breaker_open", "gauge", "1 while this node's breaker for the member is open (or probing): its keys are decided by their copy or the fallback.");
-    for (id, state) in breakers {
-        let open = u64::from(state != "closed");
-        let _ = writeln!(out, "weir_breaker_open{{member=\"{id}\"}} {open}");
-    }
+    let breakers: Vec<(&str, u64)> = breakers.iter().map(|(id, o)| (id.as_str(), *o)).collect();
+    gauge(
+        "weir_breaker_open",
+        "1 while this node's breaker for the member is open (or probing): its keys are \
+         decided by their copy or the fallback.",
+    )
+    .labeled(enc, "member", &breakers)
 }

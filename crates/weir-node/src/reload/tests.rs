@@ -26,6 +26,7 @@ fn state() -> NodeState {
         engine: Arc::new(Engine::local(Arc::new(limiter))),
         config: ServeConfig::ephemeral(),
         metrics: Default::default(),
+        activity: Default::default(),
         ready: Default::default(),
     }
 }
@@ -44,9 +45,5 @@ fn unchanged_content_is_not_installed_again() {
     std::fs::write(&path, rules(2)).unwrap();
     reload(&state, &path, &mut last);
     assert!(state.engine.rules().version() > v1, "new text, new set");
-    let reloads = state
-        .metrics
-        .rules_reloads
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(reloads, 2);
+    assert_eq!(state.metrics.rules_reloads(), 2);
 }
