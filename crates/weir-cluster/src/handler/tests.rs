@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use weir_core::{CheckRequest, Limiter, LimiterConfig, RuleSet, State, MAX_RULES_VERSION};
 use weir_proto::weir::v1::{
     CarriedLimit, CountDelta, CounterOp, CounterState, DecideRequest, HandoffRequest,
-    ReplicateRequest, RuleSet as WireRuleSet, SyncRequest,
+    ReplicateRequest, RuleSet as WireRuleSet, SyncRequest, TierRules,
 };
 
 use crate::cluster::Cluster;
@@ -298,10 +298,17 @@ proptest! {
             Just(r#"{"rules":[{"name":"x","algorithm":"fixed_window","limit":3,"window":"1s"}]}"#.to_string()),
             ".{0,80}",
         ],
+        tiered in any::<bool>(),
     ) {
         let n = node(StrategyKind::Owner);
         let handler = n.cluster.handler().clone();
-        let wire = WireRuleSet { version, origin: "peer".into(), rules_json: json };
+        // Either form a peer may send: one tier's write, or a whole set.
+        let wire = if tiered {
+            let tier = TierRules { tier: None, version, origin: "peer".into(), rules_json: json };
+            WireRuleSet { version, tiers: vec![tier], ..WireRuleSet::default() }
+        } else {
+            WireRuleSet { version, origin: "peer".into(), rules_json: json, tiers: Vec::new() }
+        };
         let _ = n.within(async { handler.push_rules(wire) });
         n.still_sound();
         // A write after any push still lands, or is refused: it never wraps.

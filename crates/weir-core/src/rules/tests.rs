@@ -1,5 +1,7 @@
 //! Rules files: every bad rule refused by name and field; precedence as DESIGN section 3.
 
+use std::time::Duration;
+
 use super::*;
 
 const GOOD: &str = r#"

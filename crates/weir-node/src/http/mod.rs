@@ -6,6 +6,7 @@ pub mod check;
 pub mod check_input;
 pub mod cluster;
 pub mod dashboard;
+mod if_match;
 pub mod limits;
 pub mod ops;
 pub mod problem;
