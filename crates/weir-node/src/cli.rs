@@ -138,7 +138,7 @@ pub struct ServeArgs {
     /// Log line format; the level comes from RUST_LOG [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
-    /// Spread Retry-After over [base, 2 x base] so denied clients do not return together.
+    /// Spread the wait a denial reports over [base, 2 x base] (HTTP, gRPC Check, RLS) so denied clients do not return together.
     #[arg(long)]
     pub retry_jitter: bool,
     /// Most counter keys held per rule [default: 1000000].

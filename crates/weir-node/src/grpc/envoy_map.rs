@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    rate_limit_headers, whole_secs_up, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 use weir_core::{
     Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,
@@ -285,13 +286,19 @@ pub fn most_restrictive(verdicts: &[Verdict]) -> Option<&Applied> {
 /// The IETF draft RateLimit-* headers (and Retry-After on a denial) for the
 /// most restrictive limit. The X-RateLimit-* family is left out: Envoy's
 /// own `enable_x_ratelimit_headers` writes it from the statuses, and two
-/// writers of one header would disagree.
-pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
+/// writers of one header would disagree. `wait` may give the denial's wait
+/// in milliseconds instead of its own (server-side jitter); Retry-After is
+/// then that wait in whole seconds, rounded up.
+pub fn response_headers(
+    verdicts: &[Verdict],
+    wait: impl FnOnce(&CheckResponse) -> Option<u64>,
+) -> Vec<HeaderValue> {
     let Some(applied) = most_restrictive(verdicts) else {
         return Vec::new();
     };
     let answer = CheckResponse::of(applied.decision.allowed, applied);
-    rate_limit_headers(&answer, applied.decision.at, None)
+    let secs = wait(&answer).map(|ms| whole_secs_up(Duration::from_millis(ms)));
+    rate_limit_headers(&answer, applied.decision.at, secs)
         .into_iter()
         .filter(|(name, _)| {
             ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(name)
@@ -304,14 +311,18 @@ pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
         .collect()
 }
 
-/// The response to a request whose descriptors got these verdicts, in order.
-pub fn to_response(verdicts: &[Verdict]) -> RateLimitResponse {
+/// The response to a request whose descriptors got these verdicts, in
+/// order; `wait` as for [`response_headers`].
+pub fn to_response(
+    verdicts: &[Verdict],
+    wait: impl FnOnce(&CheckResponse) -> Option<u64>,
+) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = verdicts.iter().map(status).collect();
     let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses,
-        response_headers_to_add: response_headers(verdicts),
+        response_headers_to_add: response_headers(verdicts, wait),
         ..RateLimitResponse::default()
     }
 }
