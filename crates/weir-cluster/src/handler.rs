@@ -81,7 +81,7 @@ impl PeerHandler {
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
-        let applied = self.rules.adopt(&wire, &wire.origin)?;
+        let applied = self.rules.adopt(&wire, "a push")?;
         Ok(PushRulesResponse {
             version: self.limiter.rules().version(),
             applied,

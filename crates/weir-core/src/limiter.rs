@@ -267,7 +267,7 @@ impl Limiter {
         // is looked up again by name.
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        self.decide_selected(&t, &sel, req.cost)
+        self.decide_selected(&t, &sel, req)
     }
 
     /// Like [`Limiter::check`], but only when every selected limit's hash
@@ -284,21 +284,23 @@ impl Limiter {
         if !sel.iter().all(|s| here(&s.hash_part)) {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
-        self.decide_selected(&t, &sel, req.cost)
-            .map(Placed::Decided)
+        self.decide_selected(&t, &sel, req).map(Placed::Decided)
     }
 
     fn decide_selected(
         &self,
         t: &Tables,
         sel: &Selection,
-        cost: u64,
+        req: &CheckRequest,
     ) -> Result<Verdict, CheckError> {
-        let now = self.clock.now();
+        let (cost, now) = (req.cost, self.clock.now());
+        // A shadow rule never denies, so it never makes a caller wait either.
+        let max_delay = |rule: &Rule| if rule.shadow { None } else { req.max_delay };
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {
             let rule = &t.rules.rules()[s.rule];
-            let decision = match t.counters[s.rule].consume(&s.hash_part, now, cost) {
+            let counters = &t.counters[s.rule];
+            let decision = match counters.consume_within(&s.hash_part, now, cost, max_delay(rule)) {
                 Ok(d) => d,
                 Err(_) => {
                     refund_all(t, &applied, cost);

@@ -298,17 +298,14 @@ proptest! {
             Just(r#"{"rules":[{"name":"x","algorithm":"fixed_window","limit":3,"window":"1s"}]}"#.to_string()),
             ".{0,80}",
         ],
-        tiered in any::<bool>(),
+        apart in any::<bool>(),
     ) {
         let n = node(StrategyKind::Owner);
         let handler = n.cluster.handler().clone();
-        // Either form a peer may send: one tier's write, or a whole set.
-        let wire = if tiered {
-            let tier = TierRules { tier: None, version, origin: "peer".into(), rules_json: json };
-            WireRuleSet { version, tiers: vec![tier], ..WireRuleSet::default() }
-        } else {
-            WireRuleSet { version, origin: "peer".into(), rules_json: json, tiers: Vec::new() }
-        };
+        // A tier's write, at the set's version or apart from it.
+        let tier_version = if apart { version / 2 } else { version };
+        let tier = TierRules { tier: None, version: tier_version, origin: "peer".into(), rules_json: json };
+        let wire = WireRuleSet { version, tiers: vec![tier] };
         let _ = n.within(async { handler.push_rules(wire) });
         n.still_sound();
         // A write after any push still lands, or is refused: it never wraps.

@@ -124,7 +124,12 @@ impl Gateway {
             .into_iter()
             .filter_map(|o| o.map_err(|e| failure = failure.take().or(Some(e))).ok())
             .collect();
-        let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
+        // An admission that would make the caller wait past its
+        // `max_delay` is a denial: refunded below like the others.
+        let too_late = |s: &Step| !s.rule.shadow && s.decision.exceeds(req.max_delay);
+        let denied = steps
+            .iter()
+            .any(|s| !s.rule.shadow && !s.decision.allowed || too_late(s));
         if denied || failure.is_some() {
             // Answer only once the refunds have landed (or their deadline
             // passed): a client that retries straight after its denial then
@@ -154,16 +159,17 @@ impl Gateway {
                 self.remote.owe(&s.rule, &s.hash_part, req.cost, &s.via);
             }
         }
+        let applied = steps.into_iter().map(|s| Applied {
+            decision: match req.max_delay {
+                Some(max) if too_late(&s) => s.decision.beyond(max),
+                _ => s.decision,
+            },
+            rule: s.rule,
+            hash_part: s.hash_part,
+        });
         Ok(Verdict {
             allowed: !denied,
-            applied: steps
-                .into_iter()
-                .map(|s| Applied {
-                    rule: s.rule,
-                    hash_part: s.hash_part,
-                    decision: s.decision,
-                })
-                .collect(),
+            applied: applied.collect(),
         })
     }
 

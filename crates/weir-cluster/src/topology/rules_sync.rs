@@ -214,8 +214,6 @@ fn merge_in(
 pub fn to_wire(set: &RuleSet) -> WireRuleSet {
     WireRuleSet {
         version: set.version(),
-        origin: String::new(),
-        rules_json: String::new(),
         tiers: set
             .writes()
             .map(|(tier, w)| TierRules {
@@ -228,14 +226,8 @@ pub fn to_wire(set: &RuleSet) -> WireRuleSet {
     }
 }
 
-/// A peer's set, each tier validated alone; a set without tiers is one
-/// write of every tier at its version.
+/// A peer's set, each tier validated alone.
 pub fn from_wire(wire: &WireRuleSet) -> Result<RuleSet, RulesError> {
-    if wire.tiers.is_empty() {
-        return Ok(RuleSet::from_json(&wire.rules_json)?
-            .with_version(wire.version)?
-            .signed(&wire.origin, 0));
-    }
     let writes = wire
         .tiers
         .iter()
@@ -355,19 +347,6 @@ mod tests {
     }
 
     #[test]
-    fn a_set_without_tiers_is_read_as_one_write_of_every_tier() {
-        let a = Node::new(set(5, 1), "node-a");
-        let whole = WireRuleSet {
-            version: 4,
-            origin: "node-x".into(),
-            rules_json: set(9, 0).to_json().to_string(),
-            tiers: Vec::new(),
-        };
-        assert!(a.offer(&whole).unwrap());
-        assert_eq!((a.0.rules().tier_version(None), a.limit_of("r")), (4, Some(9)));
-    }
-
-    #[test]
     fn an_invalid_offer_changes_nothing() {
         let a = Node::new(set(5, 1), "node-a");
         let bad = WireRuleSet {
@@ -378,7 +357,6 @@ mod tests {
                 origin: "x".into(),
                 rules_json: "{\"rules\":[{\"name\":\"r\",\"limit\":0}]}".into(),
             }],
-            ..WireRuleSet::default()
         };
         assert!(a.offer(&bad).is_err());
         let misfiled = WireRuleSet {
@@ -389,7 +367,6 @@ mod tests {
                 origin: "x".into(),
                 rules_json: to_wire(&set(7, 0)).tiers[0].rules_json.clone(),
             }],
-            ..WireRuleSet::default()
         };
         assert!(a.offer(&misfiled).is_ok(), "the tier is the write's, not the JSON's");
         assert_eq!(a.0.rules().tier(Some("pro")).count(), 1);

@@ -73,6 +73,11 @@ pub(crate) trait Algorithm {
     fn admit(&self, s: Self::State, now: Nanos) -> Option<Self::State>;
     /// The largest cost that can ever succeed.
     fn max_cost(&self) -> u64;
+    /// Whether an admission can come with a delay (a scheduling leaky
+    /// bucket); a store keeps a copy of the state before deciding only then.
+    fn can_delay(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) fn nanos_f64(n: Nanos) -> f64 {

@@ -155,6 +155,10 @@ fn descriptor_check(
         ip: entry(d, &IP_KEYS).map(str::to_string),
         cost,
         limit,
+        // RLS has no field for a delay: Envoy forwards or refuses at once,
+        // so a shaping rule is decided as a meter (an admission that would
+        // have to wait is over the limit and consumes nothing).
+        max_delay: Some(Duration::ZERO),
     };
     // Validation covers a carried limit's cost ceiling too.
     check.validate().map_err(|e| MapError::descriptor(i, &e))?;
