@@ -149,6 +149,7 @@ async fn a_stranger_cannot_forward_checks_or_push_rules_or_hand_off_or_sync() {
 
         let handoff = HandoffRequest {
             counters: vec![CounterState {
+                carried: None,
                 rule: "per-client".into(),
                 key: "victim".into(),
                 state: vec![2, 0, 5],

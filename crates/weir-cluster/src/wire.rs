@@ -225,6 +225,10 @@ pub fn snapshot_to_wire(snap: &CounterSnapshot) -> Option<CounterState> {
             rule: snap.rule.clone(),
             key: snap.hash_part.clone(),
             state,
+            carried: snap.carried.map(|c| CarriedLimit {
+                limit: c.limit,
+                window_ns: nanos(c.window),
+            }),
         }),
         Err(e) => {
             tracing::error!(rule = %snap.rule, error = %e, "cannot encode a counter for handoff");
@@ -235,10 +239,15 @@ pub fn snapshot_to_wire(snap: &CounterSnapshot) -> Option<CounterState> {
 
 pub fn snapshot_from_wire(c: CounterState) -> Option<CounterSnapshot> {
     let state: State = postcard::from_bytes(&c.state).ok()?;
+    let carried = c.carried.map(|l| weir_core::CarriedLimit {
+        limit: l.limit,
+        window: Duration::from_nanos(l.window_ns),
+    });
     Some(CounterSnapshot {
         rule: c.rule,
         hash_part: c.key,
         state,
+        carried,
     })
 }
 

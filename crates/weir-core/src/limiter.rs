@@ -12,6 +12,7 @@ use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::{CheckError, InputField, Unavailable};
 use crate::rules::{Rule, RuleSet, Selection, Subject};
+use crate::snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 use crate::store::{AbsorbError, Carried, Counters, StoreCounts};
 
 /// One limit applied to a request.
@@ -63,14 +64,6 @@ impl Verdict {
             .iter()
             .filter(|a| a.rule.shadow && !a.decision.allowed)
     }
-}
-
-/// One key's counter in portable form: what a node hands a key's next owner.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CounterSnapshot {
-    pub rule: String,
-    pub hash_part: String,
-    pub state: State,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,17 +142,6 @@ fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
             t.counters[i].refund(&a.hash_part, a.decision.at, cost);
         }
     }
-}
-
-/// Why a handed-over counter was not taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Absorb {
-    /// Its rule is not in this node's set (the sets have not converged, or
-    /// it was removed): its budget cannot be expressed here.
-    #[error("unknown rule")]
-    UnknownRule,
-    #[error(transparent)]
-    Refused(AbsorbError),
 }
 
 /// Decides checks in this process.
@@ -376,11 +358,7 @@ impl Limiter {
     /// One key's counter, copied; None when the rule or the key is unknown.
     pub fn snapshot(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.get(hash_part)?;
-        Some(CounterSnapshot {
-            rule: rule.to_string(),
-            hash_part: hash_part.to_string(),
-            state,
-        })
+        Some(CounterSnapshot::of_rule(rule, hash_part, state))
     }
 
     /// Replaces a key's counter whole with `snap` (a replica taking its
@@ -406,11 +384,7 @@ impl Limiter {
     /// Removes and returns one key's counter.
     pub fn take(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.remove(hash_part)?;
-        Some(CounterSnapshot {
-            rule: rule.to_string(),
-            hash_part: hash_part.to_string(),
-            state,
-        })
+        Some(CounterSnapshot::of_rule(rule, hash_part, state))
     }
 
     /// Records `cost` on a state outside the tables (see
@@ -501,17 +475,23 @@ impl Limiter {
         self.carried.len()
     }
 
-    /// Removes and returns every counter whose hash part `keep` rejects.
+    /// Removes and returns every counter whose hash part `keep` rejects,
+    /// the carried limits' (keyed by the caller key) among them: what a node
+    /// hands to the keys' owners when it leaves or the ring changes.
     pub fn take_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
         let t = self.tables.load();
         let mut out = Vec::new();
         for (r, c) in t.rules.rules().iter().zip(&t.counters) {
             for (k, state) in c.take_unless(&mut keep) {
-                out.push(CounterSnapshot {
-                    rule: r.name.to_string(),
-                    hash_part: k.to_string(),
-                    state,
-                });
+                out.push(CounterSnapshot::of_rule(&r.name, &k, state));
+            }
+        }
+        for (name, k, policy, state) in self.carried.take_unless(keep) {
+            // Carried limits are built by `Rule::carried`, a counting
+            // policy, so their limit and window are always there.
+            if let Some((limit, window)) = policy.limit_and_window() {
+                let carried = CarriedLimit { limit, window };
+                out.push(CounterSnapshot::of_carried(&name, &k, state, carried));
             }
         }
         out
@@ -520,13 +500,23 @@ impl Limiter {
     /// Folds in a counter handed over by another node, after checking it:
     /// a key no check could name, a state that breaks its algorithm's
     /// invariants, or a new key past the ceiling is refused, and a refused
-    /// counter changes nothing.
+    /// counter changes nothing. A carried limit's counter goes to the
+    /// carried limits' table, under the limit it names.
     pub fn absorb(&self, snap: CounterSnapshot) -> Result<(), Absorb> {
-        let c = self.counters(&snap.rule).map_err(|_| Absorb::UnknownRule)?;
         if snap.hash_part.is_empty() || snap.hash_part.len() > MAX_KEY_LEN {
             return Err(Absorb::Refused(AbsorbError::Invalid));
         }
-        c.absorb(&snap.hash_part, snap.state, self.clock.now())
+        let now = self.clock.now();
+        if let Some(c) = snap.carried {
+            let rule = Rule::carried(&snap.rule, c.limit, c.window)
+                .map_err(|_| Absorb::Refused(AbsorbError::Invalid))?;
+            return self
+                .carried
+                .absorb(&rule.name, &rule.policy, &snap.hash_part, snap.state, now)
+                .map_err(Absorb::Refused);
+        }
+        let c = self.counters(&snap.rule).map_err(|_| Absorb::UnknownRule)?;
+        c.absorb(&snap.hash_part, snap.state, now)
             .map_err(Absorb::Refused)
     }
 }

@@ -303,6 +303,10 @@ impl Replicas {
     /// healed partition: its own count holds the rest); everything when it
     /// restarted empty.
     pub fn hand_back(&self, snap: CounterSnapshot, to: &NodeIdentity) -> CounterSnapshot {
+        // Carried limits have no copies; one may share a rule's name.
+        if snap.carried.is_some() {
+            return snap;
+        }
         let k = key(&snap.rule, &snap.hash_part);
         let Some((_, base)) = self.bases.remove(&k) else {
             return snap;

@@ -239,6 +239,20 @@ impl Policy {
         })
     }
 
+    /// The limit and window a counting policy was built from (what a
+    /// carried limit is rebuilt from on another node); None for the leaky
+    /// bucket, which keeps only their ratio.
+    pub fn limit_and_window(&self) -> Option<(u64, Duration)> {
+        let (limit, window) = match self {
+            Policy::TokenBucket(a) => (a.limit, a.window),
+            Policy::FixedWindow(a) => (a.limit, a.window),
+            Policy::SlidingLog(a) => (a.limit, a.window),
+            Policy::SlidingCounter(a) => (a.limit, a.window),
+            Policy::LeakyBucket(_) => return None,
+        };
+        Some((limit, Duration::from_nanos(window)))
+    }
+
     pub fn kind(&self) -> AlgorithmKind {
         match self {
             Policy::TokenBucket(_) => AlgorithmKind::TokenBucket,
