@@ -42,7 +42,11 @@ stop() {
     rm -rf "$logs"
 }
 trap stop EXIT
-trap 'exit 130' INT TERM
+# dash runs no EXIT trap for a signal it dies of: turn each into an exit.
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 141' PIPE
+trap 'exit 143' TERM
 
 fail() {
     echo "run.sh: $*" >&2
