@@ -13,7 +13,12 @@ limit     = 100
 window    = "1h"
 "#;
 
-async fn put(node: &TestNode, tier: &str, if_match: Option<&str>, body: &Value) -> reqwest::Response {
+async fn put(
+    node: &TestNode,
+    tier: &str,
+    if_match: Option<&str>,
+    body: &Value,
+) -> reqwest::Response {
     let mut req = node
         .client
         .put(node.url(&format!("/v1/limits/{tier}")))
@@ -74,14 +79,20 @@ async fn simultaneous_writes_to_two_tiers_on_two_nodes_are_both_in_force_on_ever
 async fn a_put_with_a_stale_if_match_is_412_and_changes_nothing() {
     let node = TestNode::start(RULES, |c| c.admin_token = Some(TOKEN.into())).await;
     let seen = node.get("/v1/limits/free").await;
-    let tag = header(seen.headers(), "etag").expect("GET has an ETag").to_string();
+    let tag = header(seen.headers(), "etag")
+        .expect("GET has an ETag")
+        .to_string();
 
     // Someone else writes the tier first.
-    let (status, h, first) = parts(put(&node, "free", Some(&tag), &tier_rules("free-a", 5)).await).await;
+    let (status, h, first) =
+        parts(put(&node, "free", Some(&tag), &tier_rules("free-a", 5)).await).await;
     assert_eq!(status, 200, "{first}");
     let new_tag = header(&h, "etag").expect("PUT has an ETag").to_string();
     assert_ne!(new_tag, tag);
-    assert!(new_tag.starts_with(&format!("\"{}-", first["version"])), "{new_tag}");
+    assert!(
+        new_tag.starts_with(&format!("\"{}-", first["version"])),
+        "{new_tag}"
+    );
 
     // A write based on what was seen before is refused, naming the header.
     let (status, h, problem) =
@@ -89,26 +100,60 @@ async fn a_put_with_a_stale_if_match_is_412_and_changes_nothing() {
     assert_eq!(status, 412, "{problem}");
     assert_eq!(header(&h, "content-type"), Some("application/problem+json"));
     assert_eq!(problem["field"], "If-Match");
-    assert!(problem["detail"].as_str().unwrap().contains("version"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("version"),
+        "{problem}"
+    );
     let now = node.get_json("/v1/limits/free").await;
-    assert_eq!(now["rules"][0]["name"], "free-a", "the refused write changed nothing");
+    assert_eq!(
+        now["rules"][0]["name"], "free-a",
+        "the refused write changed nothing"
+    );
 
     // Based on the current tag, or on anything (`*`), it lands.
-    assert_eq!(put(&node, "free", Some(&new_tag), &tier_rules("free-b", 7)).await.status(), 200);
-    assert_eq!(put(&node, "free", Some("*"), &tier_rules("free-c", 9)).await.status(), 200);
+    assert_eq!(
+        put(&node, "free", Some(&new_tag), &tier_rules("free-b", 7))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        put(&node, "free", Some("*"), &tier_rules("free-c", 9))
+            .await
+            .status(),
+        200
+    );
     // A tier's tag does not move when another tier is written.
-    let pro_tag = header(node.get("/v1/limits/pro").await.headers(), "etag").unwrap().to_string();
-    let free_tag = header(node.get("/v1/limits/free").await.headers(), "etag").unwrap().to_string();
-    assert_eq!(put(&node, "pro", Some(&pro_tag), &tier_rules("pro-a", 1)).await.status(), 200);
-    assert_eq!(put(&node, "free", Some(&free_tag), &tier_rules("free-d", 2)).await.status(), 200);
+    let pro_tag = header(node.get("/v1/limits/pro").await.headers(), "etag")
+        .unwrap()
+        .to_string();
+    let free_tag = header(node.get("/v1/limits/free").await.headers(), "etag")
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        put(&node, "pro", Some(&pro_tag), &tier_rules("pro-a", 1))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        put(&node, "free", Some(&free_tag), &tier_rules("free-d", 2))
+            .await
+            .status(),
+        200
+    );
 }
 
 #[tokio::test]
 async fn a_malformed_if_match_is_400_naming_it() {
     let node = TestNode::start(RULES, |c| c.admin_token = Some(TOKEN.into())).await;
-    let (status, _, problem) = parts(put(&node, "free", Some("7"), &tier_rules("x", 1)).await).await;
+    let (status, _, problem) =
+        parts(put(&node, "free", Some("7"), &tier_rules("x", 1)).await).await;
     assert_eq!((status, &problem["field"]), (400, &json!("If-Match")));
-    assert!(node.get_json("/v1/limits/free").await["rules"].as_array().unwrap().is_empty());
+    assert!(node.get_json("/v1/limits/free").await["rules"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,9 +176,7 @@ async fn of_two_conditional_writes_to_one_tier_on_two_nodes_the_loser_sees_from_
     // Both nodes settle on one write, and its tag is one a writer was given.
     let tag_on = |i: usize| {
         let node = &nodes[i];
-        async move {
-            header(node.get("/v1/limits/free").await.headers(), "etag").map(str::to_string)
-        }
+        async move { header(node.get("/v1/limits/free").await.headers(), "etag").map(str::to_string) }
     };
     wait_until("both nodes list the same write", || async {
         let (t0, t1) = (tag_on(0).await, tag_on(1).await);

@@ -55,7 +55,10 @@ async fn grpc_check_jitters_each_denied_items_retry_after_ms() {
         .into_inner()
         .results;
     assert!(results[0].allowed);
-    assert_eq!(results[0].retry_after_ms, 0, "an admission has no wait to jitter");
+    assert_eq!(
+        results[0].retry_after_ms, 0,
+        "an admission has no wait to jitter"
+    );
     assert!(results[1..].iter().all(|r| !r.allowed));
     let waits: Vec<u64> = results[1..].iter().map(|r| r.retry_after_ms).collect();
     assert_spread(&waits, 1);
@@ -89,10 +92,9 @@ async fn grpc_check_without_jitter_reports_the_bare_wait() {
 #[tokio::test]
 async fn rls_retry_after_is_jittered_in_whole_seconds() {
     let node = TestNode::start(RULES, |c| c.retry_jitter = true).await;
-    let mut client =
-        RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
-            .await
-            .expect("connect");
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
+        .await
+        .expect("connect");
     let request = || RateLimitRequest {
         domain: "edge".into(),
         descriptors: vec![RateLimitDescriptor {

@@ -33,25 +33,33 @@ async fn a_delay_past_max_delay_ms_is_a_429_that_schedules_nothing() {
         parts(node.check(json!({"key": "k", "max_delay_ms": 2000})).await).await;
     assert_eq!(status, 429, "{body}");
     let wait = body["retry_after_ms"].as_u64().unwrap();
-    assert!((7_000..=8_000).contains(&wait), "10 s needed, 2 s offered: {wait}");
+    assert!(
+        (7_000..=8_000).contains(&wait),
+        "10 s needed, 2 s offered: {wait}"
+    );
     assert_eq!(header_u64(&h, "Retry-After"), wait.div_ceil(1000));
     // Nothing was scheduled for it: the next request is one slot out, not two.
     let next = http_delay(&node, "k").await;
     assert!((9_000..=10_000).contains(&next), "{next}");
     // Within its wait, a scheduled request is admitted with its delay.
-    let (status, _, body) =
-        parts(node.check(json!({"key": "k", "max_delay_ms": 30_000})).await).await;
+    let (status, _, body) = parts(
+        node.check(json!({"key": "k", "max_delay_ms": 30_000}))
+            .await,
+    )
+    .await;
     assert_eq!(status, 200);
-    assert!((19_000..=20_000).contains(&body["delay_ms"].as_u64().unwrap()), "{body}");
+    assert!(
+        (19_000..=20_000).contains(&body["delay_ms"].as_u64().unwrap()),
+        "{body}"
+    );
 }
 
 #[tokio::test]
 async fn rls_decides_a_shaping_rule_as_a_meter() {
     let node = TestNode::start(PACED, |_| {}).await;
-    let mut client =
-        RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
-            .await
-            .expect("connect");
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
+        .await
+        .expect("connect");
     let request = || RateLimitRequest {
         domain: "edge".into(),
         descriptors: vec![RateLimitDescriptor {
@@ -78,7 +86,10 @@ async fn rls_decides_a_shaping_rule_as_a_meter() {
             .iter()
             .find(|h| h.key == "Retry-After")
             .map(|h| h.value.parse::<u64>().unwrap());
-        assert!(retry_after.is_some_and(|s| (9..=10).contains(&s)), "{early:?}");
+        assert!(
+            retry_after.is_some_and(|s| (9..=10).contains(&s)),
+            "{early:?}"
+        );
     }
     // The refusals scheduled nothing: an HTTP caller, which can wait, is
     // still only one slot behind the first.

@@ -76,7 +76,9 @@ async fn the_layer_holds_a_shaped_request_for_its_delay_and_refuses_one_past_its
     assert_eq!((s.allowed, s.delayed, s.denied), (2, 1, 1));
     // The refused request took no slot: the next one is due 2 s after
     // the first, not 3 s.
-    let next = limiter.check(&CheckRequest::new("cust_42", "GET /hello")).unwrap();
+    let next = limiter
+        .check(&CheckRequest::new("cust_42", "GET /hello"))
+        .unwrap();
     assert_eq!(next.response().delay, Duration::from_secs(2));
 }
 
@@ -88,14 +90,26 @@ async fn the_client_reports_the_delay_and_sends_its_maximum_over_both_transports
     config.rules_file = Some(rules_file(PACED));
     let node = Node::start(config).await.unwrap();
     let clients = [
-        ("grpc", Client::grpc(&format!("http://{}", node.grpc_addr())).unwrap()),
-        ("http", Client::http(&format!("http://{}", node.http_addr())).unwrap()),
+        (
+            "grpc",
+            Client::grpc(&format!("http://{}", node.grpc_addr())).unwrap(),
+        ),
+        (
+            "http",
+            Client::http(&format!("http://{}", node.http_addr())).unwrap(),
+        ),
     ];
     for (name, client) in clients {
         let key = format!("cust-{name}");
-        let first = client.check(CheckRequest::new(&key, "GET /")).await.unwrap();
+        let first = client
+            .check(CheckRequest::new(&key, "GET /"))
+            .await
+            .unwrap();
         assert!(first.allowed && first.delay.is_zero(), "{name}: {first:?}");
-        let second = client.check(CheckRequest::new(&key, "GET /")).await.unwrap();
+        let second = client
+            .check(CheckRequest::new(&key, "GET /"))
+            .await
+            .unwrap();
         assert!(second.allowed, "{name}: {second:?}");
         assert!(
             second.delay > Duration::from_millis(900) && second.delay <= Duration::from_secs(1),
@@ -103,10 +117,19 @@ async fn the_client_reports_the_delay_and_sends_its_maximum_over_both_transports
         );
         let meter = CheckRequest::new(&key, "GET /").max_delay(Duration::ZERO);
         let refused = client.check(meter).await.unwrap();
-        assert!(!refused.allowed, "{name}: a meter refuses what must wait: {refused:?}");
-        assert!(refused.retry_after > Duration::from_secs(1), "{name}: {refused:?}");
+        assert!(
+            !refused.allowed,
+            "{name}: a meter refuses what must wait: {refused:?}"
+        );
+        assert!(
+            refused.retry_after > Duration::from_secs(1),
+            "{name}: {refused:?}"
+        );
         // Nothing was scheduled for the refused check.
-        let third = client.check(CheckRequest::new(&key, "GET /")).await.unwrap();
+        let third = client
+            .check(CheckRequest::new(&key, "GET /"))
+            .await
+            .unwrap();
         assert!(third.delay <= Duration::from_secs(2), "{name}: {third:?}");
     }
     node.shutdown().await;

@@ -141,7 +141,11 @@ async fn a_graceful_leave_hands_carried_limits_over_too() {
     let key = key_owned_by(&nodes[0], "node-3", "override");
     let all: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(carried_round_robin(&all, &key, 6).await, 6);
-    assert_eq!(nodes[2].engine.limiter().adhoc_keys(), 1, "the owner holds it");
+    assert_eq!(
+        nodes[2].engine.limiter().adhoc_keys(),
+        1,
+        "the owner holds it"
+    );
 
     let leaving = nodes.pop().unwrap();
     leaving.leave().await;

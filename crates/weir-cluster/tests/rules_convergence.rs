@@ -90,9 +90,19 @@ async fn writes_to_two_tiers_on_two_nodes_at_once_are_both_in_force_everywhere()
     // Cut node-1 and node-3 off from each other while both write, so
     // neither hears the other's push first: both build on one version.
     nodes[0].partition_from(&[&nodes[2]]);
-    let free = nodes[0].engine.replace_tier(Some("free"), tier("free", 5)).unwrap();
-    let pro = nodes[2].engine.replace_tier(Some("pro"), tier("pro", 50)).unwrap();
-    assert_eq!(free.version(), pro.version(), "both wrote the same next version");
+    let free = nodes[0]
+        .engine
+        .replace_tier(Some("free"), tier("free", 5))
+        .unwrap();
+    let pro = nodes[2]
+        .engine
+        .replace_tier(Some("pro"), tier("pro", 50))
+        .unwrap();
+    assert_eq!(
+        free.version(),
+        pro.version(),
+        "both wrote the same next version"
+    );
     net.heal();
     wait_until("both tiers in force on every node", || {
         nodes.iter().all(|n| {

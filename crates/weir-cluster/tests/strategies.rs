@@ -225,7 +225,10 @@ async fn gossip_keeps_a_sliding_counter_sliding_across_a_window_boundary() {
     })
     .await;
     let left = until_boundary();
-    assert!(left < Duration::from_millis(500), "still before the boundary");
+    assert!(
+        left < Duration::from_millis(500),
+        "still before the boundary"
+    );
     // A tenth of a second into the next window, node 2 asks: the previous
     // window's L still weighs 99% of itself.
     tokio::time::advance(left + Duration::from_millis(100)).await;

@@ -229,7 +229,10 @@ impl Verdict {
                     // Every enforcing limit's slot must have come before
                     // sending: the caller waits for the latest of them.
                     let enforcing = self.applied.iter().filter(|a| !a.rule.shadow);
-                    r.delay = enforcing.map(|a| a.decision.delay).max().unwrap_or_default();
+                    r.delay = enforcing
+                        .map(|a| a.decision.delay)
+                        .max()
+                        .unwrap_or_default();
                 }
                 r
             }

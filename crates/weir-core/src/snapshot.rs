@@ -105,10 +105,7 @@ mod tests {
             limit: 0,
             window: Duration::from_secs(60),
         });
-        assert_eq!(
-            l.absorb(snap),
-            Err(Absorb::Refused(AbsorbError::Invalid))
-        );
+        assert_eq!(l.absorb(snap), Err(Absorb::Refused(AbsorbError::Invalid)));
         assert_eq!(l.adhoc_keys(), 0);
     }
 }

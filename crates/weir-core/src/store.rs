@@ -195,7 +195,13 @@ where
     /// Decides `cost` on `s` and notes when the key comes to rest. An
     /// admission whose delay is over `max_delay` is undone here, under the
     /// key's lock, so no other request ever sees its slot taken.
-    fn decide(&self, s: &mut A::State, now: Nanos, cost: u64, max_delay: Option<Duration>) -> Decision {
+    fn decide(
+        &self,
+        s: &mut A::State,
+        now: Nanos,
+        cost: u64,
+        max_delay: Option<Duration>,
+    ) -> Decision {
         let before = (max_delay.is_some() && self.algo.can_delay()).then(|| s.clone());
         let d = self.algo.decide(s, now, cost);
         if let (Some(before), Some(max)) = (before, max_delay) {

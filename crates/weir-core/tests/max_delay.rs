@@ -26,7 +26,10 @@ window = "1h"
 fn limiter() -> (Limiter, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock::at_secs(1_000.0));
     let rules = RuleSet::from_toml(RULES).unwrap();
-    (Limiter::new(rules, clock.clone(), LimiterConfig::default()), clock)
+    (
+        Limiter::new(rules, clock.clone(), LimiterConfig::default()),
+        clock,
+    )
 }
 
 fn req(max: Option<Duration>) -> CheckRequest {
@@ -43,7 +46,10 @@ fn ms(n: u64) -> Duration {
 #[test]
 fn a_delay_within_the_callers_wait_is_admitted_and_reported() {
     let (l, _) = limiter();
-    assert_eq!(l.check(&req(Some(ms(1500)))).unwrap().response().delay, Duration::ZERO);
+    assert_eq!(
+        l.check(&req(Some(ms(1500)))).unwrap().response().delay,
+        Duration::ZERO
+    );
     let second = l.check(&req(Some(ms(1500)))).unwrap().response();
     assert!(second.allowed);
     assert_eq!(second.delay, ms(1000), "one interval behind the first");
@@ -56,7 +62,11 @@ fn a_delay_past_the_callers_wait_is_a_denial_that_consumes_nothing() {
     let refused = l.check(&req(Some(ms(400)))).unwrap();
     assert!(!refused.allowed);
     let r = refused.response();
-    assert_eq!((r.retry_after, r.delay), (ms(600), Duration::ZERO), "1 s needed, 0.4 s offered");
+    assert_eq!(
+        (r.retry_after, r.delay),
+        (ms(600), Duration::ZERO),
+        "1 s needed, 0.4 s offered"
+    );
     // Nothing was scheduled for it: the next caller is one interval
     // behind the first admission, not two.
     let next = l.check(&req(None)).unwrap().response();
@@ -81,11 +91,17 @@ fn a_meter_admits_only_what_needs_no_wait() {
     let meter = || req(Some(Duration::ZERO));
     assert!(l.check(&meter()).unwrap().allowed);
     for _ in 0..10 {
-        assert!(!l.check(&meter()).unwrap().allowed, "early arrivals are refused");
+        assert!(
+            !l.check(&meter()).unwrap().allowed,
+            "early arrivals are refused"
+        );
     }
     clock.advance(Duration::from_secs(1));
     let r = l.check(&meter()).unwrap().response();
-    assert!(r.allowed, "refused arrivals took no slot: one interval is enough");
+    assert!(
+        r.allowed,
+        "refused arrivals took no slot: one interval is enough"
+    );
     assert_eq!(r.delay, Duration::ZERO);
 }
 
@@ -100,5 +116,9 @@ fn the_delay_shown_is_the_longest_any_limit_needs() {
     assert!(l.check(&req(None)).unwrap().allowed);
     let r = l.check(&req(None)).unwrap().response();
     assert!(r.allowed);
-    assert_eq!(r.delay, Duration::from_secs(5), "the per-IP bucket's 5 s, not the 1 s");
+    assert_eq!(
+        r.delay,
+        Duration::from_secs(5),
+        "the per-IP bucket's 5 s, not the 1 s"
+    );
 }

@@ -110,7 +110,9 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
     }
     // Only what the edit changed is written: the previous text parsed
     // (it was installed, so it is valid) says which tiers those are.
-    let previous = last_loaded.as_deref().and_then(|t| RuleSet::from_toml(t).ok());
+    let previous = last_loaded
+        .as_deref()
+        .and_then(|t| RuleSet::from_toml(t).ok());
     let installed = RuleSet::from_toml(&text).and_then(|set| match &previous {
         Some(p) => state.engine.install_edit(p, set),
         None => state.engine.install(set),

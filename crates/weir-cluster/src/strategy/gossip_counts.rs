@@ -51,7 +51,11 @@ impl PeerCounts {
     /// only grow, so a stale report never lowers what was heard.
     fn report(&mut self, window: u64, count: u64) {
         if window > self.window {
-            self.prev = if window == self.window + 1 { self.count } else { 0 };
+            self.prev = if window == self.window + 1 {
+                self.count
+            } else {
+                0
+            };
             self.window = window;
             self.count = count;
         } else if window == self.window {
@@ -183,12 +187,10 @@ impl GossipCounts {
                 continue;
             }
             let mut heard = self.remote.entry(key).or_default();
-            let slot = heard
-                .entry(CompactString::new(from))
-                .or_insert(PeerCounts {
-                    window: d.window,
-                    ..PeerCounts::default()
-                });
+            let slot = heard.entry(CompactString::new(from)).or_insert(PeerCounts {
+                window: d.window,
+                ..PeerCounts::default()
+            });
             slot.report(d.window, d.count.min(ceiling));
             taken += 1;
         }
@@ -257,15 +259,39 @@ mod tests {
     fn a_peers_last_window_is_still_heard_once_it_moves_on() {
         let g = GossipCounts::default();
         g.apply("a", &[delta(10, 20)], any, 10);
-        assert_eq!(heard_at(&g, 11), HeardCounts { current: 0, previous: 20 });
+        assert_eq!(
+            heard_at(&g, 11),
+            HeardCounts {
+                current: 0,
+                previous: 20
+            }
+        );
         g.apply("a", &[delta(11, 2)], any, 10);
-        assert_eq!(heard_at(&g, 11), HeardCounts { current: 2, previous: 20 });
+        assert_eq!(
+            heard_at(&g, 11),
+            HeardCounts {
+                current: 2,
+                previous: 20
+            }
+        );
         // The previous window's final total arriving after the new one.
         g.apply("a", &[delta(10, 25)], any, 10);
-        assert_eq!(heard_at(&g, 11), HeardCounts { current: 2, previous: 25 });
+        assert_eq!(
+            heard_at(&g, 11),
+            HeardCounts {
+                current: 2,
+                previous: 25
+            }
+        );
         // Two windows on, nothing of window 10 is left.
         g.apply("a", &[delta(13, 1)], any, 10);
-        assert_eq!(heard_at(&g, 13), HeardCounts { current: 1, previous: 0 });
+        assert_eq!(
+            heard_at(&g, 13),
+            HeardCounts {
+                current: 1,
+                previous: 0
+            }
+        );
     }
 
     #[test]
@@ -281,7 +307,13 @@ mod tests {
         assert_eq!(sent, [(10, 5), (11, 1)]);
         let peer = GossipCounts::default();
         peer.apply("n", &g_deltas(&sent), any, 10);
-        assert_eq!(heard_at(&peer, 11), HeardCounts { current: 1, previous: 5 });
+        assert_eq!(
+            heard_at(&peer, 11),
+            HeardCounts {
+                current: 1,
+                previous: 5
+            }
+        );
     }
 
     fn g_deltas(sent: &[(u64, u64)]) -> Vec<CountDelta> {

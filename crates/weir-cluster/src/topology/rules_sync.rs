@@ -293,9 +293,18 @@ mod tests {
 
     #[test]
     fn a_newer_write_wins_and_an_older_one_changes_nothing() {
-        let (a, b) = (Node::new(set(5, 1), "node-a"), Node::new(set(5, 1), "node-b"));
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
         let pushed = a
-            .write(|cur| cur.with_tier(None, set(50, 0).rules().iter().map(|r| (**r).clone()).collect(), cur.next_version()?))
+            .write(|cur| {
+                cur.with_tier(
+                    None,
+                    set(50, 0).rules().iter().map(|r| (**r).clone()).collect(),
+                    cur.next_version()?,
+                )
+            })
             .unwrap();
         assert_eq!(pushed.version, 2);
         assert!(b.offer(&pushed).unwrap());
@@ -307,7 +316,10 @@ mod tests {
 
     #[test]
     fn writes_to_two_tiers_on_two_nodes_at_once_both_stay_on_both() {
-        let (a, b) = (Node::new(set(5, 1), "node-a"), Node::new(set(5, 1), "node-b"));
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
         let from_a = a
             .write(|cur| cur.with_tier(Some("free"), tier_rules("free", 10), cur.next_version()?))
             .unwrap();
@@ -327,7 +339,10 @@ mod tests {
 
     #[test]
     fn concurrent_writes_of_one_tier_settle_on_the_higher_origin() {
-        let (a, b) = (Node::new(set(5, 1), "node-a"), Node::new(set(5, 1), "node-b"));
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
         let from_a = a.write(|_| Ok(set(10, 2))).unwrap();
         let from_b = b.write(|_| Ok(set(20, 2))).unwrap();
         assert!(a.offer(&from_b).unwrap());
@@ -338,7 +353,10 @@ mod tests {
 
     #[test]
     fn different_start_files_at_one_version_still_converge() {
-        let (a, b) = (Node::new(set(5, 1), "node-a"), Node::new(set(6, 1), "node-b"));
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(6, 1), "node-b"),
+        );
         let (wa, wb) = (to_wire(&a.0.rules()), to_wire(&b.0.rules()));
         let a_took = a.offer(&wb).unwrap();
         let b_took = b.offer(&wa).unwrap();
@@ -368,9 +386,15 @@ mod tests {
                 rules_json: to_wire(&set(7, 0)).tiers[0].rules_json.clone(),
             }],
         };
-        assert!(a.offer(&misfiled).is_ok(), "the tier is the write's, not the JSON's");
+        assert!(
+            a.offer(&misfiled).is_ok(),
+            "the tier is the write's, not the JSON's"
+        );
         assert_eq!(a.0.rules().tier(Some("pro")).count(), 1);
-        assert_eq!((a.0.rules().tier_version(None), a.limit_of("r")), (1, Some(5)));
+        assert_eq!(
+            (a.0.rules().tier_version(None), a.limit_of("r")),
+            (1, Some(5))
+        );
     }
 
     #[test]

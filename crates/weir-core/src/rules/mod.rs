@@ -16,7 +16,6 @@ pub use rule::{format_duration, By, Rule};
 pub use select::{Selected, Selection};
 pub use tiers::{TierKey, TierWrite};
 
-
 /// A rule that cannot be accepted, naming the rule and the field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("rule \"{rule}\", field \"{field}\": {reason}")]
@@ -231,7 +230,9 @@ impl RuleSet {
             .collect();
         for (tier, rules) in changes {
             if writes.get(&tier).is_some_and(|w| w.version >= version) {
-                return Err(version_error("must be above the version of every tier it replaces"));
+                return Err(version_error(
+                    "must be above the version of every tier it replaces",
+                ));
             }
             if let Some(r) = rules.iter().find(|r| r.tier != tier) {
                 return Err(RuleError {

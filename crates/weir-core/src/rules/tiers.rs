@@ -138,7 +138,13 @@ mod tests {
     }
 
     /// `base` with one tier written at the next version by `origin`.
-    fn write(base: &RuleSet, tier: Option<&str>, names: &[&str], limit: u64, origin: &str) -> RuleSet {
+    fn write(
+        base: &RuleSet,
+        tier: Option<&str>,
+        names: &[&str],
+        limit: u64,
+        origin: &str,
+    ) -> RuleSet {
         let v = base.next_version().unwrap();
         base.with_tier(tier, rules(tier, names, limit), v)
             .unwrap()
@@ -168,7 +174,10 @@ mod tests {
         assert_eq!(ab.tier(Some("pro")).count(), 1);
         assert_eq!(ab.tier_version(Some("free")), 1);
         assert_eq!(ab.tier_version(Some("pro")), 1);
-        assert!(ab.merge(&a).unwrap().is_none(), "nothing newer the second time");
+        assert!(
+            ab.merge(&a).unwrap().is_none(),
+            "nothing newer the second time"
+        );
     }
 
     #[test]
@@ -177,9 +186,17 @@ mod tests {
         let a = write(&start, Some("free"), &["f"], 5, "node-a");
         let b = write(&start, Some("free"), &["f"], 7, "node-b");
         assert_eq!(in_force(&merged(&a, &b)), in_force(&merged(&b, &a)));
-        assert_eq!(merged(&a, &b).rules()[0].limit, 7, "same version: node-b > node-a");
+        assert_eq!(
+            merged(&a, &b).rules()[0].limit,
+            7,
+            "same version: node-b > node-a"
+        );
         let later = write(&a, Some("free"), &["f"], 9, "node-a");
-        assert_eq!(merged(&b, &later).rules()[0].limit, 9, "a later version wins");
+        assert_eq!(
+            merged(&b, &later).rules()[0].limit,
+            9,
+            "a later version wins"
+        );
         assert_eq!(merged(&later, &b).rules()[0].limit, 9);
     }
 
@@ -195,7 +212,10 @@ mod tests {
         assert_eq!(shared.len(), 1);
         assert_eq!(shared[0].tier.as_deref(), Some("pro"));
         assert_eq!(ab.displaced().len(), 1, "free's copy is kept, out of force");
-        assert!(ab.get("free-own").is_some(), "the rest of free's write is in force");
+        assert!(
+            ab.get("free-own").is_some(),
+            "the rest of free's write is in force"
+        );
         // The clash held out of force does not block other writes.
         let gold = write(&ab, Some("gold"), &["gold-own"], 1, "node-a");
         assert!(gold.get("gold-own").is_some());
@@ -226,7 +246,8 @@ mod tests {
 
     /// One write: which tier, which names (from a small pool, so names clash
     /// across tiers), which node.
-    fn arb_write() -> impl Strategy<Value = (Option<&'static str>, Vec<&'static str>, u64, &'static str)> {
+    fn arb_write(
+    ) -> impl Strategy<Value = (Option<&'static str>, Vec<&'static str>, u64, &'static str)> {
         (
             prop::sample::select(vec![None, Some("free"), Some("pro")]),
             prop::sample::subsequence(vec!["a", "b", "c"], 0..=3),
@@ -240,7 +261,7 @@ mod tests {
         /// order the writes reached them in.
         #[test]
         fn merging_is_order_free(writes in prop::collection::vec((arb_write(), 0usize..3), 1..8)) {
-            let mut nodes = vec![RuleSet::empty(), RuleSet::empty(), RuleSet::empty()];
+            let mut nodes = [RuleSet::empty(), RuleSet::empty(), RuleSet::empty()];
             let mut made = Vec::new();
             for ((tier, names, limit, origin), at) in writes {
                 // A write a node's own set refuses (a name in force

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    rate_limit_headers, whole_secs_up, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    rate_limit_headers, whole_secs_up, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use weir_core::{
     Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,

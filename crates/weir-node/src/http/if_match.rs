@@ -22,7 +22,9 @@ impl IfMatch {
         let mut tags = Vec::new();
         let mut any = false;
         for value in headers.get_all(IF_MATCH) {
-            let text = value.to_str().map_err(|_| malformed("is not visible ASCII"))?;
+            let text = value
+                .to_str()
+                .map_err(|_| malformed("is not visible ASCII"))?;
             for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
                 if item == "*" {
                     any = true;
@@ -57,7 +59,10 @@ fn quoted(item: &str) -> Result<&str, Problem> {
         .strip_prefix('"')
         .and_then(|s| s.strip_suffix('"'))
         .ok_or_else(|| malformed("each entity tag must be in double quotes, as ETag gives it"))?;
-    if inner.bytes().any(|b| b == b'"' || !(0x21..=0x7e).contains(&b)) {
+    if inner
+        .bytes()
+        .any(|b| b == b'"' || !(0x21..=0x7e).contains(&b))
+    {
         return Err(malformed("an entity tag holds a character it may not"));
     }
     Ok(item)
@@ -89,7 +94,10 @@ mod tests {
         let list = parse(&[r#""1-a", "2-b""#, r#""3-c""#]).unwrap();
         assert!(list.allows(r#""2-b""#) && list.allows(r#""3-c""#));
         let weak = parse(&[r#"W/"3-ab""#]).unwrap();
-        assert!(!weak.allows(r#""3-ab""#), "a weak tag never matches strongly");
+        assert!(
+            !weak.allows(r#""3-ab""#),
+            "a weak tag never matches strongly"
+        );
     }
 
     #[test]

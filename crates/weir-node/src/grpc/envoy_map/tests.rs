@@ -344,7 +344,14 @@ fn no_wait(_: &CheckResponse) -> Option<u64> {
 
 #[test]
 fn a_jittered_wait_replaces_the_denials_own_in_retry_after() {
-    let v = [verdict_waiting(3, 0, false, 0, 60_000, Duration::from_secs(10))];
+    let v = [verdict_waiting(
+        3,
+        0,
+        false,
+        0,
+        60_000,
+        Duration::from_secs(10),
+    )];
     let h = response_headers(&v, |r| Some(r.retry_after_ms() * 2 - 1));
     assert_eq!(header(&h, "Retry-After"), Some("20"), "19,999 ms rounds up");
 }
@@ -393,5 +400,7 @@ fn unlimited_descriptors_add_no_headers() {
         applied: vec![],
     };
     assert!(most_restrictive(std::slice::from_ref(&unlimited)).is_none());
-    assert!(to_response(&[unlimited], no_wait).response_headers_to_add.is_empty());
+    assert!(to_response(&[unlimited], no_wait)
+        .response_headers_to_add
+        .is_empty());
 }
