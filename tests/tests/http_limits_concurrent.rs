@@ -31,6 +31,12 @@ async fn put(
     req.send().await.expect("PUT request")
 }
 
+/// The `ETag` a GET of `tier` answers with on `node`.
+async fn etag(node: &TestNode, tier: &str) -> Option<String> {
+    let res = node.get(&format!("/v1/limits/{tier}")).await;
+    header(res.headers(), "etag").map(str::to_string)
+}
+
 fn tier_rules(name: &str, limit: u64) -> Value {
     json!({"rules": [{
         "name": name,
@@ -78,10 +84,7 @@ async fn simultaneous_writes_to_two_tiers_on_two_nodes_are_both_in_force_on_ever
 #[tokio::test]
 async fn a_put_with_a_stale_if_match_is_412_and_changes_nothing() {
     let node = TestNode::start(RULES, |c| c.admin_token = Some(TOKEN.into())).await;
-    let seen = node.get("/v1/limits/free").await;
-    let tag = header(seen.headers(), "etag")
-        .expect("GET has an ETag")
-        .to_string();
+    let tag = etag(&node, "free").await.expect("GET has an ETag");
 
     // Someone else writes the tier first.
     let (status, h, first) =
@@ -124,12 +127,8 @@ async fn a_put_with_a_stale_if_match_is_412_and_changes_nothing() {
         200
     );
     // A tier's tag does not move when another tier is written.
-    let pro_tag = header(node.get("/v1/limits/pro").await.headers(), "etag")
-        .unwrap()
-        .to_string();
-    let free_tag = header(node.get("/v1/limits/free").await.headers(), "etag")
-        .unwrap()
-        .to_string();
+    let pro_tag = etag(&node, "pro").await.unwrap();
+    let free_tag = etag(&node, "free").await.unwrap();
     assert_eq!(
         put(&node, "pro", Some(&pro_tag), &tier_rules("pro-a", 1))
             .await
@@ -159,9 +158,7 @@ async fn a_malformed_if_match_is_400_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_conditional_writes_to_one_tier_on_two_nodes_the_loser_sees_from_the_tag() {
     let nodes = start_cluster(2, RULES, |c| c.admin_token = Some(TOKEN.into())).await;
-    let tag = header(nodes[0].get("/v1/limits/free").await.headers(), "etag")
-        .unwrap()
-        .to_string();
+    let tag = etag(&nodes[0], "free").await.unwrap();
     let (ra, rb) = (tier_rules("free-a", 5), tier_rules("free-b", 7));
     let (a, b) = tokio::join!(
         put(&nodes[0], "free", Some(&tag), &ra),
@@ -174,16 +171,12 @@ async fn of_two_conditional_writes_to_one_tier_on_two_nodes_the_loser_sees_from_
         .collect();
     assert!(!tags.is_empty(), "at least one write lands");
     // Both nodes settle on one write, and its tag is one a writer was given.
-    let tag_on = |i: usize| {
-        let node = &nodes[i];
-        async move { header(node.get("/v1/limits/free").await.headers(), "etag").map(str::to_string) }
-    };
     wait_until("both nodes list the same write", || async {
-        let (t0, t1) = (tag_on(0).await, tag_on(1).await);
+        let (t0, t1) = (etag(&nodes[0], "free").await, etag(&nodes[1], "free").await);
         t0 == t1 && t0.as_ref().is_some_and(|t| tags.contains(t))
     })
     .await;
-    let settled = tag_on(0).await.unwrap();
+    let settled = etag(&nodes[0], "free").await.unwrap();
     // The other writer's tag (when both landed) is not the one in force:
     // writing on the strength of it is refused.
     for lost in tags.iter().filter(|t| **t != settled) {

@@ -1,13 +1,10 @@
 //! `--retry-jitter` beyond HTTP: gRPC Check's `retry_after_ms` and the Retry-After an Envoy RLS answer adds are spread over [base, 2 x base] too.
 
-use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-use weir_proto::weir::v1::{CheckItem, CheckRequest};
-use weir_tests::TestNode;
+use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResult};
+use weir_tests::{rls_request, TestNode};
 
 /// One admission per hour: the base wait after it is just under 3,600 s,
 /// and a jittered one up to twice that.
@@ -36,9 +33,8 @@ fn assert_spread(waits: &[u64], unit_ms: u64) {
     assert!(hi - lo > 60_000, "the waits are not spread: {waits:?}");
 }
 
-#[tokio::test]
-async fn grpc_check_jitters_each_denied_items_retry_after_ms() {
-    let node = TestNode::start(RULES, |c| c.retry_jitter = true).await;
+/// One gRPC Check call of `n` items for one key.
+async fn one_key_batch(node: &TestNode, n: usize) -> Vec<CheckResult> {
     let mut client = RateLimiterClient::connect(format!("http://{}", node.node().grpc_addr()))
         .await
         .expect("connect");
@@ -46,14 +42,15 @@ async fn grpc_check_jitters_each_denied_items_retry_after_ms() {
         key: "k".into(),
         ..CheckItem::default()
     };
-    let results = client
-        .check(CheckRequest {
-            items: vec![item; 21],
-        })
-        .await
-        .expect("check")
-        .into_inner()
-        .results;
+    let items = vec![item; n];
+    let results = client.check(CheckRequest { items }).await.expect("check");
+    results.into_inner().results
+}
+
+#[tokio::test]
+async fn grpc_check_jitters_each_denied_items_retry_after_ms() {
+    let node = TestNode::start(RULES, |c| c.retry_jitter = true).await;
+    let results = one_key_batch(&node, 21).await;
     assert!(results[0].allowed);
     assert_eq!(
         results[0].retry_after_ms, 0,
@@ -68,21 +65,7 @@ async fn grpc_check_jitters_each_denied_items_retry_after_ms() {
 #[tokio::test]
 async fn grpc_check_without_jitter_reports_the_bare_wait() {
     let node = TestNode::start(RULES, |_| {}).await;
-    let mut client = RateLimiterClient::connect(format!("http://{}", node.node().grpc_addr()))
-        .await
-        .expect("connect");
-    let item = CheckItem {
-        key: "k".into(),
-        ..CheckItem::default()
-    };
-    let results = client
-        .check(CheckRequest {
-            items: vec![item; 5],
-        })
-        .await
-        .expect("check")
-        .into_inner()
-        .results;
+    let results = one_key_batch(&node, 5).await;
     for r in &results[1..] {
         assert!(BASE_MS.contains(&r.retry_after_ms), "{r:?}");
     }
@@ -95,17 +78,7 @@ async fn rls_retry_after_is_jittered_in_whole_seconds() {
     let mut client = RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
         .await
         .expect("connect");
-    let request = || RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "client".into(),
-                value: "k".into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 0,
-    };
+    let request = || rls_request("edge", "k");
     let mut waits = Vec::new();
     for i in 0..21 {
         let resp = client

@@ -1,12 +1,9 @@
 //! A shaping rule (a leaky bucket with a queue) on each edge: `POST /v1/check` honours `max_delay_ms`, and Envoy RLS, which has no field for a delay, decides it as a meter.
 
 use serde_json::json;
-use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
-use weir_tests::{header_u64, parts, TestNode};
+use weir_tests::{header_u64, parts, rls_request, TestNode};
 
 /// One request per 10 s per client, up to three scheduled ahead.
 const PACED: &str = r#"
@@ -60,17 +57,7 @@ async fn rls_decides_a_shaping_rule_as_a_meter() {
     let mut client = RateLimitServiceClient::connect(format!("http://{}", node.node().grpc_addr()))
         .await
         .expect("connect");
-    let request = || RateLimitRequest {
-        domain: "edge".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "client".into(),
-                value: "k".into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 0,
-    };
+    let request = || rls_request("edge", "k");
     let ask = |c: &mut RateLimitServiceClient<_>| {
         let mut c = c.clone();
         async move { c.should_rate_limit(request()).await.unwrap().into_inner() }

@@ -234,8 +234,10 @@ mod tests {
 
     const W: u64 = 60_000_000_000;
 
-    fn heard_at(g: &GossipCounts, window: u64) -> HeardCounts {
-        g.heard(&Arc::from("r"), "k", window * W + 5, W)
+    /// (current, previous) heard for "k" in `window`.
+    fn heard_at(g: &GossipCounts, window: u64) -> (u64, u64) {
+        let h = g.heard(&Arc::from("r"), "k", window * W + 5, W);
+        (h.current, h.previous)
     }
 
     #[test]
@@ -245,10 +247,7 @@ mod tests {
         g.apply("b", &[delta(10, 4)], any, 10);
         g.apply("c", &[delta(9, 50)], any, 10);
         g.apply("d", &[delta(7, 80)], any, 10);
-        let want = HeardCounts {
-            current: 7,
-            previous: 50,
-        };
+        let want = (7, 50);
         assert_eq!(heard_at(&g, 10), want, "window 7 is too old to count");
         // A stale, smaller count from the same peer never lowers what was heard.
         g.apply("a", &[delta(10, 1)], any, 10);
@@ -259,39 +258,15 @@ mod tests {
     fn a_peers_last_window_is_still_heard_once_it_moves_on() {
         let g = GossipCounts::default();
         g.apply("a", &[delta(10, 20)], any, 10);
-        assert_eq!(
-            heard_at(&g, 11),
-            HeardCounts {
-                current: 0,
-                previous: 20
-            }
-        );
+        assert_eq!(heard_at(&g, 11), (0, 20));
         g.apply("a", &[delta(11, 2)], any, 10);
-        assert_eq!(
-            heard_at(&g, 11),
-            HeardCounts {
-                current: 2,
-                previous: 20
-            }
-        );
+        assert_eq!(heard_at(&g, 11), (2, 20));
         // The previous window's final total arriving after the new one.
         g.apply("a", &[delta(10, 25)], any, 10);
-        assert_eq!(
-            heard_at(&g, 11),
-            HeardCounts {
-                current: 2,
-                previous: 25
-            }
-        );
+        assert_eq!(heard_at(&g, 11), (2, 25));
         // Two windows on, nothing of window 10 is left.
         g.apply("a", &[delta(13, 1)], any, 10);
-        assert_eq!(
-            heard_at(&g, 13),
-            HeardCounts {
-                current: 1,
-                previous: 0
-            }
-        );
+        assert_eq!(heard_at(&g, 13), (1, 0));
     }
 
     #[test]
@@ -307,13 +282,7 @@ mod tests {
         assert_eq!(sent, [(10, 5), (11, 1)]);
         let peer = GossipCounts::default();
         peer.apply("n", &g_deltas(&sent), any, 10);
-        assert_eq!(
-            heard_at(&peer, 11),
-            HeardCounts {
-                current: 1,
-                previous: 5
-            }
-        );
+        assert_eq!(heard_at(&peer, 11), (1, 5));
     }
 
     fn g_deltas(sent: &[(u64, u64)]) -> Vec<CountDelta> {

@@ -114,6 +114,19 @@ fn validate(rules: &[Arc<Rule>]) -> Result<(), RulesError> {
     Ok(())
 }
 
+/// Refuses a rule filed under a tier it does not name.
+fn off_tier(rules: &[Arc<Rule>], tier: &TierKey) -> Result<(), RulesError> {
+    match rules.iter().find(|r| r.tier != *tier) {
+        Some(r) => Err(RuleError {
+            rule: r.name.to_string(),
+            field: "tier".into(),
+            reason: "is not the tier of the write that holds it".into(),
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
 impl RuleSet {
     /// Validates the whole set: every rule alone, then names unique and no two
     /// rules tied for the same requests. Every tier is one write at `version`.
@@ -122,13 +135,7 @@ impl RuleSet {
         let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
         validate(&rules)?;
         let writes = tiers::group(&rules, version, &Arc::from(""));
-        let index = select::Index::build(&rules);
-        Ok(RuleSet {
-            version,
-            writes,
-            rules,
-            index,
-        })
+        Ok(RuleSet::indexed(version, writes, rules))
     }
 
     /// A set from each tier's last write, as peers exchange it. Each tier's
@@ -141,14 +148,7 @@ impl RuleSet {
         let writes: tiers::Writes = writes.into_iter().collect();
         for (tier, w) in &writes {
             bounded(w.version)?;
-            if let Some(r) = w.rules.iter().find(|r| r.tier != *tier) {
-                return Err(RuleError {
-                    rule: r.name.to_string(),
-                    field: "tier".into(),
-                    reason: "is not the tier of the write that holds it".into(),
-                }
-                .into());
-            }
+            off_tier(&w.rules, tier)?;
             validate(&w.rules)?;
         }
         let top = writes.values().map(|w| w.version).max().unwrap_or(0);
@@ -160,13 +160,17 @@ impl RuleSet {
         // Holds by construction (names deduplicated, ties only within a
         // tier); checked anyway, since a set in force must be valid.
         validate(&rules)?;
+        Ok(RuleSet::indexed(version, writes, rules))
+    }
+
+    fn indexed(version: u64, writes: tiers::Writes, rules: Vec<Arc<Rule>>) -> RuleSet {
         let index = select::Index::build(&rules);
-        Ok(RuleSet {
+        RuleSet {
             version,
             writes,
             rules,
             index,
-        })
+        }
     }
 
     pub fn empty() -> RuleSet {
@@ -234,15 +238,8 @@ impl RuleSet {
                     "must be above the version of every tier it replaces",
                 ));
             }
-            if let Some(r) = rules.iter().find(|r| r.tier != tier) {
-                return Err(RuleError {
-                    rule: r.name.to_string(),
-                    field: "tier".into(),
-                    reason: "is not the tier being written".into(),
-                }
-                .into());
-            }
             let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
+            off_tier(&rules, &tier)?;
             candidate.extend(rules.iter().cloned());
             let write = TierWrite {
                 version,

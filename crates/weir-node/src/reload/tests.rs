@@ -31,14 +31,22 @@ fn state() -> NodeState {
     }
 }
 
-#[test]
-fn unchanged_content_is_not_installed_again() {
+/// A node whose rules file (in the returned directory) held `rules(limit)`
+/// and was loaded once; the text it loaded.
+fn loaded(limit: u64) -> (tempfile::TempDir, NodeState, Option<String>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     let state = state();
     let mut last = None;
-    std::fs::write(&path, rules(1)).unwrap();
+    std::fs::write(&path, rules(limit)).unwrap();
     reload(&state, &path, &mut last);
+    (dir, state, last)
+}
+
+#[test]
+fn unchanged_content_is_not_installed_again() {
+    let (dir, state, mut last) = loaded(1);
+    let path = dir.path().join("rules.toml");
     let v1 = state.engine.rules().version();
     reload(&state, &path, &mut last);
     assert_eq!(state.engine.rules().version(), v1, "same text, same set");
@@ -50,12 +58,8 @@ fn unchanged_content_is_not_installed_again() {
 
 #[test]
 fn an_edit_writes_only_the_tiers_it_changed() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, state, mut last) = loaded(1);
     let path = dir.path().join("rules.toml");
-    let state = state();
-    let mut last = None;
-    std::fs::write(&path, rules(1)).unwrap();
-    reload(&state, &path, &mut last);
     // A tier written through the config API, which the file does not hold.
     let pro = RuleSet::parse_tier_json(
         Some("pro"),
