@@ -377,20 +377,19 @@ mod tests {
             }],
         };
         assert!(a.offer(&bad).is_err());
+        // A rule naming a tier other than the write's is refused too.
+        let free = RuleSet::new(0, tier_rules("free", 7)).unwrap();
         let misfiled = WireRuleSet {
             version: 9,
             tiers: vec![TierRules {
                 tier: Some("pro".into()),
                 version: 9,
                 origin: "x".into(),
-                rules_json: to_wire(&set(7, 0)).tiers[0].rules_json.clone(),
+                rules_json: to_wire(&free).tiers[0].rules_json.clone(),
             }],
         };
-        assert!(
-            a.offer(&misfiled).is_ok(),
-            "the tier is the write's, not the JSON's"
-        );
-        assert_eq!(a.0.rules().tier(Some("pro")).count(), 1);
+        assert!(a.offer(&misfiled).is_err());
+        assert_eq!(a.0.rules().tier(Some("pro")).count(), 0);
         assert_eq!(
             (a.0.rules().tier_version(None), a.limit_of("r")),
             (1, Some(5))

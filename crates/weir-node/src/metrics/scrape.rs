@@ -118,8 +118,11 @@ impl Collector for NodeCollector {
             "New keys refused (503) because a table was at --max-keys with every key live.",
         )
         .one(&mut enc, at_ceiling.refused_full)?;
-        gauge("weir_rules_version", "Version of the rule set in force.")
-            .one(&mut enc, self.engine.rules().version())?;
+        gauge(
+            "weir_rules_version",
+            "Version of the rule set in force: the highest version of any tier's last write.",
+        )
+        .one(&mut enc, self.engine.rules().version())?;
         match self.engine.cluster() {
             Some(cluster) => encode_cluster(&mut enc, cluster),
             None => Ok(()),
