@@ -258,7 +258,10 @@ impl Gateway {
     /// Members SWIM suspects: evidence enough to stop waiting on them.
     pub fn on_suspects(&self, suspects: &[String]) {
         let now = self.local.limiter().now();
-        for id in suspects {
+        // Only members of the ring: a member already dropped can still be
+        // reported suspect by a peer with an older view, and reopening its
+        // breaker would count an outage that is over.
+        for id in suspects.iter().filter(|id| self.routing.is_member(id)) {
             self.remote.breakers().lost(id, now, "suspected by SWIM");
         }
     }

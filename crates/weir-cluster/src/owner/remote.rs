@@ -396,12 +396,18 @@ impl Remote {
                 bump(&self.stats.charges_paid, 1);
                 Some(applied)
             }
+            // Only a member still on the ring is lost: the ring may have
+            // dropped the owner while the charge was on its way.
             Reply::Failed(PeerFailure::Unreachable(why)) => {
-                self.breakers.lost(&owner.id, now, &why);
+                if self.routing.is_member(&owner.id) {
+                    self.breakers.lost(&owner.id, now, &why);
+                }
                 None
             }
             _ => {
-                self.breakers.missed(&owner.id, now);
+                if self.routing.is_member(&owner.id) {
+                    self.breakers.missed(&owner.id, now);
+                }
                 None
             }
         }
