@@ -299,6 +299,16 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         "direction",
         &direction(g.bytes_in, g.bytes_out),
     )?;
+    counter(
+        "weir_gossip_replay_dropped_total",
+        "Authentic gossip datagrams dropped as replays: stamped outside the freshness window, \
+         or seen before.",
+    )
+    .labeled(
+        enc,
+        "reason",
+        &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
+    )?;
     encode_owner_path(enc, cluster, &s)
 }
 
