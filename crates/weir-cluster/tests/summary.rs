@@ -66,7 +66,10 @@ async fn summaries_travel_over_grpc_only_with_the_cluster_secret() {
     assert_eq!(breakers.owners.len(), 1);
     assert_eq!(breakers.owners[0].owner, "node-1");
     assert_eq!(breakers.owners[0].state, BreakerState::Closed as i32);
-    assert!(peer.hot_keys.is_none(), "figures the node does not keep are absent");
+    assert!(
+        peer.hot_keys.is_none(),
+        "figures the node does not keep are absent"
+    );
 
     let mut stranger = PeerClient::connect(format!("http://{}", nodes[1].grpc()))
         .await

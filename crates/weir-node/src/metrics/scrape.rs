@@ -335,8 +335,9 @@ fn encode_owner_path(
     )?;
     counter(
         "weir_reconciled_total",
-        "Late owner admissions refunded, and admissions decided without the owner: owed, \
-         charged to it, or dropped.",
+        "Late owner admissions refunded; admissions decided without the owner: owed, \
+         charged to it, or dropped; a dead owner's recent admissions reported by this \
+         gateway, and added here to a copy that lacked them.",
     )
     .labeled(
         enc,
@@ -346,6 +347,8 @@ fn encode_owner_path(
             ("charge_owed", s.charges_owed),
             ("charge_paid", s.charges_paid),
             ("charge_dropped", s.charges_dropped),
+            ("dead_owner_reported", s.admissions_reported),
+            ("dead_owner_recovered", s.admissions_recovered),
         ],
     )?;
     counter(
