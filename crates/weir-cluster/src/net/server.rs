@@ -45,7 +45,11 @@ impl Peer for PeerService {
         r: Request<HandoffRequest>,
     ) -> Result<Response<HandoffResponse>, Status> {
         self.alive()?;
-        Ok(Response::new(self.handler.handoff(r.into_inner()).await))
+        self.handler
+            .handoff(r.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(|_| Status::unavailable("this node is leaving"))
     }
 
     async fn push_rules(
