@@ -20,6 +20,10 @@ use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 use crate::wire;
 
+/// This node is leaving the cluster and takes no counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaving;
+
 pub struct PeerHandler {
     owner: OwnerService,
     replicas: Arc<Replicas>,
@@ -63,8 +67,14 @@ impl PeerHandler {
         self.owner.decide(req).await
     }
 
-    /// Takes over counters handed to this node.
-    pub async fn handoff(&self, req: HandoffRequest) -> HandoffResponse {
+    /// Takes over counters handed to this node. A node that is leaving
+    /// refuses them (it has handed its own over already, and would lose
+    /// these): the sender keeps them and tries again once its ring has
+    /// dropped this node.
+    pub async fn handoff(&self, req: HandoffRequest) -> Result<HandoffResponse, Leaving> {
+        if self.owner.local.is_leaving() {
+            return Err(Leaving);
+        }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let counters = req.counters;
@@ -75,9 +85,9 @@ impl PeerHandler {
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
         tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
-        HandoffResponse {
+        Ok(HandoffResponse {
             accepted: absorbed.accepted,
-        }
+        })
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {

@@ -91,6 +91,10 @@ pub struct ClusterStats {
     /// Handed-over counters refused: a state that breaks its algorithm's
     /// invariants, or a new key past `--max-keys`.
     pub handoff_refused: u64,
+    /// A dead owner's recent admissions: reported by this gateway to the
+    /// keys' new owners, and added here to a copy that lacked them.
+    pub admissions_reported: u64,
+    pub admissions_recovered: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -136,6 +140,8 @@ pub struct Stats {
     pub replication_lag: Timing,
     pub sync_refused: AtomicU64,
     pub handoff_refused: AtomicU64,
+    pub admissions_reported: AtomicU64,
+    pub admissions_recovered: AtomicU64,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -181,6 +187,8 @@ impl Stats {
             replication_pending: 0,
             sync_refused: get(&self.sync_refused),
             handoff_refused: get(&self.handoff_refused),
+            admissions_reported: get(&self.admissions_reported),
+            admissions_recovered: get(&self.admissions_recovered),
         }
     }
 }

@@ -165,6 +165,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 debts: Arc::new(Debts::new(c.deny_cache_keys)),
                 replicas: p.replicas.clone(),
                 replicator: p.replicator.clone(),
+                answered: Arc::new(Default::default()),
             };
             let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
             let handoff = Handoff::new(

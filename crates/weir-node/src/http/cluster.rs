@@ -83,6 +83,8 @@ pub fn cluster_view(state: &NodeState) -> Value {
             "charges_owed": s.charges_owed,
             "charges_paid": s.charges_paid,
             "charges_dropped": s.charges_dropped,
+            "admissions_reported": s.admissions_reported,
+            "admissions_recovered": s.admissions_recovered,
             "replicated": s.replicated,
             "replication_pending": s.replication_pending,
             "replication_lag_p99_ms": ms(s.replication_lag.p99),
