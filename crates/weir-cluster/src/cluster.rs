@@ -23,6 +23,7 @@ use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::server::PeerService;
+use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
@@ -157,6 +158,12 @@ impl Cluster {
         // the others nothing is marked and the loop stays asleep.
         let replicator = Arc::new(Replicator::new(config.replicas > 1));
         let peers = Arc::new(Batchers::new(ctx, config.batch));
+        let lessor = Arc::new(Lessor::new(
+            config.hot_key_rate,
+            local.clone(),
+            replicator.clone(),
+            stats.clone(),
+        ));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -166,6 +173,7 @@ impl Cluster {
             stats: stats.clone(),
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor: lessor.clone(),
         });
         let on_rules = {
             let s = strategy.clone();
@@ -187,6 +195,7 @@ impl Cluster {
             deadline: config.owner_deadline,
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor,
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

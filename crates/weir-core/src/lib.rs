@@ -29,5 +29,5 @@ pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Absorb, Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict};
-pub use rules::{By, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use rules::{By, Hot, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
 pub use store::{AbsorbError, StoreCounts};

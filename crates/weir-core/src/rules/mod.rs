@@ -1,5 +1,6 @@
 //! The rule model (DESIGN section 3): which limits a request meets.
 
+mod hot;
 mod parse;
 mod pattern;
 mod select;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
 pub use select::{Selected, Selection};
 
@@ -47,6 +49,12 @@ pub struct Rule {
     pub burst: Option<u64>,
     pub queue: Option<u64>,
     pub shadow: bool,
+    /// What the owner strategy does with this rule's hot keys.
+    pub hot: Hot,
+    /// For a sub-counter of a sharded rule, the rule it is part of. Such
+    /// rules are derived from their base when a set is built: never
+    /// selected, listed or written out themselves.
+    pub shard_of: Option<Arc<str>>,
     pub policy: Policy,
 }
 
@@ -75,6 +83,12 @@ impl Rule {
             m.insert("queue".into(), q.into());
         }
         m.insert("shadow".into(), self.shadow.into());
+        if self.hot != Hot::default_for(self.algorithm, self.queue) {
+            m.insert("hot".into(), self.hot.as_str().into());
+        }
+        if let Hot::Shard(k) = self.hot {
+            m.insert("shards".into(), k.into());
+        }
         serde_json::Value::Object(m)
     }
 
@@ -97,6 +111,9 @@ impl Rule {
             burst: None,
             queue: None,
             shadow: false,
+            // Carried limits are decided at their owner only.
+            hot: Hot::Off,
+            shard_of: None,
             policy,
         })
     }
@@ -190,7 +207,10 @@ impl RuleSet {
     /// rules tied for the same requests.
     pub fn new(version: u64, rules: Vec<Rule>) -> Result<RuleSet, RulesError> {
         bounded(version)?;
-        let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
+        // Sub-counters are rebuilt from their base rules, never taken as given.
+        let rules: Vec<Rule> = rules.into_iter().filter(|r| r.shard_of.is_none()).collect();
+        let shards: Vec<Rule> = rules.iter().flat_map(hot::shards_of).collect();
+        let rules: Vec<Arc<Rule>> = rules.into_iter().chain(shards).map(Arc::new).collect();
         for (i, r) in rules.iter().enumerate() {
             if rules[..i].iter().any(|o| o.name == r.name) {
                 return Err(RuleError {
@@ -235,7 +255,7 @@ impl RuleSet {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "version": self.version,
-            "rules": self.rules.iter().map(|r| r.to_json()).collect::<Vec<_>>(),
+            "rules": self.written().map(|r| r.to_json()).collect::<Vec<_>>(),
         })
     }
 
@@ -248,8 +268,7 @@ impl RuleSet {
         version: u64,
     ) -> Result<RuleSet, RulesError> {
         let kept = self
-            .rules
-            .iter()
+            .written()
             .filter(|r| r.tier.as_deref() != tier)
             .map(|r| (**r).clone());
         RuleSet::new(version, kept.chain(rules).collect())
@@ -278,12 +297,18 @@ impl RuleSet {
         self.version
     }
 
+    /// Every rule with a counter, sub-counters of sharded rules included.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules
     }
 
+    /// The rules as written: without the sub-counters derived from them.
+    pub fn written(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.rules.iter().filter(|r| r.shard_of.is_none())
+    }
+
     pub fn tier<'a>(&'a self, tier: Option<&'a str>) -> impl Iterator<Item = &'a Arc<Rule>> + 'a {
-        self.rules.iter().filter(move |r| r.tier.as_deref() == tier)
+        self.written().filter(move |r| r.tier.as_deref() == tier)
     }
 
     pub fn get(&self, name: &str) -> Option<(usize, &Arc<Rule>)> {
