@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
-    Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
+    Breaker, BreakerState, Breakers, DecideRequest, HotKey, HotKeys, DecideResponse, FallbackSummary,
     HandoffRequest, HandoffResponse, MembersResponse, NodeSummary, PushRulesResponse,
     ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest,
     SyncResponse,
@@ -19,6 +19,9 @@ use crate::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 use crate::wire;
+
+/// Hot keys a summary carries.
+const SUMMARY_HOT_KEYS: usize = 10;
 
 pub struct PeerHandler {
     owner: OwnerService,
@@ -133,6 +136,24 @@ impl PeerHandler {
         }
     }
 
+    /// The hottest keys this node owns, over the last whole second.
+    fn hot_keys(&self) -> HotKeys {
+        let now = self.limiter.now();
+        let keys = self
+            .owner
+            .lessor
+            .hot
+            .top(SUMMARY_HOT_KEYS, now)
+            .into_iter()
+            .map(|h| HotKey {
+                rule: h.rule.to_string(),
+                key: h.key.to_string(),
+                checks: h.checks,
+            })
+            .collect();
+        HotKeys { keys }
+    }
+
     /// This node's breaker for every other member of its ring.
     fn breakers(&self) -> Breakers {
         let me = self.membership.identity().id;
@@ -183,9 +204,7 @@ impl PeerHandler {
                 .unwrap_or_default(),
             replica_decisions: owner.then_some(stats.replica_decisions),
             breakers: owner.then(|| self.breakers()),
-            // Heavy hitters are not kept yet: absent is shown as "not
-            // known", never as zero.
-            hot_keys: None,
+            hot_keys: owner.then(|| self.hot_keys()),
         }
     }
 }
