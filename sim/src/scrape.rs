@@ -108,8 +108,8 @@ fn is_peer_series(name: &str) -> bool {
         "weir_handoffs_",
         "weir_forwarded_ops_",
     ]
-        .iter()
-        .any(|p| name.starts_with(p))
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// SWIM's own datagrams: membership, not a strategy's data path.

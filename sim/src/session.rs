@@ -325,7 +325,9 @@ fn whale_messages(plan: &Plan, r: &mut RunResult) {
     let checks = r.figures.get("whale_checks").unwrap_or(0.0).max(1.0);
     let per = ops / checks;
     r.figures.set("whale_ops_per_check", per);
-    r.figures.note.push_str(&format!("; {per:.3} ops/whale check"));
+    r.figures
+        .note
+        .push_str(&format!("; {per:.3} ops/whale check"));
     if let Some(share) = r.figures.get("busiest_node_cpu_share") {
         r.figures
             .note

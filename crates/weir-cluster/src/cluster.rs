@@ -80,6 +80,9 @@ struct Inner {
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
     stopped: AtomicBool,
+    /// Set when the member is killed: its peer service then answers
+    /// nothing, even on connections still open, as a dead process.
+    killed: Arc<AtomicBool>,
 }
 
 /// A running cluster member. Dropping it stops its tasks without a goodbye.
@@ -228,6 +231,7 @@ impl Cluster {
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            killed: Arc::new(AtomicBool::new(false)),
         });
         let c = &inner.config;
         let mut tasks = vec![
@@ -379,7 +383,8 @@ impl Cluster {
             self.inner.config.insecure_open,
             self.inner.stats.clone(),
         );
-        let server = PeerServer::new(PeerService::new(self.inner.handler.clone()))
+        let service = PeerService::new(self.inner.handler.clone(), self.inner.killed.clone());
+        let server = PeerServer::new(service)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         InterceptedService::new(server, auth)
@@ -425,6 +430,7 @@ impl Cluster {
     /// Stops everything at once with no goodbye, as a crash would: peers
     /// find out through failure detection. For tests.
     pub fn kill(&self) {
+        self.inner.killed.store(true, Ordering::SeqCst);
         self.inner.stop();
         self.inner.membership.abort();
     }

@@ -4,10 +4,10 @@ use std::sync::{Arc, OnceLock};
 
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
-    Breaker, BreakerState, Breakers, DecideRequest, HotKey, HotKeys, DecideResponse, FallbackSummary,
-    HandoffRequest, HandoffResponse, MembersResponse, NodeSummary, PushRulesResponse,
-    ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest,
-    SyncResponse,
+    Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
+    HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::owner::handoff;
@@ -22,6 +22,9 @@ use crate::wire;
 
 /// Hot keys a summary carries.
 const SUMMARY_HOT_KEYS: usize = 10;
+/// This node is leaving the cluster and takes no counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaving;
 
 pub struct PeerHandler {
     owner: OwnerService,
@@ -66,8 +69,14 @@ impl PeerHandler {
         self.owner.decide(req).await
     }
 
-    /// Takes over counters handed to this node.
-    pub async fn handoff(&self, req: HandoffRequest) -> HandoffResponse {
+    /// Takes over counters handed to this node. A node that is leaving
+    /// refuses them (it has handed its own over already, and would lose
+    /// these): the sender keeps them and tries again once its ring has
+    /// dropped this node.
+    pub async fn handoff(&self, req: HandoffRequest) -> Result<HandoffResponse, Leaving> {
+        if self.owner.local.is_leaving() {
+            return Err(Leaving);
+        }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let counters = req.counters;
@@ -78,9 +87,9 @@ impl PeerHandler {
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
         tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
-        HandoffResponse {
+        Ok(HandoffResponse {
             accepted: absorbed.accepted,
-        }
+        })
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {

@@ -106,6 +106,10 @@ pub struct ClusterStats {
     pub tier_decisions: u64,
     /// Fallback admissions refused because the node-wide cap was spent.
     pub fallback_capped: u64,
+    /// A dead owner's recent admissions: reported by this gateway to the
+    /// keys' new owners, and added here to a copy that lacked them.
+    pub admissions_reported: u64,
+    pub admissions_recovered: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -160,6 +164,8 @@ pub struct Stats {
     pub fallback_capped: AtomicU64,
     /// Ops forwarded to other nodes, by rule (bounded by the rules in force).
     pub forwarded: DashMap<Arc<str>, AtomicU64, foldhash::fast::RandomState>,
+    pub admissions_reported: AtomicU64,
+    pub admissions_recovered: AtomicU64,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -212,6 +218,8 @@ impl Stats {
             lease_units_returned: get(&self.lease_units_returned),
             tier_decisions: get(&self.tier_decisions),
             fallback_capped: get(&self.fallback_capped),
+            admissions_reported: get(&self.admissions_reported),
+            admissions_recovered: get(&self.admissions_recovered),
         }
     }
 

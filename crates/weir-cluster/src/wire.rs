@@ -89,6 +89,15 @@ pub fn lease(rule: &str, hash_part: &str, used: u64) -> CounterOp {
     }
 }
 
+/// `dead` admitted `cost` at `at` (its clock) for the sender: for the
+/// key's new owner, which adds it unless its copy already holds it.
+pub fn admitted(rule: &str, hash_part: &str, cost: u64, at: Nanos, dead: &str) -> CounterOp {
+    CounterOp {
+        at,
+        ..stand_in(charge(rule, hash_part, cost), dead)
+    }
+}
+
 /// Gives back `cost` consumed by a decision the owner took at `at`.
 pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
     CounterOp {

@@ -85,7 +85,12 @@ fn plan(p: &Params, variant: &str, rule: RuleSpec) -> Plan {
         } else {
             (cold[rng.random_range(0..cold.len())], 1)
         };
-        plan.push(Duration::from_secs_f64(t), any_node(&mut rng, p.nodes), key, rule);
+        plan.push(
+            Duration::from_secs_f64(t),
+            any_node(&mut rng, p.nodes),
+            key,
+            rule,
+        );
     }
     plan.finish()
 }
@@ -114,7 +119,10 @@ pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let mut f = Figures::default();
     f.set("whale_over_pct_of_l", over);
     f.set("whale_under_pct_of_l", under);
-    f.set("whale_checks", records.iter().filter(|x| x.key == 0).count() as f64);
+    f.set(
+        "whale_checks",
+        records.iter().filter(|x| x.key == 0).count() as f64,
+    );
     f.set("hot_p99_ms", hot);
     f.set("cold_p99_ms", cold);
     f.note = format!(

@@ -224,7 +224,7 @@ proptest! {
             .collect();
         let sent: Vec<(String, String)> = counters.iter().map(|c: &CounterState| (c.rule.clone(), c.key.clone())).collect();
         let req = HandoffRequest { counters, from_node: "peer".into() };
-        n.within(handler.handoff(req));
+        let _ = n.within(handler.handoff(req));
         // Every state taken decides like one this node made: within bounds
         // now, and free again once three windows have passed. A state that
         // claimed a far-future time would hold its key for good.

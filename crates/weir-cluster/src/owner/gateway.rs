@@ -280,20 +280,20 @@ impl Gateway {
             self.remote.fallback().rebuild(rules, ring.len());
         }
         let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
+        for gone in old.members().iter().filter(|m| !is_member(&m.id)) {
+            if gone.id != self.routing.me() {
+                self.remote.report_lost(&gone.id, old);
+            }
+        }
         let now = self.local.limiter().now();
         self.remote.breakers().retain_members(is_member, now);
         self.remote.peers.retain(&is_member);
     }
 
-    /// Members SWIM suspects: evidence enough to stop waiting on them.
+    /// Members SWIM suspects: a shorter silence from them is enough to
+    /// take them for lost.
     pub fn on_suspects(&self, suspects: &[String]) {
-        let now = self.local.limiter().now();
-        // Only members of the ring: a member already dropped can still be
-        // reported suspect by a peer with an older view, and reopening its
-        // breaker would count an outage that is over.
-        for id in suspects.iter().filter(|id| self.routing.is_member(id)) {
-            self.remote.breakers().lost(id, now, "suspected by SWIM");
-        }
+        self.remote.breakers().suspect(suspects);
     }
 
     /// Periodic chores: expired denials, idle fallback keys, breakers of

@@ -1,5 +1,6 @@
 //! The owner protocol: a check's limits decided by their keys' owners, with a deny cache, a breaker per owner, replicas, and an owner-failure policy.
 
+pub mod answered;
 pub mod breaker;
 pub mod cap;
 pub mod debts;

@@ -92,7 +92,18 @@ impl OwnerService {
             return Some(wire::error_to_wire(&empty));
         }
         if !op.stand_in_for.is_empty() {
-            return Some(self.stand_in(op));
+            return Some(self.stand_in(op, &op.stand_in_for));
+        }
+        // A gateway whose ring dropped the owner before ours did sends the
+        // key here as its new owner: it is decided on the copy, which has
+        // the owner's counts, until this node's ring promotes it.
+        if op.carried.is_none() && matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
+            let ring = self.routing.ring();
+            if let Some(owner) = ring.owner_id(&op.key).filter(|o| *o != self.routing.me()) {
+                if self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(owner) {
+                    return Some(self.stand_in(op, owner));
+                }
+            }
         }
         let rule: Arc<str> = Arc::from(op.rule.as_str());
         let consumed = match op.kind() {
@@ -175,16 +186,26 @@ impl OwnerService {
 
     /// An op sent here because the key's owner cannot be reached from its
     /// gateway: decided on this node's copy of the owner's counts.
-    fn stand_in(&self, op: &CounterOp) -> OpResult {
-        let owner = &op.stand_in_for;
+    fn stand_in(&self, op: &CounterOp, owner: &str) -> OpResult {
         match op.kind() {
             OpKind::Refund => {
                 self.replicas.refund(&op.rule, &op.key, op.at, op.cost);
                 wire::refunded()
             }
-            // Charges and leases are the owner's, never a copy's.
-            OpKind::Charge | OpKind::Lease => {
-                wire::not_owner("only the key's owner charges and leases")
+            // Leases are the owner's, never a copy's.
+            OpKind::Lease => wire::not_owner("only the key's owner leases"),
+            // A dead owner's admission, reported by a gateway it answered.
+            OpKind::Charge => {
+                let limiter = self.local.limiter();
+                if self
+                    .replicas
+                    .admitted_by(owner, &op.rule, &op.key, op.cost, op.at, limiter)
+                {
+                    bump(&self.stats.admissions_recovered, 1);
+                    self.replicator
+                        .mark(&Arc::from(op.rule.as_str()), &op.key, limiter.now());
+                }
+                wire::refunded()
             }
             OpKind::Consume => match wire::carried_rule(op) {
                 // Carried limits have no copies: the owner's count is the

@@ -177,6 +177,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 replicator: p.replicator.clone(),
                 leases: Arc::new(Leases::default()),
                 lessor: p.lessor.clone(),
+                answered: Arc::new(Default::default()),
             };
             let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
             let handoff = Handoff::new(

@@ -90,6 +90,8 @@ fn stats_view(s: &weir_cluster::ClusterStats) -> Value {
         ("charges_owed", json!(s.charges_owed)),
         ("charges_paid", json!(s.charges_paid)),
         ("charges_dropped", json!(s.charges_dropped)),
+        ("admissions_reported", json!(s.admissions_reported)),
+        ("admissions_recovered", json!(s.admissions_recovered)),
         ("replicated", json!(s.replicated)),
         ("replication_pending", json!(s.replication_pending)),
         ("replication_lag_p99_ms", json!(ms(s.replication_lag.p99))),

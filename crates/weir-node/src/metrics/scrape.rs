@@ -299,6 +299,16 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         "direction",
         &direction(g.bytes_in, g.bytes_out),
     )?;
+    counter(
+        "weir_gossip_replay_dropped_total",
+        "Authentic gossip datagrams dropped as replays: stamped outside the freshness window, \
+         or seen before.",
+    )
+    .labeled(
+        enc,
+        "reason",
+        &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
+    )?;
     encode_owner_path(enc, cluster, &s)?;
     encode_hot(enc, cluster, &s)
 }
@@ -392,8 +402,9 @@ fn encode_owner_path(
     )?;
     counter(
         "weir_reconciled_total",
-        "Late owner admissions refunded, and admissions decided without the owner: owed, \
-         charged to it, or dropped.",
+        "Late owner admissions refunded; admissions decided without the owner: owed, \
+         charged to it, or dropped; a dead owner's recent admissions reported by this \
+         gateway, and added here to a copy that lacked them.",
     )
     .labeled(
         enc,
@@ -403,6 +414,8 @@ fn encode_owner_path(
             ("charge_owed", s.charges_owed),
             ("charge_paid", s.charges_paid),
             ("charge_dropped", s.charges_dropped),
+            ("dead_owner_reported", s.admissions_reported),
+            ("dead_owner_recovered", s.admissions_recovered),
         ],
     )?;
     counter(
