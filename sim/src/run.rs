@@ -63,6 +63,7 @@ pub fn all_rules() -> String {
         Workload::HotKey,
         Workload::RetryStorm,
         Workload::Fault,
+        Workload::Whale,
     ]
     .into_iter()
     .flat_map(Workload::rules)

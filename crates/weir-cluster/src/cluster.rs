@@ -23,6 +23,8 @@ use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::server::PeerService;
+use crate::owner::hot::HotKey;
+use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
@@ -73,6 +75,7 @@ struct Inner {
     link: Arc<dyn Link>,
     stats: Arc<Stats>,
     replicator: Arc<Replicator>,
+    lessor: Arc<Lessor>,
     token: Option<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -160,6 +163,12 @@ impl Cluster {
         // the others nothing is marked and the loop stays asleep.
         let replicator = Arc::new(Replicator::new(config.replicas > 1));
         let peers = Arc::new(Batchers::new(ctx, config.batch));
+        let lessor = Arc::new(Lessor::new(
+            config.hot_key_rate,
+            local.clone(),
+            replicator.clone(),
+            stats.clone(),
+        ));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -169,6 +178,7 @@ impl Cluster {
             stats: stats.clone(),
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor: lessor.clone(),
         });
         let on_rules = {
             let s = strategy.clone();
@@ -190,6 +200,7 @@ impl Cluster {
             deadline: config.owner_deadline,
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor: lessor.clone(),
         };
         let handler = Arc::new(PeerHandler::new(
             owner,
@@ -215,6 +226,7 @@ impl Cluster {
             link: t.link,
             stats,
             replicator: replicator.clone(),
+            lessor,
             token,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
@@ -331,6 +343,18 @@ impl Cluster {
     /// tag among them).
     pub fn gossip_stats(&self) -> MembershipStats {
         self.inner.membership.stats()
+    }
+
+    /// The hottest keys this node owns, over the last whole second, at
+    /// most `n`; and the rate from which a key is hot.
+    pub fn hot_keys(&self, n: usize) -> (Vec<HotKey>, u64) {
+        let hot = &self.inner.lessor.hot;
+        (hot.top(n, self.inner.limiter.now()), hot.threshold())
+    }
+
+    /// Ops sent to other nodes since start, by rule.
+    pub fn forwarded_by_rule(&self) -> Vec<(Arc<str>, u64)> {
+        self.inner.stats.forwarded_by_rule()
     }
 
     pub fn stats(&self) -> ClusterStats {

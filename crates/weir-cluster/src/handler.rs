@@ -5,9 +5,9 @@ use std::sync::{Arc, OnceLock};
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
     Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
-    HandoffRequest, HandoffResponse, MembersResponse, NodeSummary, PushRulesResponse,
-    ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest,
-    SyncResponse,
+    HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::owner::handoff;
@@ -20,6 +20,8 @@ use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 use crate::wire;
 
+/// Hot keys a summary carries.
+const SUMMARY_HOT_KEYS: usize = 10;
 /// This node is leaving the cluster and takes no counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Leaving;
@@ -143,6 +145,24 @@ impl PeerHandler {
         }
     }
 
+    /// The hottest keys this node owns, over the last whole second.
+    fn hot_keys(&self) -> HotKeys {
+        let now = self.limiter.now();
+        let keys = self
+            .owner
+            .lessor
+            .hot
+            .top(SUMMARY_HOT_KEYS, now)
+            .into_iter()
+            .map(|h| HotKey {
+                rule: h.rule.to_string(),
+                key: h.key.to_string(),
+                checks: h.checks,
+            })
+            .collect();
+        HotKeys { keys }
+    }
+
     /// This node's breaker for every other member of its ring.
     fn breakers(&self) -> Breakers {
         let me = self.membership.identity().id;
@@ -193,9 +213,7 @@ impl PeerHandler {
                 .unwrap_or_default(),
             replica_decisions: owner.then_some(stats.replica_decisions),
             breakers: owner.then(|| self.breakers()),
-            // Heavy hitters are not kept yet: absent is shown as "not
-            // known", never as zero.
-            hot_keys: None,
+            hot_keys: owner.then(|| self.hot_keys()),
         }
     }
 }

@@ -77,6 +77,18 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
     }
 }
 
+/// Asks a hot key's owner for the next lease, telling it the `used` units
+/// decided from leases since the last ask (the traffic it no longer sees).
+pub fn lease(rule: &str, hash_part: &str, used: u64) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        cost: used,
+        kind: OpKind::Lease as i32,
+        ..CounterOp::default()
+    }
+}
+
 /// `dead` admitted `cost` at `at` (its clock) for the sender: for the
 /// key's new owner, which adds it unless its copy already holds it.
 pub fn admitted(rule: &str, hash_part: &str, cost: u64, at: Nanos, dead: &str) -> CounterOp {
@@ -111,6 +123,7 @@ pub fn carried_rule(op: &CounterOp) -> Option<Result<Rule, CheckError>> {
 pub fn decided(d: &Decision) -> OpResult {
     OpResult {
         outcome: Some(Outcome::Decision(decision_to_wire(d))),
+        lease: None,
     }
 }
 
@@ -121,6 +134,7 @@ pub fn refunded() -> OpResult {
             allowed: true,
             ..WireDecision::default()
         })),
+        lease: None,
     }
 }
 
@@ -136,6 +150,7 @@ fn refusal(code: PeerErrorCode, field: &str, message: String) -> OpResult {
             field: field.to_string(),
             message,
         })),
+        lease: None,
     }
 }
 

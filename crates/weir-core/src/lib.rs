@@ -30,6 +30,6 @@ pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Applied, Limiter, LimiterConfig, Placed, Verdict};
-pub use rules::{By, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use rules::{By, Hot, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
 pub use snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 pub use store::{AbsorbError, StoreCounts};

@@ -252,18 +252,21 @@ impl Limiter {
         self.decide_selected(&t, &sel, req)
     }
 
-    /// Like [`Limiter::check`], but only when every selected limit's hash
-    /// part is placed on this process (`here` says which are). Otherwise
-    /// nothing is consumed and the selection is handed back, so a cluster
-    /// can take it to the owners without selecting again.
+    /// Like [`Limiter::check`], but only when every selected limit is
+    /// placed on this process (`here` says which rule and hash part are).
+    /// Otherwise nothing is consumed and the selection is handed back, so a
+    /// cluster can take it to the owners without selecting again.
     pub fn check_placed(
         &self,
         req: &CheckRequest,
-        here: impl Fn(&str) -> bool,
+        here: impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        if !sel.iter().all(|s| here(&s.hash_part)) {
+        if !sel
+            .iter()
+            .all(|s| here(&t.rules.rules()[s.rule], &s.hash_part))
+        {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
         self.decide_selected(&t, &sel, req).map(Placed::Decided)
@@ -353,6 +356,16 @@ impl Limiter {
         let c = self.counters(rule)?;
         c.charge(hash_part, self.clock.now(), cost)
             .map_err(|_| store_full(rule, self.config.max_keys_per_rule))
+    }
+
+    /// The budget (rule, key) has left now, without spending any: what a
+    /// check of cost 1 would leave, plus that 1. None when the rule is
+    /// unknown; a key never seen has the whole limit.
+    pub fn remaining(&self, rule: &str, hash_part: &str) -> Option<u64> {
+        let c = self.counters(rule).ok()?;
+        let mut state = c.get(hash_part).unwrap_or_else(|| c.policy().fresh());
+        let d = c.policy().decide(&mut state, self.clock.now(), 1)?;
+        Some(if d.allowed { d.remaining + 1 } else { 0 })
     }
 
     /// One key's counter, copied; None when the rule or the key is unknown.

@@ -22,6 +22,8 @@ use super::answered::Answered;
 use super::breaker::Breakers;
 use super::debts::{Charge, Debts};
 use super::fallback::{Fallback, Substitute};
+use super::lease::Lessor;
+use super::leased::Leases;
 use super::local::Local;
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
 use super::replica::Replicas;
@@ -43,6 +45,10 @@ pub enum Via {
         owner: String,
     },
     Substitute(Substitute),
+    /// This gateway, from a lease its owner granted.
+    Lease,
+    /// This gateway alone against L/N: a `hot = "local"` rule.
+    Tier,
 }
 
 pub struct Remote {
@@ -56,6 +62,10 @@ pub struct Remote {
     pub debts: Arc<Debts>,
     pub replicas: Arc<Replicas>,
     pub replicator: Arc<Replicator>,
+    /// Leases this gateway holds for hot keys of other owners.
+    pub leases: Arc<Leases>,
+    /// Hot keys this node owns, and the leases it grants on them.
+    pub lessor: Arc<Lessor>,
     /// What each owner admitted for this gateway lately, for its keys' new
     /// owners should it die.
     pub answered: Arc<Answered>,
@@ -68,11 +78,11 @@ struct Target<'a> {
 }
 
 impl Remote {
-    fn limiter(&self) -> &Limiter {
+    pub(super) fn limiter(&self) -> &Limiter {
         self.local.limiter()
     }
 
-    fn now(&self) -> Nanos {
+    pub(super) fn now(&self) -> Nanos {
         self.limiter().now()
     }
 
@@ -132,9 +142,13 @@ impl Remote {
             op = wire::stand_in(op, owner);
         }
         let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
+        self.stats.forwarded(&rule.name);
         match self.peers.decide(target.node, op, self.deadline).await {
-            Reply::Answered(result) => {
+            Reply::Answered(mut result) => {
                 self.breakers.answered(id, now);
+                if let (Some(lease), None) = (result.lease.take(), target.stand_in_for) {
+                    self.take_lease(&rule.name, hash_part, &target.node.id, &lease, now);
+                }
                 match wire::answer(result, rule, cost) {
                     Answer::Decided(d) => {
                         self.fallback.learn(&rule.name, hash_part, &d);
@@ -305,6 +319,8 @@ impl Remote {
                 let _ = self.peers.decide(holder, op, self.deadline).await;
             }
             Via::Substitute(how) => self.fallback.refund(*how, name, hash_part, d.at, cost),
+            Via::Lease => self.leases.give_back(name, hash_part, cost),
+            Via::Tier => self.fallback.tier_refund(name, hash_part, d.at, cost),
         }
     }
 

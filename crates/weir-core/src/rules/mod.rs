@@ -1,5 +1,6 @@
 //! The rule model (DESIGN section 3): which limits a request meets.
 
+mod hot;
 mod parse;
 mod pattern;
 mod rule;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
 pub use rule::{format_duration, By, Rule};
 pub use select::{Selected, Selection};
@@ -132,7 +134,12 @@ impl RuleSet {
     /// rules tied for the same requests. Every tier is one write at `version`.
     pub fn new(version: u64, rules: Vec<Rule>) -> Result<RuleSet, RulesError> {
         bounded(version)?;
-        let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
+        // Sub-counters are rebuilt from their base rules, never taken as given.
+        let rules: Vec<Arc<Rule>> = rules
+            .into_iter()
+            .filter(|r| r.shard_of.is_none())
+            .map(Arc::new)
+            .collect();
         validate(&rules)?;
         let writes = tiers::group(&rules, version, &Arc::from(""));
         Ok(RuleSet::indexed(version, writes, rules))
@@ -163,7 +170,15 @@ impl RuleSet {
         Ok(RuleSet::indexed(version, writes, rules))
     }
 
+    /// `rules` are the written rules in force; the sub-counters of the
+    /// sharded ones are derived here, so every set carries them alike.
     fn indexed(version: u64, writes: tiers::Writes, rules: Vec<Arc<Rule>>) -> RuleSet {
+        let shards: Vec<Arc<Rule>> = rules
+            .iter()
+            .flat_map(|r| hot::shards_of(r))
+            .map(Arc::new)
+            .collect();
+        let rules: Vec<Arc<Rule>> = rules.into_iter().chain(shards).collect();
         let index = select::Index::build(&rules);
         RuleSet {
             version,
@@ -199,7 +214,7 @@ impl RuleSet {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "version": self.version,
-            "rules": self.rules.iter().map(|r| r.to_json()).collect::<Vec<_>>(),
+            "rules": self.written().map(|r| r.to_json()).collect::<Vec<_>>(),
         })
     }
 
@@ -227,8 +242,7 @@ impl RuleSet {
         bounded(version)?;
         let mut writes = self.writes.clone();
         let mut candidate: Vec<Arc<Rule>> = self
-            .rules
-            .iter()
+            .written()
             .filter(|r| !changes.iter().any(|(t, _)| *t == r.tier))
             .cloned()
             .collect();
@@ -347,18 +361,24 @@ impl RuleSet {
         self.writes
             .values()
             .flat_map(|w| w.rules.iter())
-            .filter(|r| !self.rules.iter().any(|f| Arc::ptr_eq(f, r)))
+            .filter(|r| !self.written().any(|f| Arc::ptr_eq(f, r)))
             .cloned()
             .collect()
     }
 
+    /// Every rule with a counter, sub-counters of sharded rules included.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules
     }
 
+    /// The rules in force as written: without the sub-counters derived from them.
+    pub fn written(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.rules.iter().filter(|r| r.shard_of.is_none())
+    }
+
     /// The rules of `tier` in force.
     pub fn tier<'a>(&'a self, tier: Option<&'a str>) -> impl Iterator<Item = &'a Arc<Rule>> + 'a {
-        self.rules.iter().filter(move |r| r.tier.as_deref() == tier)
+        self.written().filter(move |r| r.tier.as_deref() == tier)
     }
 
     pub fn get(&self, name: &str) -> Option<(usize, &Arc<Rule>)> {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::RoutePattern;
+use super::{Hot, RoutePattern};
 use crate::algorithm::{AlgorithmKind, ParamError, Policy};
 
 /// Which request attribute a rule's counter is keyed on.
@@ -38,6 +38,12 @@ pub struct Rule {
     pub burst: Option<u64>,
     pub queue: Option<u64>,
     pub shadow: bool,
+    /// What the owner strategy does with this rule's hot keys.
+    pub hot: Hot,
+    /// For a sub-counter of a sharded rule, the rule it is part of. Such
+    /// rules are derived from their base when a set is built: never
+    /// selected, listed or written out themselves.
+    pub shard_of: Option<Arc<str>>,
     pub policy: Policy,
 }
 
@@ -66,6 +72,12 @@ impl Rule {
             m.insert("queue".into(), q.into());
         }
         m.insert("shadow".into(), self.shadow.into());
+        if self.hot != Hot::default_for(self.algorithm, self.queue) {
+            m.insert("hot".into(), self.hot.as_str().into());
+        }
+        if let Hot::Shard(k) = self.hot {
+            m.insert("shards".into(), k.into());
+        }
         serde_json::Value::Object(m)
     }
 
@@ -88,6 +100,9 @@ impl Rule {
             burst: None,
             queue: None,
             shadow: false,
+            // Carried limits are decided at their owner only.
+            hot: Hot::Off,
+            shard_of: None,
             policy,
         })
     }
