@@ -352,9 +352,18 @@ impl Cluster {
         (hot.top(n, self.inner.limiter.now()), hot.threshold())
     }
 
-    /// Ops sent to other nodes since start, by rule.
+    /// Ops sent to other nodes since start, by rule: every rule in force
+    /// (0 when none went out, so a rule's series exists from the start),
+    /// and any rule since removed that did send some.
     pub fn forwarded_by_rule(&self) -> Vec<(Arc<str>, u64)> {
-        self.inner.stats.forwarded_by_rule()
+        let mut sent = self.inner.stats.forwarded_by_rule();
+        for rule in self.inner.limiter.rules().rules() {
+            if !sent.iter().any(|(name, _)| *name == rule.name) {
+                sent.push((rule.name.clone(), 0));
+            }
+        }
+        sent.sort();
+        sent
     }
 
     pub fn stats(&self) -> ClusterStats {

@@ -66,10 +66,9 @@ async fn summaries_travel_over_grpc_only_with_the_cluster_secret() {
     assert_eq!(breakers.owners.len(), 1);
     assert_eq!(breakers.owners[0].owner, "node-1");
     assert_eq!(breakers.owners[0].state, BreakerState::Closed as i32);
-    assert!(
-        peer.hot_keys.is_none(),
-        "figures the node does not keep are absent"
-    );
+    // And its hot keys: none yet, since no key has been checked.
+    let hot = peer.hot_keys.as_ref().expect("an owner node's hot keys");
+    assert!(hot.keys.is_empty(), "no key is hot: {hot:?}");
 
     let mut stranger = PeerClient::connect(format!("http://{}", nodes[1].grpc()))
         .await

@@ -324,15 +324,18 @@ fn encode_hot(
     s: &weir_cluster::ClusterStats,
 ) -> fmt::Result {
     let (top, _) = cluster.hot_keys(HOT_RANKS);
-    let ranks: Vec<String> = (1..=top.len()).map(|r| r.to_string()).collect();
     let family = gauge(
         "weir_hot_key_checks",
         "Checks in the last whole second of this owner's hottest keys, by rank (1 is the \
-         hottest; GET /v1/hot names them).",
+         hottest; GET /v1/hot names them; 0 for a rank no key holds).",
     );
     let mut m = family.descriptor(enc)?;
-    for (k, rank) in top.iter().zip(&ranks) {
-        ConstGauge::new(k.checks).encode(m.encode_family(&[("rank", rank.as_str())])?)?;
+    // Every rank always, so a series neither appears nor vanishes as keys
+    // cool: a rank no key holds reads 0.
+    for rank in 1..=HOT_RANKS {
+        let checks = top.get(rank - 1).map_or(0, |k| k.checks);
+        let rank = rank.to_string();
+        ConstGauge::new(checks).encode(m.encode_family(&[("rank", rank.as_str())])?)?;
     }
     counter(
         "weir_leases_total",
