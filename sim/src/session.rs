@@ -316,12 +316,16 @@ impl Session {
 /// busiest node's share of the CPU, in the row's note.
 fn whale_messages(plan: &Plan, r: &mut RunResult) {
     let rule = &plan.rules[0].name;
-    let ops = r
+    // A sharded rule's ops go out under its sub-counters' names (`rule#i`).
+    let whole = format!("weir_forwarded_ops_total{{rule=\"{rule}\"}}");
+    let part = format!("weir_forwarded_ops_total{{rule=\"{rule}#");
+    let ops: f64 = r
         .peer
         .series
-        .get(&format!("weir_forwarded_ops_total{{rule=\"{rule}\"}}"))
-        .copied()
-        .unwrap_or(0.0);
+        .iter()
+        .filter(|(name, _)| **name == whole || name.starts_with(&part))
+        .map(|(_, v)| v)
+        .sum();
     let checks = r.figures.get("whale_checks").unwrap_or(0.0).max(1.0);
     let per = ops / checks;
     r.figures.set("whale_ops_per_check", per);

@@ -110,6 +110,35 @@ async fn a_leased_whale_costs_under_a_message_per_twenty_checks() {
     assert!(sent * 20 <= 3_000, "{sent} messages for 3000 checks");
 }
 
+/// Guard: a denial of a hot leased key says to retry within a lease term.
+/// One gateway spends the budget while another still holds a lease and
+/// then falls quiet; the first is refused. The quiet one's unused units
+/// come back at the end of its term, and the refused gateway, told to
+/// retry within that term rather than at the window's end, admits them:
+/// the cluster still admits exactly L.
+#[tokio::test(start_paused = true)]
+async fn units_a_quiet_gateway_gives_back_reach_a_gateway_that_was_refused() {
+    let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "returned");
+    let (busy, quiet) = (&nodes[0], &nodes[1]);
+    let both: usize = paced(&[busy, quiet], &key, 300, Duration::from_millis(2))
+        .await
+        .iter()
+        .sum();
+    assert!(
+        quiet.cluster.stats().lease_decisions > 0,
+        "node-2 held a lease"
+    );
+    let alone = paced(&[busy], &key, 1_000, Duration::from_millis(1)).await[0];
+    let refused = busy.check(&key).await.expect("a verdict");
+    assert!(!refused.allowed, "the budget is spent or leased out");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = paced(&[busy], &key, 200, Duration::from_millis(2)).await[0];
+    println!("{both} by both, {alone} by one, then {after}");
+    assert!(after > 0, "the returned units are admitted");
+    assert_eq!(both + alone + after, L, "exactly L");
+}
+
 /// Guard: a lease dies with its gateway. A gateway that crashes with a
 /// lease takes its unused units along: they stay counted at the owner, so
 /// the survivors never admit more than L together with what the dead one

@@ -116,20 +116,57 @@ pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let over = of_l(a[0].saturating_sub(r[0]));
     let under = of_l(r[0].saturating_sub(a[0]));
     let (hot, cold) = (p99_ms(records, true), p99_ms(records, false));
+    // Denied while the exact reference still had budget: where the valves
+    // that split L into parts err, one part running dry before the others.
+    let early = records
+        .iter()
+        .zip(reference)
+        .filter(|(x, &ok)| x.key == 0 && ok && !x.outcome.is_allowed())
+        .count() as u64;
+    let early = of_l(early);
     let mut f = Figures::default();
     f.set("whale_over_pct_of_l", over);
     f.set("whale_under_pct_of_l", under);
+    f.set("whale_early_denied_pct_of_l", early);
     f.set(
         "whale_checks",
         records.iter().filter(|x| x.key == 0).count() as f64,
     );
     f.set("hot_p99_ms", hot);
     f.set("cold_p99_ms", cold);
+    let predicted = match parts(plan) {
+        Some(k) => {
+            let p = 100.0 * expected_shortfall(LIMIT as f64, k) / LIMIT as f64;
+            f.set("whale_early_denied_predicted_pct_of_l", p);
+            format!(" (binomial {p:.1}% for {k} parts)")
+        }
+        None => String::new(),
+    };
     f.note = format!(
-        "whale {} of {} (ref {}): over {over:.1}% under {under:.1}% of L; p99 whale {hot:.1}ms, cold {cold:.1}ms",
+        "whale {} of {} (ref {}): over {over:.1}% under {under:.1}% of L, denied with budget left {early:.1}%{predicted}; p99 whale {hot:.1}ms, cold {cold:.1}ms",
         a[0], LIMIT, r[0]
     );
     f
+}
+
+/// How many parts a valve splits the whale's budget into: the shards, or
+/// one per gateway for the local tier; None when it is not split.
+fn parts(plan: &Plan) -> Option<u32> {
+    match plan.variant.as_str() {
+        "shard" => Some(SHARDS),
+        "local" => plan.requests.iter().map(|r| r.node as u32 + 1).max(),
+        _ => None,
+    }
+}
+
+/// The chapter's error for a budget split into `k` parts of L/k, each
+/// check going to one part at random: when L checks have arrived (the
+/// moment an exact counter runs out), part i has seen X_i ~ Bin(L, 1/k)
+/// with mean L/k, and denied max(0, X_i - L/k) of them. Summed over the
+/// parts, E = k * sigma / sqrt(2 pi) with sigma the binomial spread.
+pub fn expected_shortfall(limit: f64, k: u32) -> f64 {
+    let k = f64::from(k);
+    k * binomial_spread(limit, k) / (2.0 * std::f64::consts::PI).sqrt()
 }
 
 /// What the chapter predicts for the valves that split the budget: k
@@ -139,4 +176,58 @@ pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
 pub fn binomial_spread(checks: f64, parts: f64) -> f64 {
     let q = 1.0 / parts;
     (checks * q * (1.0 - q)).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    /// Splits `limit` checks over `k` parts of limit/k at random and counts
+    /// what the full parts denied, `trials` times: the mean shortfall.
+    fn simulated_shortfall(limit: u64, k: u32, trials: u32) -> f64 {
+        let mut rng = StdRng::seed_from_u64(7);
+        let cap = limit / u64::from(k);
+        let mut denied = 0u64;
+        for _ in 0..trials {
+            let mut seen = vec![0u64; k as usize];
+            for _ in 0..limit {
+                seen[rng.random_range(0..k as usize)] += 1;
+            }
+            denied += seen.iter().map(|&n| n.saturating_sub(cap)).sum::<u64>();
+        }
+        denied as f64 / f64::from(trials)
+    }
+
+    #[test]
+    fn the_predicted_shortfall_matches_a_random_split() {
+        for k in [SHARDS, 5] {
+            let predicted = expected_shortfall(LIMIT as f64, k);
+            let seen = simulated_shortfall(LIMIT, k, 200);
+            assert!(
+                (predicted - seen).abs() < 0.1 * seen,
+                "k {k}: predicted {predicted:.1}, simulated {seen:.1}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_splitting_valves_have_parts() {
+        let p = Params::new(5, 1);
+        let by_variant: Vec<(String, Option<u32>)> = plans(&p)
+            .iter()
+            .map(|plan| (plan.variant.clone(), parts(plan)))
+            .collect();
+        assert_eq!(
+            by_variant,
+            [
+                ("off".to_string(), None),
+                ("lease".to_string(), None),
+                ("shard".to_string(), Some(SHARDS)),
+                ("local".to_string(), Some(5)),
+            ]
+        );
+    }
 }

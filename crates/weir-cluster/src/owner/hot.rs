@@ -148,12 +148,22 @@ impl HotKeys {
         s.record(key, from, cost);
     }
 
-    /// The key's traffic in the last whole interval, if it was hot.
+    /// The key's traffic if it is hot: in the last whole interval, or in
+    /// the current one once it alone reaches the threshold (that many
+    /// checks in under a second is at least that rate), so a whale is
+    /// leased within its first second rather than after it.
     pub fn heat(&self, rule: &str, key: &str, from: &str, now: Nanos) -> Option<Heat> {
         let s = self.rules.get(rule)?;
         let mut s = s.lock();
         s.roll(now);
-        let e = s.last.iter().find(|e| e.key == key)?;
+        let hot = |entries: &[Entry]| {
+            let e = entries.iter().find(|e| e.key == key)?;
+            self.heat_of(e, from)
+        };
+        hot(&s.last).or_else(|| hot(&s.current))
+    }
+
+    fn heat_of(&self, e: &Entry, from: &str) -> Option<Heat> {
         // The guaranteed count: what was surely this key's.
         let per_sec = e.count - e.error;
         if per_sec < self.threshold {
@@ -213,10 +223,6 @@ mod tests {
             let from = if i % 2 == 0 { g("a") } else { g("b") };
             h.record(&r, &key, &from, 1, t + i);
         }
-        assert!(
-            h.heat("r", "whale", "a", t + 10).is_none(),
-            "the interval is not over"
-        );
         let heat = h.heat("r", "whale", "a", t + INTERVAL).expect("hot");
         assert!(heat.per_sec >= 3_334 - 3_334 / 10, "{heat:?}");
         assert_eq!(heat.gateways, 2);
@@ -227,6 +233,25 @@ mod tests {
         // A cold key is not hot, and an idle interval forgets everything.
         assert!(h.heat("r", "k1", "b", t + INTERVAL).is_none());
         assert!(h.heat("r", "whale", "a", t + 3 * INTERVAL).is_none());
+    }
+
+    #[test]
+    fn a_key_is_hot_as_soon_as_its_interval_reaches_the_rate() {
+        let h = HotKeys::new(100);
+        let r = g("r");
+        let t = 7 * INTERVAL;
+        for i in 0..99u64 {
+            h.record(&r, "whale", &g("a"), 1, t + i);
+        }
+        assert!(h.heat("r", "whale", "a", t + 99).is_none(), "99 < 100");
+        h.record(&r, "whale", &g("b"), 1, t + 99);
+        let heat = h
+            .heat("r", "whale", "a", t + 100)
+            .expect("hot mid-interval");
+        assert_eq!(
+            (heat.per_sec, heat.from_gateway, heat.gateways),
+            (100, 99, 2)
+        );
     }
 
     #[test]

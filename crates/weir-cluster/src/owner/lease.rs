@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{AlgorithmKind, Hot, Nanos, Rule};
+use weir_core::{AlgorithmKind, Decision, Hot, Nanos, Rule};
 use weir_proto::weir::v1::Lease;
 
 use super::hot::HotKeys;
@@ -82,6 +82,22 @@ impl Lessor {
             replicator,
             stats,
         }
+    }
+
+    /// A denial of a leased key that is hot: part of its budget may sit
+    /// in gateways' leases, and what they leave unused comes back within a
+    /// term. So the denial says to retry within a term at most: a longer
+    /// wait would keep every gateway's deny cache (and every caller) away
+    /// from units that came back, refusing them until the window ends.
+    pub fn shorten_denial(&self, rule: &Rule, key: &str, mut d: Decision) -> Decision {
+        if d.allowed || rule.hot != Hot::Lease || rule.shard_of.is_some() {
+            return d;
+        }
+        let now = self.local.limiter().now();
+        if self.hot.heat(&rule.name, key, "", now).is_some() {
+            d.retry_after = d.retry_after.min(LEASE_TERM);
+        }
+        d
     }
 
     /// A lease of `rule`'s `key` for gateway `from` after a check left

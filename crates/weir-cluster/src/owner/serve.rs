@@ -140,6 +140,10 @@ impl OwnerService {
         match consumed {
             Consumed::Decided(Ok(d)) => {
                 decided_here();
+                let d = match op.carried {
+                    None => self.leased_denial(&op.rule, &op.key, d),
+                    Some(_) => d,
+                };
                 let mut result = wire::decided(&d);
                 if d.allowed && op.carried.is_none() {
                     self.replicator.mark(&rule, &op.key, d.at);
@@ -149,6 +153,16 @@ impl OwnerService {
             }
             Consumed::Decided(Err(e)) => Some(wire::error_to_wire(&e)),
             Consumed::Moved => None,
+        }
+    }
+
+    /// A denial of a hot key whose budget may sit in leases: see
+    /// [`Lessor::shorten_denial`].
+    fn leased_denial(&self, rule: &str, key: &str, d: Decision) -> Decision {
+        let rules = self.local.limiter().rules();
+        match rules.get(rule) {
+            Some((_, rule)) => self.lessor.shorten_denial(rule, key, d),
+            None => d,
         }
     }
 
