@@ -57,6 +57,13 @@ pub struct Args {
     /// Also measure bare reference servers in this process.
     #[arg(long)]
     pub reference: bool,
+    /// HTTP base URL of running bare references (`weir-bare`), measured
+    /// after the node in the same run.
+    #[arg(long, value_name = "URL")]
+    pub bare_http: Option<String>,
+    /// gRPC URL of running bare references (`weir-bare`).
+    #[arg(long, value_name = "URL")]
+    pub bare_grpc: Option<String>,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,

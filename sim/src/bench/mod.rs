@@ -26,6 +26,7 @@
 //! Only loopback addresses are accepted.
 
 mod args;
+pub mod bare;
 mod closed_loop;
 mod conn;
 mod http1;
@@ -33,8 +34,9 @@ mod keys;
 mod machine;
 mod measure;
 mod open_loop;
-mod reference;
+pub mod reference;
 mod report;
+pub mod requests;
 mod target;
 
 use std::sync::Arc;

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
+    RATELIMIT_RESET, RETRY_AFTER,
 };
 use weir_core::{
     Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,
@@ -285,23 +286,31 @@ pub fn most_restrictive(verdicts: &[Verdict]) -> Option<&Applied> {
 /// The IETF draft RateLimit-* headers (and Retry-After on a denial) for the
 /// most restrictive limit. The X-RateLimit-* family is left out: Envoy's
 /// own `enable_x_ratelimit_headers` writes it from the statuses, and two
-/// writers of one header would disagree.
+/// writers of one header would disagree. Built from the figures directly,
+/// since every answer carries them.
 pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
     let Some(applied) = most_restrictive(verdicts) else {
         return Vec::new();
     };
     let answer = CheckResponse::of(applied.decision.allowed, applied);
-    rate_limit_headers(&answer, applied.decision.at, None)
-        .into_iter()
-        .filter(|(name, _)| {
-            ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(name)
-        })
-        .map(|(name, value)| HeaderValue {
-            key: name.to_string(),
-            value,
-            raw_value: Vec::new(),
-        })
-        .collect()
+    let Some(h) = RateLimitHeaders::of(&answer, applied.decision.at, None) else {
+        return Vec::new();
+    };
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_string(),
+        value,
+        raw_value: Vec::new(),
+    };
+    let mut out = Vec::with_capacity(6);
+    out.push(header(RATELIMIT_LIMIT, h.limit.to_string()));
+    out.push(header(RATELIMIT_REMAINING, h.remaining.to_string()));
+    out.push(header(RATELIMIT_RESET, h.reset_in.to_string()));
+    out.push(header(RATELIMIT_POLICY, h.policy()));
+    out.push(header(RATELIMIT, h.state()));
+    if let Some(secs) = h.retry_after {
+        out.push(header(RETRY_AFTER, secs.to_string()));
+    }
+    out
 }
 
 /// The response to a request whose descriptors got these verdicts, in order.
