@@ -6,15 +6,16 @@
 # Starts `weir serve` and `weir-bare` (bare tonic RLS and RateLimiter, an
 # axum check handler, a hand-written HTTP/1.1 responder) as two processes
 # on loopback, then for ROUNDS rounds drives each edge on the node and on
-# its bare reference back to back, the order alternating between rounds:
+# its bare reference back to back, PAIRS times, which goes first alternating:
 #   RLS ShouldRateLimit and 1-item weir.v1 Check   h2load, C connections x M streams
 #   POST /v1/check                                  wrk, 64 connections; and 1 connection for p50
 #   100-item weir.v1 Check                          weir-bench (tonic client), 16 callers
 # each allowed and denied. It prints every figure, the node/bare ratio of
-# each round and the worst and best of them, and the load average.
+# each round (the sums over its pairs) and the worst and best round, the
+# servers' CPU per request, and the load average.
 #
-#   bench/edges.sh                      # 3 rounds of 5 s per figure, ~8 minutes
-#   ROUNDS=1 SECS=3 bench/edges.sh      # a quick look
+#   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, ~16 minutes
+#   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
 #
@@ -24,7 +25,8 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
-SECS=${SECS:-5}
+PAIRS=${PAIRS:-2} # node/reference pairs per edge in a round, alternating which goes first
+SECS=${SECS:-4}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-8}
 STREAMS=${STREAMS:-8}
@@ -97,7 +99,7 @@ wrk_p50() { # route url
 bench100() { # grpc url; checks/s of 100-item calls, 16 callers
     "$TARGET/weir-bench" --grpc "http://$1" --workloads grpc100 --concurrency 16 \
         --secs "$SECS" --warmup "$WARMUP" --no-open-loop 2>&1 | tee -a "$OUT/raw.log" |
-        awk -F'|' '/gRPC Check, 100 items/ { gsub(/[ ,]/, "", $5); print $5; exit }'
+        awk -F'|' '/^\| .*gRPC Check, 100 items/ { gsub(/[ ,]/, "", $5); print $5; exit }'
 }
 
 RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
@@ -123,34 +125,57 @@ run() { # a command line from the table, with POST_ standing for "POST "
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# A figure and the CPU the server (pid $1) used meanwhile, in cores.
+measure() {
+    local pid=$1 t0 w0 v t1 w1
+    t0=$(ticks "$pid"); w0=$(date +%s.%N)
+    v=$(run "$2")
+    t1=$(ticks "$pid"); w1=$(date +%s.%N)
+    echo "$v $(echo "$t0 $t1 $w0 $w1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $5 / ($4 - $3) }')"
+}
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/^Mem:/ { print $2 }') GiB; load before: $(load)"
 echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: 1 thread; ${SECS} s after ${WARMUP} s warm-up per figure; node threads: ${NODE_THREADS:-default}"
 : >"$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do
     for e in "${edges[@]}"; do
         IFS='|' read -r name node bare <<<"$e"
-        if [ $((round % 2)) = 1 ]; then
-            n=$(run "$node"); b=$(run "$bare")
-        else
-            b=$(run "$bare"); n=$(run "$node")
-        fi
-        printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$n" "$b" "$(load)" | tee -a "$OUT/results.tsv"
+        for pair in $(seq "$PAIRS"); do
+            # Node first in odd pairs, the reference first in even ones.
+            if [ $(((round + pair) % 2)) = 0 ]; then
+                n=$(measure $NODE "$node"); b=$(measure $BARE "$bare")
+            else
+                b=$(measure $BARE "$bare"); n=$(measure $NODE "$node")
+            fi
+            # round, edge, node figure, bare figure, node cores, bare cores, load
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "${n% *}" "${b% *}" "${n#* }" "${b#* }" "$(load)" |
+                tee -a "$OUT/results.tsv"
+        done
     done
 done
 echo "load after: $(load)"
 
-# One line per edge: each round's node and bare figures, their ratio, and
-# the worst and best ratio (for the p50 row, node minus bare in us).
+# One line per edge: each round's node and bare figures (summed over its
+# pairs; for the p50 row, their mean), their ratio, and the worst and best
+# round (for the p50 row, node minus bare in us).
 awk -F'\t' '
     { key = $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-      if ($2 ~ /p50/) r = $3 - $4; else r = ($4 > 0 ? $3 / $4 : 0)
-      cell[key] = cell[key] sprintf("  %s/%s", $3, $4)
-      if (!(key in lo) || r < lo[key]) lo[key] = r
-      if (!(key in hi) || r > hi[key]) hi[key] = r }
-    END { printf "\n%-32s %-10s %-10s  %s\n", "edge", "worst", "best", "node/bare per round"
-          for (i = 1; i <= n; i++) { k = order[i]
-              if (k ~ /p50/) printf "%-32s %+-10.0f %+-10.0f %s (us, node minus bare)\n", k, hi[k], lo[k], cell[k]
-              else printf "%-32s %-10.3f %-10.3f %s\n", k, lo[k], hi[k], cell[k] } }
+      rk = $1 SUBSEP key; if (!(rk in pairs)) rounds[key] = rounds[key] " " $1
+      pairs[rk]++; node[rk] += $3; bare[rk] += $4
+      if ($3 > 0 && $4 > 0) { ncpu[rk] += $5 / $3 * 1e6; bcpu[rk] += $6 / $4 * 1e6 } }
+    END { printf "\n%-32s %-8s %-8s  %s\n", "edge", "worst", "best", "node/bare per round"
+          for (i = 1; i <= n; i++) { k = order[i]; split(substr(rounds[k], 2), rs, " "); cells = ""; lo = ""; hi = ""
+              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k
+                  if (k ~ /p50/) { a = node[rk] / pairs[rk]; b = bare[rk] / pairs[rk]; r = a - b }
+                  else { a = node[rk]; b = bare[rk]; r = (b > 0 ? a / b : 0) }
+                  cells = cells sprintf("  %.0f/%.0f", a, b)
+                  if (lo == "" || r < lo) lo = r; if (hi == "" || r > hi) hi = r }
+              if (k ~ /p50/) printf "%-32s %+-8.1f %+-8.1f %s (us, node minus bare)\n", k, hi, lo, cells
+              else printf "%-32s %-8.3f %-8.3f %s\n", k, lo, hi, cells }
+          printf "\nserver CPU per request in us, node/bare per round (the generator shares the cores):\n"
+          for (i = 1; i <= n; i++) { k = order[i]; if (k ~ /p50/) continue; split(substr(rounds[k], 2), rs, " "); cells = ""
+              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k; cells = cells sprintf("  %.1f/%.1f", ncpu[rk] / pairs[rk], bcpu[rk] / pairs[rk]) }
+              printf "%-32s %s\n", k, cells } }
 ' "$OUT/results.tsv"
 echo
 echo "node counts (every check above should be allowed or denied, none invalid or unavailable):"
