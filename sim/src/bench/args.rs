@@ -64,6 +64,11 @@ pub struct Args {
     /// gRPC URL of running bare references (`weir-bare`).
     #[arg(long, value_name = "URL")]
     pub bare_grpc: Option<String>,
+    /// Measure the forwarded path instead: a 3-node cluster of `--spawn`
+    /// nodes, checks to node 1 for keys the others own, open loop at half
+    /// the saturating rate, beside keys node 1 owns at the same rate.
+    #[arg(long, requires = "spawn")]
+    pub forwarded: bool,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,

@@ -29,6 +29,7 @@ mod args;
 pub mod bare;
 mod closed_loop;
 mod conn;
+mod forwarded;
 mod http1;
 mod keys;
 mod machine;
@@ -199,6 +200,15 @@ pub fn run(args: &Args) -> Result<(), SimError> {
         ));
     }
     let load_before = machine::loadavg();
+    if let (true, Some(bin)) = (args.forwarded, &args.spawn) {
+        let rt = runtime(args.threads, "bench-gen");
+        forwarded::run(args, bin, &rt)?;
+        println!(
+            "load average before: {load_before}, after: {}",
+            machine::loadavg()
+        );
+        return Ok(());
+    }
     let bench = Bench {
         args,
         keys: Arc::new(Keys::new(args.keys)),

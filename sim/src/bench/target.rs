@@ -14,7 +14,7 @@ use crate::rules;
 
 /// The one rule spawned and in-process nodes serve: far above anything a
 /// run can reach on one key, so every check is admitted.
-const RULES: &str = r#"[[rule]]
+pub const RULES: &str = r#"[[rule]]
 name      = "bench"
 algorithm = "sliding_window_counter"
 limit     = 1000000000
