@@ -34,6 +34,7 @@ mod http1;
 mod keys;
 mod machine;
 mod measure;
+pub mod model;
 mod open_loop;
 pub mod reference;
 mod report;
@@ -199,6 +200,9 @@ pub fn run(args: &Args) -> Result<(), SimError> {
             "--secs must be above 0, --warmup at least 0 and --keys at least 1".into(),
         ));
     }
+    if args.model {
+        return print_model(args);
+    }
     let load_before = machine::loadavg();
     if let (true, Some(bin)) = (args.forwarded, &args.spawn) {
         let rt = runtime(args.threads, "bench-gen");
@@ -240,5 +244,25 @@ pub fn run(args: &Args) -> Result<(), SimError> {
     );
     report::print_table(&rows);
     targets.stop(&server_rt);
+    Ok(())
+}
+
+/// The cluster model's table (and plot) from the costs `args` gives.
+fn print_model(args: &Args) -> Result<(), SimError> {
+    let c = &args.costs;
+    let i = c.inputs();
+    println!("{i:?}");
+    print!("{}", model::table(&i, c.whale));
+    if let (Some(n), Some(rate)) = (c.check_nodes, c.check_rate) {
+        let (busiest, mean) = model::load(&i, n, model::Keys::Uniform, true, rate);
+        println!(
+            "{n} nodes at {rate:.0} checks/s: {:.1} us of CPU per check over all nodes, busiest node {busiest:.2} cores, mean {mean:.2}",
+            mean * n as f64 / rate * 1e6
+        );
+    }
+    if let Some(path) = &c.model_svg {
+        model::plot(&i, c.whale, path)?;
+        println!("wrote {}", path.display());
+    }
     Ok(())
 }
