@@ -256,8 +256,11 @@ fn print_model(args: &Args) -> Result<(), SimError> {
     if let (Some(n), Some(rate)) = (c.check_nodes, c.check_rate) {
         let (busiest, mean) = model::load(&i, n, model::Keys::Uniform, true, rate);
         println!(
-            "{n} nodes at {rate:.0} checks/s: {:.1} us of CPU per check over all nodes, busiest node {busiest:.2} cores, mean {mean:.2}",
-            mean * n as f64 / rate * 1e6
+            "predicted: {n} nodes at {rate:.0} checks/s use {:.1} us of node CPU per check (busiest node {busiest:.2} cores, mean {mean:.2}); \
+             with {} cores per node they reach {:.0} checks/s",
+            mean * n as f64 / rate * 1e6,
+            i.cores,
+            model::throughput(&i, n, model::Keys::Uniform, true)
         );
     }
     if let Some(path) = &c.model_svg {
