@@ -79,6 +79,10 @@ for url in "http://$NODE_HTTP/readyz" "http://$BARE_RAW/"; do
         sleep 0.1
     done
 done
+# A port taken by something else would be measured in their place.
+for p in $NODE $BARE; do
+    kill -0 "$p" 2>/dev/null || { echo "edges.sh: a server did not start; see $OUT/node.log and $OUT/bare.log" >&2; exit 1; }
+done
 
 # One figure: requests per second of one tool run (and wrk's p50 in us).
 h2() { # path file url

@@ -118,18 +118,18 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 2.0)]
     pub cores: f64,
     /// The edge (HTTP) and a local decision, per check received.
-    #[arg(long, default_value_t = 23.8)]
+    #[arg(long, default_value_t = 12.6)]
     pub edge_us: f64,
-    #[arg(long, default_value_t = 70.5)]
+    #[arg(long, default_value_t = 9.7)]
     pub gateway_call_us: f64,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 13.1)]
     pub gateway_op_us: f64,
-    #[arg(long, default_value_t = 52.8)]
+    #[arg(long, default_value_t = 58.2)]
     pub owner_call_us: f64,
-    #[arg(long, default_value_t = 1.4)]
+    #[arg(long, default_value_t = 0.0)]
     pub owner_op_us: f64,
     /// The second copy of a counter, per admitted check.
-    #[arg(long, default_value_t = 5.9)]
+    #[arg(long, default_value_t = 19.6)]
     pub copy_us: f64,
     /// Decide call time under load.
     #[arg(long, default_value_t = 1000.0)]

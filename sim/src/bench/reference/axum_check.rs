@@ -123,10 +123,7 @@ pub async fn serve(listener: TcpListener) {
 
 /// Serves the handler on 127.0.0.1; its address.
 pub async fn bare_axum() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(serve(listener));
-    addr
+    super::on_loopback(serve).await
 }
 
 #[cfg(test)]

@@ -12,3 +12,21 @@ pub mod raw_http;
 pub use axum_check::bare_axum;
 pub use grpc::bare_grpc;
 pub use raw_http::bare_http;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+
+/// Binds 127.0.0.1 on a free port and spawns `serve` on it; the address.
+/// The listener is bound before this returns, so the first call cannot
+/// beat the server to its port.
+async fn on_loopback<F>(serve: impl FnOnce(TcpListener) -> F) -> SocketAddr
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(serve(listener));
+    addr
+}

@@ -41,10 +41,7 @@ pub async fn serve(listener: TcpListener) {
 
 /// Serves the canned answer on 127.0.0.1; its address.
 pub async fn bare_http() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(serve(listener));
-    addr
+    super::on_loopback(serve).await
 }
 
 #[cfg(test)]
