@@ -22,6 +22,8 @@ Scenarios:
   retry-storm        clients rejected together retry: no jitter, full jitter,
                      server jitter (weir serve --retry-jitter)
   fault              saturating keys while --fault is injected (default kill)
+  whale              one key with 90% of the traffic from every node, cold keys
+                     beside it, under each hot-key valve: off, lease, shard, local
 
 Faults (--fault), injected a third of the way into each run:
   kill       SIGKILL the last node; time until every survivor sees it down

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod cli;
 pub mod cluster;
+pub mod cpu;
 pub mod error;
 pub mod faults;
 pub mod guard;

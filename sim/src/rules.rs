@@ -15,6 +15,9 @@ pub struct RuleSpec {
     pub limit: u64,
     #[serde(serialize_with = "as_secs")]
     pub window: Duration,
+    /// `hot = ...` (and `shards`), when the rule says; None keeps weir's default.
+    pub hot: Option<&'static str>,
+    pub shards: Option<u32>,
 }
 
 fn as_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -29,18 +32,34 @@ impl RuleSpec {
             algorithm,
             limit,
             window,
+            hot: None,
+            shards: None,
         }
     }
 
+    /// The same rule with `hot = how` (and `shards = k` for "shard").
+    pub fn hot(mut self, how: &'static str, shards: Option<u32>) -> Self {
+        self.hot = Some(how);
+        self.shards = shards;
+        self
+    }
+
     fn toml(&self) -> String {
-        format!(
+        let mut t = format!(
             "[[rule]]\nname      = \"{}\"\nroute     = \"{}\"\nby        = \"client\"\nalgorithm = \"{}\"\nlimit     = {}\nwindow    = \"{}ms\"\n",
             self.name,
             self.route,
             self.algorithm,
             self.limit,
             self.window.as_millis()
-        )
+        );
+        if let Some(h) = self.hot {
+            t.push_str(&format!("hot       = \"{h}\"\n"));
+        }
+        if let Some(k) = self.shards {
+            t.push_str(&format!("shards    = {k}\n"));
+        }
+        t
     }
 }
 

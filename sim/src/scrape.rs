@@ -101,9 +101,15 @@ impl PeerTraffic {
 /// membership (`weir_gossip_*`), the gossip strategy's syncs
 /// (`weir_sync_*`) and counter handoffs (`weir_handoffs_*`).
 fn is_peer_series(name: &str) -> bool {
-    ["weir_peer_", "weir_gossip_", "weir_sync_", "weir_handoffs_"]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [
+        "weir_peer_",
+        "weir_gossip_",
+        "weir_sync_",
+        "weir_handoffs_",
+        "weir_forwarded_ops_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// SWIM's own datagrams: membership, not a strategy's data path.

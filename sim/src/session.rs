@@ -14,7 +14,7 @@ use crate::reference;
 use crate::score::{score, RunResult};
 use crate::scrape::{scrape, NodeTraffic, PeerTraffic};
 use crate::target::{http_client, Conn, Endpoint};
-use crate::workloads::Plan;
+use crate::workloads::{Plan, Workload};
 
 /// Which weir API the load goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -235,6 +235,7 @@ impl Session {
     pub async fn run(&mut self, plan: &Plan, fault: Option<FaultKind>) -> RunResult {
         self.warm_up(plan).await;
         let before = self.traffic().await;
+        let cpu_before = self.cpu_ticks();
         let (start, start_unix) = start_time(plan, &self.driver.clock);
         let pb = self.progress(plan);
         let driver = self.driver.clone();
@@ -291,6 +292,45 @@ impl Session {
             fault_report,
         );
         result.warnings.extend(self.warnings.iter().cloned());
+        if let Some(share) = crate::cpu::busiest_share(&cpu_before, &self.cpu_ticks()) {
+            result.figures.set("busiest_node_cpu_share", share);
+        }
+        if plan.workload == Workload::Whale {
+            whale_messages(plan, &mut result);
+        }
         result
+    }
+
+    /// CPU ticks of each node the sim started (none for targets).
+    fn cpu_ticks(&self) -> Vec<Option<u64>> {
+        match &self.cluster {
+            Some(c) => (0..c.len())
+                .map(|i| c.pid(i).and_then(crate::cpu::ticks))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// Ops the whale's rule sent between nodes per whale check, and the
+/// busiest node's share of the CPU, in the row's note.
+fn whale_messages(plan: &Plan, r: &mut RunResult) {
+    let rule = &plan.rules[0].name;
+    let ops = r
+        .peer
+        .series
+        .get(&format!("weir_forwarded_ops_total{{rule=\"{rule}\"}}"))
+        .copied()
+        .unwrap_or(0.0);
+    let checks = r.figures.get("whale_checks").unwrap_or(0.0).max(1.0);
+    let per = ops / checks;
+    r.figures.set("whale_ops_per_check", per);
+    r.figures
+        .note
+        .push_str(&format!("; {per:.3} ops/whale check"));
+    if let Some(share) = r.figures.get("busiest_node_cpu_share") {
+        r.figures
+            .note
+            .push_str(&format!("; busiest node {:.0}% of CPU", 100.0 * share));
     }
 }

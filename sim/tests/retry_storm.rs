@@ -8,12 +8,20 @@ use weir_sim::workloads::retry_storm;
 #[test]
 fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_jitter() {
     let _one = one_at_a_time();
-    // At the node's defaults: checks the owner answers late are refused
-    // for now and retried like any refusal, which only adds retries.
+    // The sim's own storm deadline (250 ms, stated in each row): a check
+    // its owner answers late would be refused for now and change who
+    // retries when.
     let runs = sim(
         "retry-storm",
         &["retry-storm", "--strategy", "owner", "--nodes", "3"],
     );
+    for r in &runs {
+        assert!(
+            r.figures.note.contains("--owner-deadline 250ms"),
+            "{}",
+            r.figures.note
+        );
+    }
     let none = only(&runs, "retry-storm", "no-jitter");
     let full = only(&runs, "retry-storm", "full-jitter");
     let server = only(&runs, "retry-storm", "server-jitter");

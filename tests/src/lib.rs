@@ -10,6 +10,9 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tempfile::TempDir;
 use weir_node::{Node, NodeState, ServeConfig};
+use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
 /// How long any awaited condition may take before the test fails. Generous:
 /// a loaded CI machine is slow, and a passing condition returns at once.
@@ -267,4 +270,19 @@ pub async fn start_cluster(
         .await;
     }
     nodes
+}
+
+/// An Envoy RLS request in `domain` with one descriptor, `client=<client>`.
+pub fn rls_request(domain: &str, client: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "client".into(),
+                value: client.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    }
 }

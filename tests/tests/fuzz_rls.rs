@@ -72,14 +72,16 @@ fn item() -> impl Strategy<Value = CheckItem> {
         prop::option::of(big_or_small_u64()),
         string(),
         string(),
+        prop::option::of(big_or_small_u64()),
     )
-        .prop_map(|(key, route, cost, tier, ip)| CheckItem {
+        .prop_map(|(key, route, cost, tier, ip, max_delay_ms)| CheckItem {
             key,
             route,
             cost,
             tier,
             ip,
             limit: None,
+            max_delay_ms,
         })
 }
 

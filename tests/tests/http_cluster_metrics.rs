@@ -13,9 +13,20 @@ window    = "1h"
 
 /// Two nodes that both list each other as alive, as their metrics say.
 async fn two_nodes() -> Vec<TestNode> {
-    let first = TestNode::start(RULES, |c| cluster_member(c, "node-1", None)).await;
+    two_nodes_with(2).await
+}
+
+/// Two members keeping `replicas` copies of each counter.
+async fn two_nodes_with(replicas: usize) -> Vec<TestNode> {
+    let member = |id, seed| {
+        move |c: &mut weir_node::ServeConfig| {
+            cluster_member(c, id, seed);
+            c.cluster.replicas = replicas;
+        }
+    };
+    let first = TestNode::start(RULES, member("node-1", None)).await;
     let seed = first.state().config.gossip;
-    let second = TestNode::start(RULES, |c| cluster_member(c, "node-2", Some(seed))).await;
+    let second = TestNode::start(RULES, member("node-2", Some(seed))).await;
     let nodes = vec![first, second];
     for n in &nodes {
         wait_until("weir_members shows two alive", || async {
@@ -82,7 +93,9 @@ async fn a_deny_cache_hit_moves_its_counter_and_peer_calls_are_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_lost_moves_the_fallback_metrics() {
-    let mut nodes = two_nodes().await;
+    // One copy: with two, the gateway holds the lost owner's copy and
+    // decides on it, which the next test shows.
+    let mut nodes = two_nodes_with(1).await;
     let gateway = &nodes[0];
     let key = key_owned_by(gateway, "node-2");
     assert_eq!(gateway.metric("weir_fallback_active").await, Some(0.0));
@@ -106,4 +119,30 @@ async fn an_owner_lost_moves_the_fallback_metrics() {
     })
     .await;
     assert_eq!(nodes[0].metric("weir_fallback_left_total").await, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_copies_a_lost_owners_keys_are_decided_on_the_copy_and_counted() {
+    let mut nodes = two_nodes().await;
+    let key = key_owned_by(&nodes[0], "node-2");
+    assert_eq!(status(&nodes[0], &key).await, 200);
+    nodes[1].take().kill();
+    wait_until("a check decided on node-2's copy", || async {
+        let s = status(&nodes[0], &key).await;
+        assert!(s == 200 || s == 429, "a verdict, not {s}");
+        nodes[0]
+            .metric(r#"weir_decisions_without_owner_total{how="replica"}"#)
+            .await
+            >= Some(1.0)
+    })
+    .await;
+    let text = nodes[0].metrics().await;
+    assert_eq!(
+        metric_value(&text, "weir_fallback_decisions_total"),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric_value(&text, r#"weir_breaker_open{member="node-2"}"#),
+        Some(1.0)
+    );
 }

@@ -13,7 +13,7 @@ use weir_node::ServeConfig;
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
     CarriedLimit, CountDelta, CounterOp, CounterState, DecideRequest, HandoffRequest, OpKind,
-    RuleSet as WireRuleSet, SyncRequest,
+    RuleSet as WireRuleSet, SyncRequest, TierRules,
 };
 use weir_tests::{client, wait_until, TestNode};
 
@@ -85,6 +85,19 @@ fn consume(rule: &str, key: &str, carried: Option<u64>) -> CounterOp {
 
 /// A stranger's gossip member announcing to `seed` every 200 ms: with no
 /// secret (and taking anyone's gossip itself), or with a guessed one.
+/// A push that empties the rules for any tier, as a node named "stranger" wrote it.
+fn emptied_by_stranger(version: u64) -> WireRuleSet {
+    WireRuleSet {
+        version,
+        tiers: vec![TierRules {
+            tier: None,
+            version,
+            origin: "stranger".into(),
+            rules_json: r#"{"rules":[]}"#.into(),
+        }],
+    }
+}
+
 async fn stranger(seed: SocketAddr, guess: Option<&str>) -> Membership {
     let me: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let identity = NodeIdentity::new("stranger", me, "127.0.0.1:1".parse().unwrap());
@@ -130,16 +143,13 @@ async fn a_stranger_cannot_forward_checks_or_push_rules_or_hand_off_or_sync() {
         let e = p.decide(decide).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{trust:?}: {e}");
 
-        let push = WireRuleSet {
-            version: u64::MAX,
-            origin: "stranger".into(),
-            rules_json: r#"{"version":1,"rules":[]}"#.into(),
-        };
+        let push = emptied_by_stranger(u64::MAX);
         let e = p.push_rules(push).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{trust:?}: {e}");
 
         let handoff = HandoffRequest {
             counters: vec![CounterState {
+                carried: None,
                 rule: "per-client".into(),
                 key: "victim".into(),
                 state: vec![2, 0, 5],
@@ -170,11 +180,7 @@ async fn a_stranger_cannot_forward_checks_or_push_rules_or_hand_off_or_sync() {
 
     // An open node takes the same rule push: the probe itself works.
     let open = node(Trust::Open, |_| {}).await;
-    let push = WireRuleSet {
-        version: 7,
-        origin: "stranger".into(),
-        rules_json: r#"{"version":7,"rules":[]}"#.into(),
-    };
+    let push = emptied_by_stranger(7);
     let pushed = peer(&open).await.push_rules(push).await.unwrap();
     assert!(pushed.into_inner().applied);
     assert_eq!(open.state().engine.rules().rules().len(), 0);

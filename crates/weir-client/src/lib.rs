@@ -15,6 +15,6 @@ pub mod retry;
 
 pub use client::{Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_MAX_BATCH};
 pub use error::ClientError;
-pub use layer::{FailureMode, HeaderSet, KeyExtractor, RateLimitLayer};
+pub use layer::{FailureMode, HeaderSet, KeyExtractor, RateLimitLayer, DEFAULT_MAX_DELAY};
 pub use retry::{retry, BudgetError, RetryBudget, RetryPolicy};
 pub use weir_core::{CheckRequest, CheckResponse, Decide};

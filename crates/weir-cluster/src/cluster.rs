@@ -23,6 +23,8 @@ use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::server::PeerService;
+use crate::owner::hot::HotKey;
+use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
@@ -73,10 +75,14 @@ struct Inner {
     link: Arc<dyn Link>,
     stats: Arc<Stats>,
     replicator: Arc<Replicator>,
+    lessor: Arc<Lessor>,
     token: Option<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
     stopped: AtomicBool,
+    /// Set when the member is killed: its peer service then answers
+    /// nothing, even on connections still open, as a dead process.
+    killed: Arc<AtomicBool>,
 }
 
 /// A running cluster member. Dropping it stops its tasks without a goodbye.
@@ -157,6 +163,12 @@ impl Cluster {
         // the others nothing is marked and the loop stays asleep.
         let replicator = Arc::new(Replicator::new(config.replicas > 1));
         let peers = Arc::new(Batchers::new(ctx, config.batch));
+        let lessor = Arc::new(Lessor::new(
+            config.hot_key_rate,
+            local.clone(),
+            replicator.clone(),
+            stats.clone(),
+        ));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -166,6 +178,7 @@ impl Cluster {
             stats: stats.clone(),
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor: lessor.clone(),
         });
         let on_rules = {
             let s = strategy.clone();
@@ -187,6 +200,7 @@ impl Cluster {
             deadline: config.owner_deadline,
             replicas: replicas.clone(),
             replicator: replicator.clone(),
+            lessor: lessor.clone(),
         };
         let handler = Arc::new(PeerHandler::new(
             owner,
@@ -212,10 +226,12 @@ impl Cluster {
             link: t.link,
             stats,
             replicator: replicator.clone(),
+            lessor,
             token,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            killed: Arc::new(AtomicBool::new(false)),
         });
         let c = &inner.config;
         let mut tasks = vec![
@@ -329,6 +345,18 @@ impl Cluster {
         self.inner.membership.stats()
     }
 
+    /// The hottest keys this node owns, over the last whole second, at
+    /// most `n`; and the rate from which a key is hot.
+    pub fn hot_keys(&self, n: usize) -> (Vec<HotKey>, u64) {
+        let hot = &self.inner.lessor.hot;
+        (hot.top(n, self.inner.limiter.now()), hot.threshold())
+    }
+
+    /// Ops sent to other nodes since start, by rule.
+    pub fn forwarded_by_rule(&self) -> Vec<(Arc<str>, u64)> {
+        self.inner.stats.forwarded_by_rule()
+    }
+
     pub fn stats(&self) -> ClusterStats {
         let mut s = self
             .inner
@@ -355,7 +383,8 @@ impl Cluster {
             self.inner.config.insecure_open,
             self.inner.stats.clone(),
         );
-        let server = PeerServer::new(PeerService::new(self.inner.handler.clone()))
+        let service = PeerService::new(self.inner.handler.clone(), self.inner.killed.clone());
+        let server = PeerServer::new(service)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         InterceptedService::new(server, auth)
@@ -401,6 +430,7 @@ impl Cluster {
     /// Stops everything at once with no goodbye, as a crash would: peers
     /// find out through failure detection. For tests.
     pub fn kill(&self) {
+        self.inner.killed.store(true, Ordering::SeqCst);
         self.inner.stop();
         self.inner.membership.abort();
     }

@@ -174,6 +174,12 @@ pub struct ClusterConfig {
     /// the ring, own keys and replace the rules. Off, a node without a
     /// secret takes neither and stays a cluster of one.
     pub insecure_open: bool,
+    /// Checks per second at its owner from which a key is hot, and leased
+    /// to the gateways sending it (`--hot-key-rate`).
+    pub hot_key_rate: u64,
+    /// Most checks per second one node admits without their owner, over
+    /// every key (`--fallback-cap`; 0: no cap).
+    pub fallback_cap: u64,
 }
 
 impl Default for ClusterConfig {
@@ -194,6 +200,9 @@ impl Default for ClusterConfig {
             deny_cache_keys: 100_000,
             replicas: 2,
             insecure_open: false,
+            hot_key_rate: 100,
+            // Seed 11's fail-open local bucket.
+            fallback_cap: 5_000,
         }
     }
 }
@@ -209,6 +218,9 @@ impl ClusterConfig {
         }
         if !(1..=2).contains(&self.replicas) {
             return Err("replicas must be 1 or 2 (copies of each counter in all)");
+        }
+        if self.hot_key_rate == 0 {
+            return Err("hot_key_rate must be at least 1 check per second");
         }
         if self.secret.as_deref() == Some("") {
             return Err("cluster secret must not be empty");
@@ -242,6 +254,8 @@ impl fmt::Debug for ClusterConfig {
             .field("deny_cache_keys", &self.deny_cache_keys)
             .field("replicas", &self.replicas)
             .field("insecure_open", &self.insecure_open)
+            .field("hot_key_rate", &self.hot_key_rate)
+            .field("fallback_cap", &self.fallback_cap)
             .finish()
     }
 }

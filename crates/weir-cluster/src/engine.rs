@@ -79,25 +79,72 @@ impl Engine {
         self.limiter.rules()
     }
 
-    /// Replaces the rules of one tier (None: the rules for any tier). The new
-    /// set is validated whole and takes the next version; on error the set
-    /// in force is untouched.
+    /// Replaces the rules of one tier (None: the rules for any tier) as one
+    /// write at the next version. The new set is validated whole; on error
+    /// the set in force is untouched.
     pub fn replace_tier(
         &self,
         tier: Option<&str>,
         rules: Vec<Rule>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        self.write_rules(|current| current.with_tier(tier, rules, current.next_version()?))
+        self.replace_tier_if(tier, rules, |_| true)
     }
 
-    /// Installs a whole set (a reloaded rules file). It takes the file's
-    /// version when that is newer, else the next version, so versions only grow.
-    pub fn install(&self, set: RuleSet) -> Arc<RuleSet> {
-        let written = self.write_rules(|current| {
-            let version = set.version().max(current.next_version()?);
-            set.with_version(version)
-        });
-        written.unwrap_or_else(|_| self.limiter.rules())
+    /// [`Engine::replace_tier`], only if `precondition` holds for the set in
+    /// force at the moment of writing (it runs under the write lock, so no
+    /// other write can land between the test and the write). When it does
+    /// not, nothing changes and the error is [`RulesError::Precondition`]
+    /// with the tier's version: how a client refuses to overwrite a change
+    /// it has not seen.
+    pub fn replace_tier_if(
+        &self,
+        tier: Option<&str>,
+        rules: Vec<Rule>,
+        precondition: impl FnOnce(&RuleSet) -> bool,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        self.write_rules(|current| {
+            if !precondition(current) {
+                return Err(RulesError::Precondition {
+                    tier: tier.map(str::to_string),
+                    version: current.tier_version(tier),
+                });
+            }
+            current.with_tier(tier, rules, current.next_version()?)
+        })
+    }
+
+    /// Installs a whole set (a rules file read at start or by hand): every
+    /// tier whose rules differ from the set in force takes `set`'s rules.
+    /// They are one write, at the file's version when that is newer, else
+    /// at the next version, so versions only grow.
+    pub fn install(&self, set: RuleSet) -> Result<Arc<RuleSet>, RulesError> {
+        self.install_changes(None, set)
+    }
+
+    /// A rules file edited from `previous` to `next`: only the tiers the
+    /// edit changed are written, so what the config API wrote to a tier
+    /// the edit left alone stays in force.
+    pub fn install_edit(
+        &self,
+        previous: &RuleSet,
+        next: RuleSet,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        self.install_changes(Some(previous), next)
+    }
+
+    fn install_changes(
+        &self,
+        previous: Option<&RuleSet>,
+        next: RuleSet,
+    ) -> Result<Arc<RuleSet>, RulesError> {
+        self.write_rules(|current| {
+            let changes = previous.unwrap_or(current).tier_changes(&next);
+            if changes.is_empty() {
+                return Ok(current.clone());
+            }
+            let version = next.version().max(current.next_version()?);
+            current.with_tiers(changes, version)
+        })
     }
 
     /// One rule write: in a cluster, under the cluster's rule lock and

@@ -5,9 +5,9 @@ use std::sync::{Arc, OnceLock};
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
     Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
-    HandoffRequest, HandoffResponse, MembersResponse, NodeSummary, PushRulesResponse,
-    ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest,
-    SyncResponse,
+    HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
 };
 
 use crate::owner::handoff;
@@ -19,6 +19,12 @@ use crate::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
 use crate::wire;
+
+/// Hot keys a summary carries.
+const SUMMARY_HOT_KEYS: usize = 10;
+/// This node is leaving the cluster and takes no counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaving;
 
 pub struct PeerHandler {
     owner: OwnerService,
@@ -63,8 +69,14 @@ impl PeerHandler {
         self.owner.decide(req).await
     }
 
-    /// Takes over counters handed to this node.
-    pub async fn handoff(&self, req: HandoffRequest) -> HandoffResponse {
+    /// Takes over counters handed to this node. A node that is leaving
+    /// refuses them (it has handed its own over already, and would lose
+    /// these): the sender keeps them and tries again once its ring has
+    /// dropped this node.
+    pub async fn handoff(&self, req: HandoffRequest) -> Result<HandoffResponse, Leaving> {
+        if self.owner.local.is_leaving() {
+            return Err(Leaving);
+        }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let counters = req.counters;
@@ -75,13 +87,13 @@ impl PeerHandler {
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
         tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
-        HandoffResponse {
+        Ok(HandoffResponse {
             accepted: absorbed.accepted,
-        }
+        })
     }
 
     pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
-        let applied = self.rules.adopt(&wire, &wire.origin)?;
+        let applied = self.rules.adopt(&wire, "a push")?;
         Ok(PushRulesResponse {
             version: self.limiter.rules().version(),
             applied,
@@ -131,6 +143,24 @@ impl PeerHandler {
             node: m.identity().id,
             live,
         }
+    }
+
+    /// The hottest keys this node owns, over the last whole second.
+    fn hot_keys(&self) -> HotKeys {
+        let now = self.limiter.now();
+        let keys = self
+            .owner
+            .lessor
+            .hot
+            .top(SUMMARY_HOT_KEYS, now)
+            .into_iter()
+            .map(|h| HotKey {
+                rule: h.rule.to_string(),
+                key: h.key.to_string(),
+                checks: h.checks,
+            })
+            .collect();
+        HotKeys { keys }
     }
 
     /// This node's breaker for every other member of its ring.
@@ -183,9 +213,7 @@ impl PeerHandler {
                 .unwrap_or_default(),
             replica_decisions: owner.then_some(stats.replica_decisions),
             breakers: owner.then(|| self.breakers()),
-            // Heavy hitters are not kept yet: absent is shown as "not
-            // known", never as zero.
-            hot_keys: None,
+            hot_keys: owner.then(|| self.hot_keys()),
         }
     }
 }

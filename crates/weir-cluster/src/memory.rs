@@ -351,7 +351,11 @@ impl Link for MemoryLink {
         req: HandoffRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move { Ok(h.handoff(req).await) })
+        self.call(to, deadline, |h| async move {
+            h.handoff(req)
+                .await
+                .map_err(|_| PeerFailure::Unreachable("this node is leaving".into()))
+        })
     }
 
     fn push_rules(

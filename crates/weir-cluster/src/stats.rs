@@ -2,7 +2,10 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use dashmap::DashMap;
 
 use crate::topology::membership::MemberState;
 
@@ -91,6 +94,22 @@ pub struct ClusterStats {
     /// Handed-over counters refused: a state that breaks its algorithm's
     /// invariants, or a new key past `--max-keys`.
     pub handoff_refused: u64,
+    /// As an owner: leases granted for hot keys, and their units.
+    pub leases_granted: u64,
+    pub lease_units_granted: u64,
+    /// As a gateway: limits decided from a lease, renewals asked for, and
+    /// unused units given back.
+    pub lease_decisions: u64,
+    pub lease_renewals: u64,
+    pub lease_units_returned: u64,
+    /// Limits of `hot = "local"` rules decided here against L/N.
+    pub tier_decisions: u64,
+    /// Fallback admissions refused because the node-wide cap was spent.
+    pub fallback_capped: u64,
+    /// A dead owner's recent admissions: reported by this gateway to the
+    /// keys' new owners, and added here to a copy that lacked them.
+    pub admissions_reported: u64,
+    pub admissions_recovered: u64,
 }
 
 /// The live counters behind [`ClusterStats`].
@@ -136,6 +155,17 @@ pub struct Stats {
     pub replication_lag: Timing,
     pub sync_refused: AtomicU64,
     pub handoff_refused: AtomicU64,
+    pub leases_granted: AtomicU64,
+    pub lease_units_granted: AtomicU64,
+    pub lease_decisions: AtomicU64,
+    pub lease_renewals: AtomicU64,
+    pub lease_units_returned: AtomicU64,
+    pub tier_decisions: AtomicU64,
+    pub fallback_capped: AtomicU64,
+    /// Ops forwarded to other nodes, by rule (bounded by the rules in force).
+    pub forwarded: DashMap<Arc<str>, AtomicU64, foldhash::fast::RandomState>,
+    pub admissions_reported: AtomicU64,
+    pub admissions_recovered: AtomicU64,
 }
 
 pub fn bump(counter: &AtomicU64, n: u64) {
@@ -181,7 +211,37 @@ impl Stats {
             replication_pending: 0,
             sync_refused: get(&self.sync_refused),
             handoff_refused: get(&self.handoff_refused),
+            leases_granted: get(&self.leases_granted),
+            lease_units_granted: get(&self.lease_units_granted),
+            lease_decisions: get(&self.lease_decisions),
+            lease_renewals: get(&self.lease_renewals),
+            lease_units_returned: get(&self.lease_units_returned),
+            tier_decisions: get(&self.tier_decisions),
+            fallback_capped: get(&self.fallback_capped),
+            admissions_reported: get(&self.admissions_reported),
+            admissions_recovered: get(&self.admissions_recovered),
         }
+    }
+
+    /// One op of `rule` sent to another node.
+    pub fn forwarded(&self, rule: &Arc<str>) {
+        // The read guard ends with the `if let` before an insert locks.
+        if let Some(n) = self.forwarded.get(rule) {
+            bump(&n, 1);
+            return;
+        }
+        bump(&self.forwarded.entry(rule.clone()).or_default(), 1);
+    }
+
+    /// Ops sent to other nodes, by rule, sorted by rule.
+    pub fn forwarded_by_rule(&self) -> Vec<(Arc<str>, u64)> {
+        let mut v: Vec<(Arc<str>, u64)> = self
+            .forwarded
+            .iter()
+            .map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed)))
+            .collect();
+        v.sort();
+        v
     }
 }
 

@@ -77,6 +77,27 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
     }
 }
 
+/// Asks a hot key's owner for the next lease, telling it the `used` units
+/// decided from leases since the last ask (the traffic it no longer sees).
+pub fn lease(rule: &str, hash_part: &str, used: u64) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        cost: used,
+        kind: OpKind::Lease as i32,
+        ..CounterOp::default()
+    }
+}
+
+/// `dead` admitted `cost` at `at` (its clock) for the sender: for the
+/// key's new owner, which adds it unless its copy already holds it.
+pub fn admitted(rule: &str, hash_part: &str, cost: u64, at: Nanos, dead: &str) -> CounterOp {
+    CounterOp {
+        at,
+        ..stand_in(charge(rule, hash_part, cost), dead)
+    }
+}
+
 /// Gives back `cost` consumed by a decision the owner took at `at`.
 pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
     CounterOp {
@@ -102,6 +123,7 @@ pub fn carried_rule(op: &CounterOp) -> Option<Result<Rule, CheckError>> {
 pub fn decided(d: &Decision) -> OpResult {
     OpResult {
         outcome: Some(Outcome::Decision(decision_to_wire(d))),
+        lease: None,
     }
 }
 
@@ -112,6 +134,7 @@ pub fn refunded() -> OpResult {
             allowed: true,
             ..WireDecision::default()
         })),
+        lease: None,
     }
 }
 
@@ -127,6 +150,7 @@ fn refusal(code: PeerErrorCode, field: &str, message: String) -> OpResult {
             field: field.to_string(),
             message,
         })),
+        lease: None,
     }
 }
 
@@ -225,6 +249,10 @@ pub fn snapshot_to_wire(snap: &CounterSnapshot) -> Option<CounterState> {
             rule: snap.rule.clone(),
             key: snap.hash_part.clone(),
             state,
+            carried: snap.carried.map(|c| CarriedLimit {
+                limit: c.limit,
+                window_ns: nanos(c.window),
+            }),
         }),
         Err(e) => {
             tracing::error!(rule = %snap.rule, error = %e, "cannot encode a counter for handoff");
@@ -235,10 +263,15 @@ pub fn snapshot_to_wire(snap: &CounterSnapshot) -> Option<CounterState> {
 
 pub fn snapshot_from_wire(c: CounterState) -> Option<CounterSnapshot> {
     let state: State = postcard::from_bytes(&c.state).ok()?;
+    let carried = c.carried.map(|l| weir_core::CarriedLimit {
+        limit: l.limit,
+        window: Duration::from_nanos(l.window_ns),
+    });
     Some(CounterSnapshot {
         rule: c.rule,
         hash_part: c.key,
         state,
+        carried,
     })
 }
 

@@ -4,10 +4,57 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::*;
 use weir_cluster::membership::NodeIdentity;
 use weir_cluster::ring::Ring;
+use weir_core::{CheckRequest, Rule};
+
+/// A key that node-3 will own once it joins node-1 and node-2 (the ring
+/// depends on ids only).
+fn owned_by_node_3_once_it_joins(prefix: &str) -> String {
+    let future: Vec<NodeIdentity> = ["node-1", "node-2", "node-3"]
+        .iter()
+        .map(|id| NodeIdentity::new(*id, loopback0(), loopback0()))
+        .collect();
+    let ring = Ring::with_default_vnodes(&future);
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| ring.owner_id(k) == Some("node-3"))
+        .unwrap()
+}
+
+/// Starts node-3, joining through node-1; returns once every ring holds it.
+async fn join_node_3(nodes: &[TestNode]) -> TestNode {
+    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, |_| {}).await;
+    wait_until("every ring holds node-3", || {
+        nodes
+            .iter()
+            .chain([&joiner])
+            .all(|n| n.ring_ids().len() == 3)
+    })
+    .await;
+    joiner
+}
+
+/// An Envoy override of 10 an hour, as a request carries it.
+fn carried() -> Arc<Rule> {
+    Arc::new(Rule::carried("override:10-per-hour", 10, Duration::from_secs(3600)).unwrap())
+}
+
+/// Checks of `key` against the carried limit, round robin over `nodes`;
+/// returns how many were admitted.
+async fn carried_round_robin(nodes: &[&TestNode], key: &str, n: usize) -> usize {
+    let rule = carried();
+    let mut admitted = 0;
+    for i in 0..n {
+        let req = CheckRequest::new(key, "GET /").carrying(rule.clone());
+        let v = nodes[i % nodes.len()].engine.check(&req).await.unwrap();
+        admitted += usize::from(v.allowed);
+    }
+    admitted
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_leave_hands_counters_over_so_the_window_total_stays_the_limit() {
@@ -78,25 +125,12 @@ async fn checks_racing_a_graceful_leave_are_neither_lost_nor_double_granted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {
     let nodes = cluster(2, RULES, |_| {}).await;
-    // A key that node-3 will own once it joins (the ring depends on ids only).
-    let future: Vec<NodeIdentity> = ["node-1", "node-2", "node-3"]
-        .iter()
-        .map(|id| NodeIdentity::new(*id, loopback0(), loopback0()))
-        .collect();
-    let ring = Ring::with_default_vnodes(&future);
-    let key = (0..)
-        .map(|i| format!("join-{i}"))
-        .find(|k| ring.owner_id(k) == Some("node-3"))
-        .unwrap();
+    let key = owned_by_node_3_once_it_joins("join");
     let pair: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(admitted_round_robin(&pair, &key, 12).await, 12);
 
-    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, |_| {}).await;
+    let joiner = join_node_3(&nodes).await;
     let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
-    wait_until("every ring holds node-3", || {
-        all.iter().all(|n| n.ring_ids().len() == 3)
-    })
-    .await;
     wait_until("the counter reaches node-3", || {
         joiner.engine.limiter().keys() == 1
     })
@@ -111,4 +145,46 @@ async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {
         sent >= (key.len() + "per-client".len()) as u64,
         "{sent} bytes handed over"
     );
+}
+
+/// Guard: a leave hands the carried limits' counters over with the rule
+/// set's. Without it a rolling restart gives every override a fresh budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_hands_carried_limits_over_too() {
+    let mut nodes = cluster(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "override");
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(carried_round_robin(&all, &key, 6).await, 6);
+    assert_eq!(
+        nodes[2].engine.limiter().adhoc_keys(),
+        1,
+        "the owner holds it"
+    );
+
+    let leaving = nodes.pop().unwrap();
+    leaving.leave().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(
+        carried_round_robin(&survivors, &key, 20).await,
+        4,
+        "6 + 4 in the window, not 6 + a fresh 10"
+    );
+}
+
+/// The other half of a rolling restart: a node that joins receives the
+/// carried limits' counters of the keys it now owns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_receives_the_carried_limits_of_the_keys_it_now_owns() {
+    let nodes = cluster(2, RULES, |_| {}).await;
+    let key = owned_by_node_3_once_it_joins("join-override");
+    let pair: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(carried_round_robin(&pair, &key, 7).await, 7);
+
+    let joiner = join_node_3(&nodes).await;
+    let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
+    wait_until("the carried counter reaches node-3", || {
+        joiner.engine.limiter().adhoc_keys() == 1
+    })
+    .await;
+    assert_eq!(carried_round_robin(&all, &key, 20).await, 3);
 }

@@ -73,3 +73,48 @@ async fn concurrent_writes_of_one_version_settle_on_one_set_everywhere() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_two_tiers_on_two_nodes_at_once_are_both_in_force_everywhere() {
+    let net = weir_cluster::memory::MemoryNet::new();
+    let nodes = memory_cluster(&net, 3, RULES, |c| {
+        c.rules_sync_interval = Duration::from_millis(200)
+    })
+    .await;
+    let tier = |t: &str, limit: u64| {
+        let body = format!(
+            r#"{{"rules":[{{"name":"{t}-limit","algorithm":"sliding_window_log","limit":{limit},"window":"60s"}}]}}"#
+        );
+        RuleSet::parse_tier_json(Some(t), &body).unwrap()
+    };
+    // Cut node-1 and node-3 off from each other while both write, so
+    // neither hears the other's push first: both build on one version.
+    nodes[0].partition_from(&[&nodes[2]]);
+    let free = nodes[0]
+        .engine
+        .replace_tier(Some("free"), tier("free", 5))
+        .unwrap();
+    let pro = nodes[2]
+        .engine
+        .replace_tier(Some("pro"), tier("pro", 50))
+        .unwrap();
+    assert_eq!(
+        free.version(),
+        pro.version(),
+        "both wrote the same next version"
+    );
+    net.heal();
+    wait_until("both tiers in force on every node", || {
+        nodes.iter().all(|n| {
+            let rules = n.engine.rules();
+            rules.get("free-limit").is_some_and(|(_, r)| r.limit == 5)
+                && rules.get("pro-limit").is_some_and(|(_, r)| r.limit == 50)
+        })
+    })
+    .await;
+    for n in &nodes {
+        let rules = n.engine.rules();
+        assert_eq!(rules.tier_version(Some("free")), free.version());
+        assert_eq!(rules.tier_version(Some("pro")), pro.version());
+    }
+}

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cluster, TestNode};
+use common::{cluster, paused_members, TestNode};
 use weir_cluster::strategy::gossip::GossipStrategy;
 use weir_cluster::{Engine, StrategyKind};
 use weir_core::CheckRequest;
@@ -188,4 +188,57 @@ async fn gossip_keeps_its_own_counters_when_the_ring_changes() {
         "node-1 forgot its own spend"
     );
     assert_eq!(nodes[0].cluster.stats().keys_moved_out, 0);
+}
+
+/// Guard: the gossip strategy weighs a sliding window counter's previous
+/// window in, peers' counts included. Counting the current window alone
+/// made it a fixed window at every boundary: L on one node just before,
+/// and another L on a second node just after.
+#[tokio::test(start_paused = true)]
+async fn gossip_keeps_a_sliding_counter_sliding_across_a_window_boundary() {
+    let rules = r#"
+    [[rule]]
+    name = "per-client"
+    algorithm = "sliding_window_counter"
+    limit = 20
+    window = "10s"
+    "#;
+    let (_net, nodes) = paused_members(2, rules, |c| {
+        c.strategy = StrategyKind::Gossip;
+        c.sync_interval = Duration::from_millis(100);
+    })
+    .await;
+    let engines: Vec<_> = nodes
+        .iter()
+        .map(|n| engine(n, StrategyKind::Gossip))
+        .collect();
+    let window = Duration::from_secs(10).as_nanos() as u64;
+    let until_boundary = || {
+        let now = engines[0].limiter().now();
+        Duration::from_nanos(window - now % window)
+    };
+    // L on node 1 half a second before a boundary, heard by node 2.
+    tokio::time::advance(until_boundary() - Duration::from_millis(500)).await;
+    assert_eq!(admitted(&engines[0], "edge", 2 * L).await, L);
+    common::wait_until("node 2 hears node 1's L", || {
+        heard(&nodes[1], "edge") == L as u64
+    })
+    .await;
+    let left = until_boundary();
+    assert!(
+        left < Duration::from_millis(500),
+        "still before the boundary"
+    );
+    // A tenth of a second into the next window, node 2 asks: the previous
+    // window's L still weighs 99% of itself.
+    tokio::time::advance(left + Duration::from_millis(100)).await;
+    assert_eq!(
+        admitted(&engines[1], "edge", L).await,
+        0,
+        "L before the boundary and L after it is the fixed window's 2 L"
+    );
+    // Near the end of the window the previous count has slid out and the
+    // budget is back.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(admitted(&engines[1], "edge", L).await >= L - 3);
 }

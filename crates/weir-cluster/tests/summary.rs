@@ -10,7 +10,7 @@ use weir_cluster::link::PeerFailure;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::summary::{ActivitySource, MemberSummary, Reply, MAX_SUMMARY_SECONDS};
 use weir_proto::weir::v1::peer_client::PeerClient;
-use weir_proto::weir::v1::{ActivitySecond, RuleActivity, SummaryRequest};
+use weir_proto::weir::v1::{ActivitySecond, BreakerState, RuleActivity, SummaryRequest};
 
 /// Reports one second of made-up activity and remembers what it was asked.
 #[derive(Default)]
@@ -60,10 +60,15 @@ async fn summaries_travel_over_grpc_only_with_the_cluster_secret() {
     assert_eq!(peer.strategy, "owner");
     assert_eq!(peer.activity[0].rules[0].allowed, 7);
     assert_eq!(*source.asked.lock().unwrap(), [60]);
-    assert!(
-        peer.replica_decisions.is_none() && peer.breakers.is_none() && peer.hot_keys.is_none(),
-        "figures the node does not keep are absent"
-    );
+    // An owner-strategy node keeps its breakers and what its copies decided.
+    assert_eq!(peer.replica_decisions, Some(0));
+    let breakers = peer.breakers.as_ref().expect("an owner node's breakers");
+    assert_eq!(breakers.owners.len(), 1);
+    assert_eq!(breakers.owners[0].owner, "node-1");
+    assert_eq!(breakers.owners[0].state, BreakerState::Closed as i32);
+    // And its hot keys: none yet, since no check reached it.
+    let hot = peer.hot_keys.as_ref().expect("an owner node's hot keys");
+    assert!(hot.keys.is_empty(), "no check, no hot key");
 
     let mut stranger = PeerClient::connect(format!("http://{}", nodes[1].grpc()))
         .await

@@ -43,6 +43,12 @@ pub struct CheckRequest {
     /// the check is decided against it alone, on the caller key, and the
     /// rule set is not consulted.
     pub limit: Option<Arc<Rule>>,
+    /// The longest this caller will hold an admitted request before sending
+    /// it (a scheduling leaky bucket's `delay`). An admission that would
+    /// need longer is a denial instead, and consumes nothing; `Some(0)` is
+    /// the leaky bucket as a meter, for a caller that cannot wait at all.
+    /// None: any delay the rule's `queue` allows.
+    pub max_delay: Option<Duration>,
 }
 
 impl CheckRequest {
@@ -55,7 +61,14 @@ impl CheckRequest {
             tier: None,
             ip: None,
             limit: None,
+            max_delay: None,
         }
+    }
+
+    /// Wait at most `max` before sending; a longer delay is a denial.
+    pub fn max_delay(mut self, max: Duration) -> Self {
+        self.max_delay = Some(max);
+        self
     }
 
     pub fn cost(mut self, cost: u64) -> Self {
@@ -210,7 +223,19 @@ impl Verdict {
     /// What the caller is shown: the binding limit, or unlimited.
     pub fn response(&self) -> CheckResponse {
         match self.binding() {
-            Some(a) => CheckResponse::of(self.allowed, a),
+            Some(a) => {
+                let mut r = CheckResponse::of(self.allowed, a);
+                if self.allowed {
+                    // Every enforcing limit's slot must have come before
+                    // sending: the caller waits for the latest of them.
+                    let enforcing = self.applied.iter().filter(|a| !a.rule.shadow);
+                    r.delay = enforcing
+                        .map(|a| a.decision.delay)
+                        .max()
+                        .unwrap_or_default();
+                }
+                r
+            }
             None => CheckResponse {
                 allowed: self.allowed,
                 ..CheckResponse::default()

@@ -64,6 +64,27 @@ impl Decision {
         }
     }
 
+    /// This admission, which asks the caller to wait `delay` before
+    /// sending, as a denial for a caller that waits at most `max` (and
+    /// `delay > max`): the request could pass once `delay - max` has gone
+    /// by, if nothing else is scheduled meanwhile. Whoever turns it into a
+    /// denial gives back what the admission consumed.
+    pub fn beyond(&self, max: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: self.delay.saturating_sub(max),
+            delay: Duration::ZERO,
+            ..*self
+        }
+    }
+
+    /// Whether an admission would make a caller that waits at most `max`
+    /// wait longer.
+    pub fn exceeds(&self, max: Option<Duration>) -> bool {
+        self.allowed && max.is_some_and(|m| self.delay > m)
+    }
+
     /// Retry-After in whole seconds: rounded up and at least 1 on a denial,
     /// because rounding down guarantees the first retry is rejected too (seed 9).
     pub fn retry_after_secs(&self) -> u64 {

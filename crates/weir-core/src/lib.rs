@@ -18,6 +18,7 @@ mod limiter;
 #[cfg(feature = "http")]
 pub mod render;
 pub mod rules;
+mod snapshot;
 pub mod store;
 
 pub use algorithm::{AlgorithmKind, Policy, State};
@@ -28,6 +29,7 @@ pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SE
 pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
-pub use limiter::{Absorb, Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict};
-pub use rules::{By, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use limiter::{Applied, Limiter, LimiterConfig, Placed, Verdict};
+pub use rules::{By, Hot, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 pub use store::{AbsorbError, StoreCounts};

@@ -12,6 +12,7 @@ use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::{CheckError, InputField, Unavailable};
 use crate::rules::{Rule, RuleSet, Selection, Subject};
+use crate::snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 use crate::store::{AbsorbError, Carried, Counters, StoreCounts};
 
 /// One limit applied to a request.
@@ -63,14 +64,6 @@ impl Verdict {
             .iter()
             .filter(|a| a.rule.shadow && !a.decision.allowed)
     }
-}
-
-/// One key's counter in portable form: what a node hands a key's next owner.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CounterSnapshot {
-    pub rule: String,
-    pub hash_part: String,
-    pub state: State,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,17 +142,6 @@ fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
             t.counters[i].refund(&a.hash_part, a.decision.at, cost);
         }
     }
-}
-
-/// Why a handed-over counter was not taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Absorb {
-    /// Its rule is not in this node's set (the sets have not converged, or
-    /// it was removed): its budget cannot be expressed here.
-    #[error("unknown rule")]
-    UnknownRule,
-    #[error(transparent)]
-    Refused(AbsorbError),
 }
 
 /// Decides checks in this process.
@@ -267,38 +249,43 @@ impl Limiter {
         // is looked up again by name.
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        self.decide_selected(&t, &sel, req.cost)
+        self.decide_selected(&t, &sel, req)
     }
 
-    /// Like [`Limiter::check`], but only when every selected limit's hash
-    /// part is placed on this process (`here` says which are). Otherwise
-    /// nothing is consumed and the selection is handed back, so a cluster
-    /// can take it to the owners without selecting again.
+    /// Like [`Limiter::check`], but only when every selected limit is
+    /// placed on this process (`here` says which rule and hash part are).
+    /// Otherwise nothing is consumed and the selection is handed back, so a
+    /// cluster can take it to the owners without selecting again.
     pub fn check_placed(
         &self,
         req: &CheckRequest,
-        here: impl Fn(&str) -> bool,
+        here: impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        if !sel.iter().all(|s| here(&s.hash_part)) {
+        if !sel
+            .iter()
+            .all(|s| here(&t.rules.rules()[s.rule], &s.hash_part))
+        {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
-        self.decide_selected(&t, &sel, req.cost)
-            .map(Placed::Decided)
+        self.decide_selected(&t, &sel, req).map(Placed::Decided)
     }
 
     fn decide_selected(
         &self,
         t: &Tables,
         sel: &Selection,
-        cost: u64,
+        req: &CheckRequest,
     ) -> Result<Verdict, CheckError> {
-        let now = self.clock.now();
+        let (cost, now) = (req.cost, self.clock.now());
+        // A shadow rule never denies, so it never makes a caller wait either.
+        let max_delay = |rule: &Rule| if rule.shadow { None } else { req.max_delay };
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());
         for s in sel.iter() {
             let rule = &t.rules.rules()[s.rule];
-            let decision = match t.counters[s.rule].consume(&s.hash_part, now, cost) {
+            let counters = &t.counters[s.rule];
+            let decision = match counters.consume_within(&s.hash_part, now, cost, max_delay(rule)) {
                 Ok(d) => d,
                 Err(_) => {
                     refund_all(t, &applied, cost);
@@ -371,14 +358,20 @@ impl Limiter {
             .map_err(|_| store_full(rule, self.config.max_keys_per_rule))
     }
 
+    /// The budget (rule, key) has left now, without spending any: what a
+    /// check of cost 1 would leave, plus that 1. None when the rule is
+    /// unknown; a key never seen has the whole limit.
+    pub fn remaining(&self, rule: &str, hash_part: &str) -> Option<u64> {
+        let c = self.counters(rule).ok()?;
+        let mut state = c.get(hash_part).unwrap_or_else(|| c.policy().fresh());
+        let d = c.policy().decide(&mut state, self.clock.now(), 1)?;
+        Some(if d.allowed { d.remaining + 1 } else { 0 })
+    }
+
     /// One key's counter, copied; None when the rule or the key is unknown.
     pub fn snapshot(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.get(hash_part)?;
-        Some(CounterSnapshot {
-            rule: rule.to_string(),
-            hash_part: hash_part.to_string(),
-            state,
-        })
+        Some(CounterSnapshot::of_rule(rule, hash_part, state))
     }
 
     /// Replaces a key's counter whole with `snap` (a replica taking its
@@ -404,11 +397,7 @@ impl Limiter {
     /// Removes and returns one key's counter.
     pub fn take(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.remove(hash_part)?;
-        Some(CounterSnapshot {
-            rule: rule.to_string(),
-            hash_part: hash_part.to_string(),
-            state,
-        })
+        Some(CounterSnapshot::of_rule(rule, hash_part, state))
     }
 
     /// Records `cost` on a state outside the tables (see
@@ -499,17 +488,23 @@ impl Limiter {
         self.carried.len()
     }
 
-    /// Removes and returns every counter whose hash part `keep` rejects.
+    /// Removes and returns every counter whose hash part `keep` rejects,
+    /// the carried limits' (keyed by the caller key) among them: what a node
+    /// hands to the keys' owners when it leaves or the ring changes.
     pub fn take_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
         let t = self.tables.load();
         let mut out = Vec::new();
         for (r, c) in t.rules.rules().iter().zip(&t.counters) {
             for (k, state) in c.take_unless(&mut keep) {
-                out.push(CounterSnapshot {
-                    rule: r.name.to_string(),
-                    hash_part: k.to_string(),
-                    state,
-                });
+                out.push(CounterSnapshot::of_rule(&r.name, &k, state));
+            }
+        }
+        for (name, k, policy, state) in self.carried.take_unless(keep) {
+            // Carried limits are built by `Rule::carried`, a counting
+            // policy, so their limit and window are always there.
+            if let Some((limit, window)) = policy.limit_and_window() {
+                let carried = CarriedLimit { limit, window };
+                out.push(CounterSnapshot::of_carried(&name, &k, state, carried));
             }
         }
         out
@@ -518,13 +513,23 @@ impl Limiter {
     /// Folds in a counter handed over by another node, after checking it:
     /// a key no check could name, a state that breaks its algorithm's
     /// invariants, or a new key past the ceiling is refused, and a refused
-    /// counter changes nothing.
+    /// counter changes nothing. A carried limit's counter goes to the
+    /// carried limits' table, under the limit it names.
     pub fn absorb(&self, snap: CounterSnapshot) -> Result<(), Absorb> {
-        let c = self.counters(&snap.rule).map_err(|_| Absorb::UnknownRule)?;
         if snap.hash_part.is_empty() || snap.hash_part.len() > MAX_KEY_LEN {
             return Err(Absorb::Refused(AbsorbError::Invalid));
         }
-        c.absorb(&snap.hash_part, snap.state, self.clock.now())
+        let now = self.clock.now();
+        if let Some(c) = snap.carried {
+            let rule = Rule::carried(&snap.rule, c.limit, c.window)
+                .map_err(|_| Absorb::Refused(AbsorbError::Invalid))?;
+            return self
+                .carried
+                .absorb(&rule.name, &rule.policy, &snap.hash_part, snap.state, now)
+                .map_err(Absorb::Refused);
+        }
+        let c = self.counters(&snap.rule).map_err(|_| Absorb::UnknownRule)?;
+        c.absorb(&snap.hash_part, snap.state, now)
             .map_err(Absorb::Refused)
     }
 }

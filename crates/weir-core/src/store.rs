@@ -7,6 +7,7 @@
 //! to 1,767 admitted against a capacity of 500 without it).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use compact_str::CompactString;
 use dashmap::mapref::entry::Entry;
@@ -191,25 +192,46 @@ where
         }
     }
 
-    /// Decides `cost` on `s` and notes when the key comes to rest.
-    fn decide(&self, s: &mut A::State, now: Nanos, cost: u64) -> Decision {
+    /// Decides `cost` on `s` and notes when the key comes to rest. An
+    /// admission whose delay is over `max_delay` is undone here, under the
+    /// key's lock, so no other request ever sees its slot taken.
+    fn decide(
+        &self,
+        s: &mut A::State,
+        now: Nanos,
+        cost: u64,
+        max_delay: Option<Duration>,
+    ) -> Decision {
+        let before = (max_delay.is_some() && self.algo.can_delay()).then(|| s.clone());
         let d = self.algo.decide(s, now, cost);
+        if let (Some(before), Some(max)) = (before, max_delay) {
+            if d.exceeds(Some(max)) {
+                *s = before;
+                return d.beyond(max);
+            }
+        }
         self.ceiling.rests_at(self.algo.rest_at(s));
         d
     }
 
-    fn consume(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Full> {
+    fn consume(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        max_delay: Option<Duration>,
+    ) -> Result<Decision, Full> {
         // The guard of `get_mut` is dropped at the end of this `if let`
         // (it has no `else`), before `make_room` write-locks shards.
         if let Some(mut s) = self.map.get_mut(key) {
-            return Ok(self.decide(&mut s, now, cost));
+            return Ok(self.decide(&mut s, now, cost, max_delay));
         }
         self.ceiling.make_room(now, || self.sweep_at(now))?;
         match self.map.entry(CompactString::new(key)) {
-            Entry::Occupied(mut o) => Ok(self.decide(o.get_mut(), now, cost)),
+            Entry::Occupied(mut o) => Ok(self.decide(o.get_mut(), now, cost, max_delay)),
             Entry::Vacant(v) => {
                 let mut s = self.algo.fresh();
-                let d = self.decide(&mut s, now, cost);
+                let d = self.decide(&mut s, now, cost, max_delay);
                 v.insert(s);
                 self.ceiling.added();
                 Ok(d)
@@ -409,8 +431,21 @@ impl Counters {
     /// Decides `cost` for `key` atomically. The caller has checked
     /// `1 <= cost <= policy.max_cost()`.
     pub fn consume(&self, key: &str, now: Nanos, cost: u64) -> Result<Decision, Full> {
+        self.consume_within(key, now, cost, None)
+    }
+
+    /// [`Counters::consume`] for a caller that waits at most `max_delay`
+    /// before sending: an admission that would need longer is a denial
+    /// ([`Decision::beyond`]) and consumes nothing.
+    pub fn consume_within(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        max_delay: Option<Duration>,
+    ) -> Result<Decision, Full> {
         debug_assert!(cost >= 1 && cost <= self.policy.max_cost());
-        each_store!(&self.inner, s => s.consume(key, now, cost))
+        each_store!(&self.inner, s => s.consume(key, now, cost, max_delay))
     }
 
     /// Gives back what a decision taken at `at` consumed.

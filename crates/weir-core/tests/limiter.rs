@@ -255,7 +255,7 @@ fn a_check_placed_partly_elsewhere_consumes_nothing_and_hands_back_its_selection
     let (l, _) = limiter();
     let ip = "198.51.100.9";
     let placed = l
-        .check_placed(&req("here", Some(ip)), |hash_part| hash_part == "here")
+        .check_placed(&req("here", Some(ip)), |_, hash_part| hash_part == "here")
         .unwrap();
     let Placed::Elsewhere(rules, sel) = placed else {
         panic!("the IP's limit is placed elsewhere: {placed:?}");
@@ -264,7 +264,9 @@ fn a_check_placed_partly_elsewhere_consumes_nothing_and_hands_back_its_selection
     assert_eq!(names, ["per-client", "per-ip"]);
     // Nothing was spent on either limit.
     assert_eq!(remaining(&l, "here"), 4);
-    let all_here = l.check_placed(&req("there", Some(ip)), |_| true).unwrap();
+    let all_here = l
+        .check_placed(&req("there", Some(ip)), |_, _| true)
+        .unwrap();
     let Placed::Decided(v) = all_here else {
         panic!("every limit is here: {all_here:?}");
     };

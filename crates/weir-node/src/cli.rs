@@ -113,6 +113,25 @@ pub struct ServeArgs {
         )
     )]
     pub replicas: Option<u8>,
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..),
+        help = with_default(
+            "Checks per second at its owner from which a key is hot: leased to the gateways sending it (rules with hot = \"lease\", the default for counting algorithms)",
+            |c| c.hot_key_rate.to_string()
+        )
+    )]
+    pub hot_key_rate: Option<u64>,
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "Most checks per second this node admits without their owners, over every key (0: no cap)",
+            |c| c.fallback_cap.to_string()
+        )
+    )]
+    pub fallback_cap: Option<u64>,
     /// Token for rule writes (PUT /v1/limits); writes are refused without one.
     #[arg(
         long,
@@ -138,7 +157,7 @@ pub struct ServeArgs {
     /// Log line format; the level comes from RUST_LOG [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
-    /// Spread Retry-After over [base, 2 x base] so denied clients do not return together.
+    /// Spread the wait a denial reports over [base, 2 x base] (HTTP, gRPC Check, RLS) so denied clients do not return together.
     #[arg(long)]
     pub retry_jitter: bool,
     /// Most counter keys held per rule [default: 1000000].
@@ -272,6 +291,8 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
             replicas: args.replicas.map_or(c.replicas, usize::from),
+            hot_key_rate: args.hot_key_rate.unwrap_or(c.hot_key_rate),
+            fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),
             secret: secret("--cluster-secret", &args.cluster_secret)?,
             insecure_open: args.insecure_open_cluster,
             ..c.clone()

@@ -80,7 +80,7 @@ pub struct ServeConfig {
     /// How the node decides with its peers: strategy, seeds, secret,
     /// owner deadline and failure policy, gossip timings.
     pub cluster: ClusterConfig,
-    /// Server-side Retry-After jitter (seed 9: base + uniform(0, base)).
+    /// Server-side jitter of a denial's wait on every edge (seed 9: base + uniform(0, base)).
     pub retry_jitter: bool,
     pub limits: InputLimits,
     pub max_keys_per_rule: usize,

@@ -152,6 +152,18 @@ impl NodeBuilder {
         self
     }
 
+    /// `--hot-key-rate`: checks per second from which a key is leased.
+    pub fn hot_key_rate(mut self, per_sec: u64) -> Self {
+        self.config.cluster.hot_key_rate = per_sec;
+        self
+    }
+
+    /// `--fallback-cap`: most checks per second admitted without owners.
+    pub fn fallback_cap(mut self, per_sec: u64) -> Self {
+        self.config.cluster.fallback_cap = per_sec;
+        self
+    }
+
     /// `--admin-token`
     pub fn admin_token(mut self, token: impl Into<String>) -> Self {
         self.config.admin_token = Some(token.into());

@@ -13,6 +13,7 @@ pub mod default_rules;
 pub mod embed;
 pub mod grpc;
 pub mod http;
+mod jitter;
 pub mod metrics;
 mod node;
 mod reload;

@@ -108,9 +108,17 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
     if last_loaded.as_deref() == Some(text.as_str()) {
         return;
     }
-    match RuleSet::from_toml(&text) {
-        Ok(set) => {
-            let installed = state.engine.install(set);
+    // Only what the edit changed is written: the previous text parsed
+    // (it was installed, so it is valid) says which tiers those are.
+    let previous = last_loaded
+        .as_deref()
+        .and_then(|t| RuleSet::from_toml(t).ok());
+    let installed = RuleSet::from_toml(&text).and_then(|set| match &previous {
+        Some(p) => state.engine.install_edit(p, set),
+        None => state.engine.install(set),
+    });
+    match installed {
+        Ok(installed) => {
             state.metrics.record_reload();
             *last_loaded = Some(text);
             tracing::info!(path = %path.display(), version = installed.version(), rules = installed.rules().len(), "rules reloaded");

@@ -33,8 +33,11 @@ async fn sigkill_of_a_keys_owner_costs_no_5xx_and_no_hang_and_survivors_agree_on
         .find(|k| ring_of(&["n1", "n2", "n3"]).owner_id(k) == Some("n3"))
         .unwrap();
     let new_owner = ring_of(&["n1", "n2"]).owner_id(&key).unwrap().to_string();
+    // Some budget spent at the owner (a check its owner answers late on a
+    // loaded machine is refused for now: a verdict too).
     for i in [0, 1, 0, 1, 0] {
-        assert_eq!(check(&client, &nodes[i].http, &key).await, 200);
+        let status = check(&client, &nodes[i].http, &key).await;
+        assert!(status == 200 || status == 429, "a verdict, not {status}");
     }
 
     let killed_at = Instant::now();

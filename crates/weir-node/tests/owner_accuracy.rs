@@ -58,12 +58,14 @@ async fn owner_path(client: &reqwest::Client, nodes: &[Proc]) -> String {
     for p in nodes {
         let s = &cluster_doc(client, p).await["stats"];
         out.push_str(&format!(
-            "[slow {} late_refunds {} replica {} fallback {} lag_p99 {}ms] ",
+            "[slow {} late_refunds {} replica {} fallback {} lag_p99 {}ms reported {} recovered {}] ",
             s["slow_decisions"],
             s["late_refunds"],
             s["replica_decisions"],
             s["fallback_decisions"],
-            s["replication_lag_p99_ms"]
+            s["replication_lag_p99_ms"],
+            s["admissions_reported"],
+            s["admissions_recovered"]
         ));
     }
     out

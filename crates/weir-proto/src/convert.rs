@@ -33,6 +33,7 @@ pub fn request(item: CheckItem) -> Result<CheckRequest, CheckError> {
         cost: item.cost.unwrap_or(1),
         tier: present(item.tier),
         ip: present(item.ip),
+        max_delay: item.max_delay_ms.map(Duration::from_millis),
     })
 }
 
@@ -51,6 +52,9 @@ pub fn item(req: &CheckRequest) -> CheckItem {
             limit: r.limit,
             window_ms: millis(r.window),
         }),
+        // Whole milliseconds, rounded down: never a promise to wait longer
+        // than the caller will.
+        max_delay_ms: req.max_delay.map(millis),
     }
 }
 
@@ -130,7 +134,8 @@ mod tests {
             .cost(3)
             .tier("t")
             .ip("::1")
-            .carrying(rule);
+            .carrying(rule)
+            .max_delay(Duration::from_millis(250));
         assert_eq!(request(item(&sent)).unwrap(), sent);
         let bare = CheckRequest::new("k", "");
         assert_eq!(

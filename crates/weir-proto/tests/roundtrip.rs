@@ -24,6 +24,7 @@ fn check_request_round_trips() {
                 tier: "free".into(),
                 ip: "203.0.113.9".into(),
                 limit: None,
+                max_delay_ms: Some(0),
             },
             CheckItem {
                 key: "cust_7".into(),
@@ -32,6 +33,7 @@ fn check_request_round_trips() {
                 tier: String::new(),
                 ip: String::new(),
                 limit: None,
+                max_delay_ms: None,
             },
         ],
     };
@@ -41,6 +43,8 @@ fn check_request_round_trips() {
     // `optional` keeps presence: an absent cost stays absent, a zero stays zero.
     assert_eq!(decoded.items[0].cost, Some(3));
     assert_eq!(decoded.items[1].cost, None);
+    assert_eq!(decoded.items[0].max_delay_ms, Some(0), "a meter survives");
+    assert_eq!(decoded.items[1].max_delay_ms, None);
     let zero = CheckItem {
         cost: Some(0),
         ..CheckItem::default()

@@ -8,6 +8,7 @@ pub mod retry_storm;
 pub mod single_connection;
 pub mod spread;
 pub mod steady;
+pub mod whale;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,6 +39,9 @@ pub enum Workload {
     RetryStorm,
     /// Saturating keys spread over all nodes while a fault is injected.
     Fault,
+    /// One whale key from every node beside cold keys, under each hot-key
+    /// valve (off, lease, shard, local).
+    Whale,
 }
 
 impl Workload {
@@ -60,6 +64,7 @@ impl Workload {
             Workload::HotKey => "hot-key",
             Workload::RetryStorm => "retry-storm",
             Workload::Fault => "fault",
+            Workload::Whale => "whale",
         }
     }
 
@@ -74,6 +79,7 @@ impl Workload {
             Workload::HotKey => vec![hot_key::rule()],
             Workload::RetryStorm => vec![retry_storm::rule()],
             Workload::Fault => vec![fault::rule()],
+            Workload::Whale => whale::rules(),
         }
     }
 
@@ -92,6 +98,7 @@ impl Workload {
                 retry_storm::plan(p, Retry::FullJitter, "full-jitter"),
             ],
             Workload::Fault => vec![fault::plan(p)],
+            Workload::Whale => whale::plans(p),
         }
     }
 
@@ -106,6 +113,7 @@ impl Workload {
             Workload::HotKey => hot_key::figures(plan, records, reference),
             Workload::RetryStorm => retry_storm::figures(plan, records, reference),
             Workload::Fault => fault::figures(plan, records, reference),
+            Workload::Whale => whale::figures(plan, records, reference),
         }
     }
 }
@@ -259,6 +267,10 @@ pub struct Figures {
 impl Figures {
     pub fn set(&mut self, name: &str, v: f64) {
         self.values.insert(name.to_string(), v);
+    }
+
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.values.get(name).copied()
     }
 }
 

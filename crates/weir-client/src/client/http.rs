@@ -22,6 +22,8 @@ struct Body<'a> {
     tier: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ip: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_delay_ms: Option<u64>,
 }
 
 /// The 200 and 429 bodies share these members (the 429 adds problem ones).
@@ -78,6 +80,11 @@ impl HttpTransport {
             cost: req.cost,
             tier: req.tier.as_deref(),
             ip: req.ip.as_deref(),
+            // Whole milliseconds, rounded down: never a promise to wait
+            // longer than the caller will.
+            max_delay_ms: req
+                .max_delay
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         };
         let sent = self
             .client

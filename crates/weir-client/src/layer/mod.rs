@@ -14,6 +14,7 @@ mod stats;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::request::Parts;
@@ -31,7 +32,12 @@ use decider::Erased;
 use stats::Outcome;
 use weir_core::jitter::jittered_retry_after_ms;
 use weir_core::render::Problem;
-use weir_core::{CheckRequest, Decide};
+use weir_core::{CheckRequest, CheckResponse, Decide};
+
+/// How long the layer holds a shaped request by default before the
+/// service sees it: 1 s. Longer than most shaping needs, and shorter than
+/// the time most callers wait for an answer before they give up.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1);
 
 /// What to do when the limiter cannot decide (unreachable, timed out, or
 /// failing closed itself).
@@ -56,6 +62,7 @@ struct Config {
     tier: Option<String>,
     cost: u64,
     failure: FailureMode,
+    max_delay: Duration,
     jitter: bool,
     allowed_headers: HeaderSet,
     stats: Arc<LayerStats>,
@@ -70,7 +77,8 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// Cost 1, no tier, route `"METHOD /path"`, failing open.
+    /// Cost 1, no tier, route `"METHOD /path"`, failing open, holding a
+    /// shaped request at most [`DEFAULT_MAX_DELAY`].
     pub fn new(decider: impl Decide, key: KeyExtractor) -> Self {
         RateLimitLayer {
             config: Arc::new(Config {
@@ -80,6 +88,7 @@ impl RateLimitLayer {
                 tier: None,
                 cost: 1,
                 failure: FailureMode::Open,
+                max_delay: DEFAULT_MAX_DELAY,
                 jitter: false,
                 allowed_headers: HeaderSet::All,
                 stats: Arc::default(),
@@ -106,6 +115,16 @@ impl RateLimitLayer {
 
     pub fn failure_mode(self, mode: FailureMode) -> Self {
         self.edit(|c| c.failure = mode)
+    }
+
+    /// The longest the layer holds an admitted request before calling the
+    /// service, when a shaping rule (a leaky bucket with a `queue`) asks
+    /// for a delay. A request whose delay would be longer is refused with
+    /// a 429 instead, and the limiter counts nothing for it; zero makes
+    /// every shaping rule a meter. A held request keeps its connection and
+    /// its task for the whole delay.
+    pub fn max_delay(self, max: Duration) -> Self {
+        self.edit(|c| c.max_delay = max)
     }
 
     /// The route to check instead of `"METHOD /path"`.
@@ -189,7 +208,28 @@ impl Config {
             tier: self.tier.clone(),
             ip,
             limit: None,
+            max_delay: Some(self.max_delay),
         })
+    }
+}
+
+impl Config {
+    /// An admission that asks for a longer wait than the service allows is
+    /// a denial. The decider already refuses one (consuming nothing) when
+    /// it honours the request's `max_delay`; this is the bound when it does
+    /// not (a node that predates the field), so no request is ever held
+    /// longer than `max_delay`.
+    fn within_max_delay(&self, r: CheckResponse) -> CheckResponse {
+        if !r.allowed || r.delay <= self.max_delay {
+            return r;
+        }
+        CheckResponse {
+            allowed: false,
+            remaining: 0,
+            retry_after: r.delay - self.max_delay,
+            delay: Duration::ZERO,
+            ..r
+        }
     }
 }
 
@@ -229,9 +269,17 @@ where
                 }
             };
             let decider = &config.decider;
-            match decider.decide(&check).await {
+            let decided = decider.decide(&check).await;
+            match decided.map(|r| config.within_max_delay(r)) {
                 Ok(r) if r.allowed => {
                     stats.record(Outcome::Allowed);
+                    // The slot the limiter scheduled comes `delay` from now;
+                    // the decider has already refused anything past
+                    // `max_delay`, so this wait is bounded by it.
+                    if !r.delay.is_zero() {
+                        stats.delayed();
+                        tokio::time::sleep(r.delay).await;
+                    }
                     let mut res = inner.call(req).await?;
                     let set = config.allowed_headers;
                     response::add_allowed_headers(res.headers_mut(), &r, decider.now(), set);

@@ -10,6 +10,7 @@ pub struct LayerStats {
     invalid: AtomicU64,
     unavailable_open: AtomicU64,
     unavailable_closed: AtomicU64,
+    delayed: AtomicU64,
 }
 
 /// One reading of [`LayerStats`].
@@ -25,6 +26,9 @@ pub struct StatsSnapshot {
     pub unavailable_open: u64,
     /// The limiter could not decide and the request got a 503.
     pub unavailable_closed: u64,
+    /// Of `allowed`, those a shaping rule scheduled: held for their delay
+    /// before the service saw them.
+    pub delayed: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -49,6 +53,11 @@ impl LayerStats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// An admitted request was held for its delay.
+    pub(crate) fn delayed(&self) {
+        self.delayed.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             allowed: self.allowed.load(Ordering::Relaxed),
@@ -56,6 +65,7 @@ impl LayerStats {
             invalid: self.invalid.load(Ordering::Relaxed),
             unavailable_open: self.unavailable_open.load(Ordering::Relaxed),
             unavailable_closed: self.unavailable_closed.load(Ordering::Relaxed),
+            delayed: self.delayed.load(Ordering::Relaxed),
         }
     }
 }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use weir_core::{CheckRequest, Limiter, LimiterConfig, RuleSet, State, MAX_RULES_VERSION};
 use weir_proto::weir::v1::{
     CarriedLimit, CountDelta, CounterOp, CounterState, DecideRequest, HandoffRequest,
-    ReplicateRequest, RuleSet as WireRuleSet, SyncRequest,
+    ReplicateRequest, RuleSet as WireRuleSet, SyncRequest, TierRules,
 };
 
 use crate::cluster::Cluster;
@@ -215,16 +215,28 @@ proptest! {
     #[test]
     fn handed_over_states_are_checked_and_capped(
         counters in prop::collection::vec((rule_name(), key(), state_bytes()), 0..24),
+        carried in prop::collection::vec(prop::option::of((any::<u64>(), prop_oneof![Just(60_000_000_000u64), any::<u64>()])), 24),
     ) {
         let n = node(StrategyKind::Owner);
         let handler = n.cluster.handler().clone();
+        // Some of them as carried limits' counters, with any limit and window.
         let counters: Vec<CounterState> = counters
             .into_iter()
-            .map(|(rule, key, state)| CounterState { rule, key, state })
+            .zip(carried)
+            .map(|((rule, key, state), carried)| CounterState {
+                rule,
+                key,
+                state,
+                carried: carried.map(|(limit, window_ns)| CarriedLimit { limit, window_ns }),
+            })
             .collect();
-        let sent: Vec<(String, String)> = counters.iter().map(|c: &CounterState| (c.rule.clone(), c.key.clone())).collect();
+        let sent: Vec<(String, String)> = counters
+            .iter()
+            .filter(|c| c.carried.is_none())
+            .map(|c: &CounterState| (c.rule.clone(), c.key.clone()))
+            .collect();
         let req = HandoffRequest { counters, from_node: "peer".into() };
-        n.within(handler.handoff(req));
+        let _ = n.within(handler.handoff(req));
         // Every state taken decides like one this node made: within bounds
         // now, and free again once three windows have passed. A state that
         // claimed a far-future time would hold its key for good.
@@ -235,6 +247,7 @@ proptest! {
             }
         }
         drop(in_runtime);
+        prop_assert!(n.limiter.adhoc_keys() <= MAX_KEYS, "carried keys past the ceiling");
         n.rt.block_on(tokio::time::advance(Duration::from_secs(180)));
         // The node's clock is the runtime's paused one: read it from inside.
         let _in = n.rt.enter();
@@ -257,7 +270,7 @@ proptest! {
         let handler = n.cluster.handler().clone();
         let states = states
             .into_iter()
-            .map(|(rule, key, state)| CounterState { rule, key, state })
+            .map(|(rule, key, state)| CounterState { rule, key, state, carried: None })
             .collect();
         // From a member (the node itself is the only one on its ring).
         let req = ReplicateRequest { from_node: "node".into(), states, boot: 1, at };
@@ -298,10 +311,14 @@ proptest! {
             Just(r#"{"rules":[{"name":"x","algorithm":"fixed_window","limit":3,"window":"1s"}]}"#.to_string()),
             ".{0,80}",
         ],
+        apart in any::<bool>(),
     ) {
         let n = node(StrategyKind::Owner);
         let handler = n.cluster.handler().clone();
-        let wire = WireRuleSet { version, origin: "peer".into(), rules_json: json };
+        // A tier's write, at the set's version or apart from it.
+        let tier_version = if apart { version / 2 } else { version };
+        let tier = TierRules { tier: None, version: tier_version, origin: "peer".into(), rules_json: json };
+        let wire = WireRuleSet { version, tiers: vec![tier] };
         let _ = n.within(async { handler.push_rules(wire) });
         n.still_sound();
         // A write after any push still lands, or is refused: it never wraps.
@@ -395,6 +412,7 @@ fn copies_from_a_node_that_is_not_a_member_are_refused() {
     let n = node(StrategyKind::Owner);
     let handler = n.cluster.handler().clone();
     let fresh = |key: &str| CounterState {
+        carried: None,
         rule: "fw".into(),
         key: key.into(),
         state: postcard::to_allocvec(

@@ -31,8 +31,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn failure(s: &Status, deadline: Duration) -> PeerFailure {
     match s.code() {
-        Code::DeadlineExceeded | Code::Cancelled => PeerFailure::Timeout(deadline),
-        Code::Unavailable | Code::Unknown | Code::Internal => {
+        Code::DeadlineExceeded => PeerFailure::Timeout(deadline),
+        // Cancelled reaches a client when its stream or connection is torn
+        // down under the call (a peer going away sends GOAWAY, a reset
+        // stream): evidence like a reset, not slowness. This node's own
+        // deadline is the timeout above the call, never a status.
+        Code::Cancelled | Code::Unavailable | Code::Unknown | Code::Internal => {
             PeerFailure::Unreachable(s.message().to_string())
         }
         _ => PeerFailure::Refused(format!("{:?}: {}", s.code(), s.message())),
@@ -220,5 +224,35 @@ impl Link for TonicLink {
     ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
         let req = self.request(req, deadline);
         self.call(to, deadline, |mut c| async move { c.summary(req).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a status that says the peer ran out of time is slowness; a
+    /// stream or connection torn down under the call is evidence the peer
+    /// is going or gone, which opens its breaker at once.
+    #[test]
+    fn a_cancelled_call_is_a_lost_peer_and_only_a_deadline_is_slow() {
+        let d = Duration::from_millis(5);
+        assert!(matches!(
+            failure(&Status::deadline_exceeded("slow"), d),
+            PeerFailure::Timeout(_)
+        ));
+        for s in [
+            Status::cancelled("stream reset"),
+            Status::unavailable("connection reset"),
+        ] {
+            assert!(
+                matches!(failure(&s, d), PeerFailure::Unreachable(_)),
+                "{s:?}"
+            );
+        }
+        assert!(matches!(
+            failure(&Status::unauthenticated("no token"), d),
+            PeerFailure::Refused(_)
+        ));
     }
 }

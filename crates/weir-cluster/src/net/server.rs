@@ -1,5 +1,6 @@
 //! The `weir.v1.Peer` gRPC server: a thin adapter from tonic to the node's [`PeerHandler`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
@@ -14,17 +15,28 @@ use crate::handler::PeerHandler;
 
 pub struct PeerService {
     handler: Arc<PeerHandler>,
+    killed: Arc<AtomicBool>,
 }
 
 impl PeerService {
-    pub fn new(handler: Arc<PeerHandler>) -> Self {
-        PeerService { handler }
+    pub fn new(handler: Arc<PeerHandler>, killed: Arc<AtomicBool>) -> Self {
+        PeerService { handler, killed }
+    }
+
+    /// A killed member answers no call, even one on a connection that
+    /// outlived it: it is gone, as a killed process is.
+    fn alive(&self) -> Result<(), Status> {
+        if self.killed.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("this node was killed"));
+        }
+        Ok(())
     }
 }
 
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn decide(&self, r: Request<DecideRequest>) -> Result<Response<DecideResponse>, Status> {
+        self.alive()?;
         Ok(Response::new(self.handler.decide(r.into_inner()).await))
     }
 
@@ -32,13 +44,19 @@ impl Peer for PeerService {
         &self,
         r: Request<HandoffRequest>,
     ) -> Result<Response<HandoffResponse>, Status> {
-        Ok(Response::new(self.handler.handoff(r.into_inner()).await))
+        self.alive()?;
+        self.handler
+            .handoff(r.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(|_| Status::unavailable("this node is leaving"))
     }
 
     async fn push_rules(
         &self,
         r: Request<WireRuleSet>,
     ) -> Result<Response<PushRulesResponse>, Status> {
+        self.alive()?;
         self.handler
             .push_rules(r.into_inner())
             .map(Response::new)
@@ -49,10 +67,12 @@ impl Peer for PeerService {
         &self,
         _r: Request<PullRulesRequest>,
     ) -> Result<Response<WireRuleSet>, Status> {
+        self.alive()?;
         Ok(Response::new(self.handler.pull_rules()))
     }
 
     async fn sync_counts(&self, r: Request<SyncRequest>) -> Result<Response<SyncResponse>, Status> {
+        self.alive()?;
         self.handler
             .sync_counts(r.into_inner())
             .map(Response::new)
@@ -63,6 +83,7 @@ impl Peer for PeerService {
         &self,
         r: Request<ReplicateRequest>,
     ) -> Result<Response<ReplicateResponse>, Status> {
+        self.alive()?;
         Ok(Response::new(self.handler.replicate(r.into_inner())))
     }
 
@@ -70,10 +91,12 @@ impl Peer for PeerService {
         &self,
         _r: Request<MembersRequest>,
     ) -> Result<Response<MembersResponse>, Status> {
+        self.alive()?;
         Ok(Response::new(self.handler.members()))
     }
 
     async fn summary(&self, r: Request<SummaryRequest>) -> Result<Response<NodeSummary>, Status> {
+        self.alive()?;
         Ok(Response::new(self.handler.summary(r.into_inner())))
     }
 }

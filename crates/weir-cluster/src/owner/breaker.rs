@@ -1,13 +1,14 @@
 //! One circuit breaker per owner: slow is not dead, and an owner counts as lost only on evidence.
 //!
-//! A missed deadline costs that one check; the breaker opens only after
+//! A missed deadline costs that one check; the breaker opens only on a
+//! refused or reset connection (the process is gone), or after
 //! [`TRIP_AFTER`] misses spanning at least [`TRIP_SPAN`] with no answer
-//! between them, not even a late one, on a refused or reset connection,
-//! or when SWIM suspects the owner. While open, checks for the owner skip
-//! the call (its keys go to the replica holder, else the local fallback)
-//! except one
-//! probe every `probe_every`: the half-open state. The probe's answer closes
-//! the breaker; its failure opens it again.
+//! between them, not even a late one (hung, stopped, cut off); for an owner
+//! SWIM suspects, one miss and [`SUSPECT_SPAN`] of silence. While open,
+//! checks for the owner skip the call (its keys go to the replica holder,
+//! else the local fallback) except one probe every `probe_every`: the
+//! half-open state. The probe's answer closes the breaker; its failure
+//! opens it again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,9 +25,12 @@ use crate::stats::{FallbackCounts, FallbackStatus};
 /// and every one ends the run: only an owner silent for as long as a late
 /// answer is waited for (hung, stopped, cut off) counts as lost. Opening
 /// on less would let a replica holder stand in beside a live owner, and
-/// both admit. (A dead process refuses connections, and SWIM suspects a
-/// silent one within about a second: those open at once.)
+/// both admit. (A dead process refuses connections, which opens at once.)
 pub const TRIP_AFTER: u32 = 3;
+/// The silence that opens a breaker of an owner SWIM suspects: SWIM has
+/// heard nothing from it either, and one miss with nothing heard for a
+/// quarter of a second agrees.
+pub const SUSPECT_SPAN: Duration = Duration::from_millis(250);
 pub const TRIP_SPAN: Duration = super::peers::LATE_WINDOW;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,8 @@ struct Breaker {
 struct Owners {
     /// Only owners with a miss or an open breaker; the rest are closed.
     tracked: BTreeMap<String, Breaker>,
+    /// Owners SWIM suspects now: a shorter silence is enough for them.
+    suspects: std::collections::BTreeSet<String>,
     entered: u64,
     left: u64,
 }
@@ -133,6 +139,12 @@ impl Breakers {
     /// spanning [`TRIP_SPAN`].
     pub fn missed(&self, owner: &str, now: Nanos) {
         self.update(|o| {
+            let (after, span) = if o.suspects.contains(owner) {
+                (1, SUSPECT_SPAN)
+            } else {
+                (TRIP_AFTER, TRIP_SPAN)
+            };
+            let span = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
             let b = o.tracked.entry(owner.to_string()).or_insert(Breaker {
                 state: BreakerState::Closed,
                 misses: 0,
@@ -140,11 +152,8 @@ impl Breakers {
                 probe_at: now,
             });
             b.misses += 1;
-            let span = u64::try_from(TRIP_SPAN.as_nanos()).unwrap_or(u64::MAX);
             let trip = match b.state {
-                BreakerState::Closed => {
-                    b.misses >= TRIP_AFTER && now.saturating_sub(b.since) >= span
-                }
+                BreakerState::Closed => b.misses >= after && now.saturating_sub(b.since) >= span,
                 // The probe missed too.
                 BreakerState::HalfOpen => true,
                 BreakerState::Open => false,
@@ -155,8 +164,18 @@ impl Breakers {
         });
     }
 
-    /// Evidence that `owner` is gone (refused or reset connection, SWIM
-    /// suspicion): open at once.
+    /// The owners SWIM suspects now (the others are cleared). Suspicion
+    /// alone opens nothing: a suspected owner that still answers, even
+    /// late, is deciding, and a copy standing in beside it would admit
+    /// twice. It only shortens the silence that opens its breaker to
+    /// [`SUSPECT_SPAN`].
+    pub fn suspect(&self, owners: &[String]) {
+        let mut o = self.owners.lock();
+        o.suspects = owners.iter().cloned().collect();
+    }
+
+    /// Evidence that `owner` is gone (refused or reset connection): open
+    /// at once.
     pub fn lost(&self, owner: &str, now: Nanos, why: &str) {
         self.update(|o| Self::open(o, owner, now, self.probe_every, why));
     }
@@ -284,6 +303,36 @@ mod tests {
             "the span and three misses"
         );
         assert_eq!(b.status().owners, ["o"]);
+    }
+
+    #[test]
+    fn a_suspected_owner_is_lost_after_a_short_silence_not_at_once() {
+        let b = Breakers::new(Duration::from_millis(200));
+        b.suspect(&["o".to_string()]);
+        assert_eq!(b.state_of("o"), BreakerState::Closed, "suspicion alone");
+        b.missed("o", 0);
+        b.answered("o", 100 * MS);
+        b.missed("o", 200 * MS);
+        b.missed("o", 449 * MS);
+        assert_eq!(
+            b.state_of("o"),
+            BreakerState::Closed,
+            "heard 349 ms ago at most"
+        );
+        b.missed("o", 450 * MS);
+        assert_eq!(
+            b.state_of("o"),
+            BreakerState::Open,
+            "a quarter second of silence"
+        );
+        // No longer suspected: the long span applies again.
+        let b = Breakers::new(Duration::from_millis(200));
+        b.suspect(&["o".to_string()]);
+        b.suspect(&[]);
+        b.missed("o", 0);
+        b.missed("o", 250 * MS);
+        b.missed("o", 500 * MS);
+        assert_eq!(b.state_of("o"), BreakerState::Closed);
     }
 
     #[test]

@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use weir_core::{CheckError, Decision, Nanos, Rule, RuleSet, Unavailable};
 
+use super::cap::Cap;
 use super::learned::{Learned, Share};
 use crate::config::OwnerFailure;
 use crate::divided::Divided;
+use crate::stats::{bump, Stats};
 
 /// How a limit was decided without its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +47,52 @@ pub struct Fallback {
     policy: OwnerFailure,
     divided: Divided,
     learned: Learned,
+    /// What every admission decided without an owner spends, node-wide.
+    cap: Cap,
+    stats: Arc<Stats>,
 }
 
 impl Fallback {
-    pub fn new(policy: OwnerFailure, divided: Divided, learned: Learned) -> Self {
+    pub fn new(
+        policy: OwnerFailure,
+        divided: Divided,
+        learned: Learned,
+        cap: Cap,
+        stats: Arc<Stats>,
+    ) -> Self {
         Fallback {
             policy,
             divided,
             learned,
+            cap,
+            stats,
         }
+    }
+
+    /// An admission decided without its owner, if the node-wide cap has
+    /// room for it; a denial until it has otherwise. The cap bounds what
+    /// an outage can let through whatever the keys (seed 11's local
+    /// bucket of about 5,000 req/s per node).
+    fn capped(&self, d: Decision, rule: &Rule, cost: u64) -> Decision {
+        if !d.allowed {
+            return d;
+        }
+        match self.cap.take(cost, d.at) {
+            None => d,
+            Some(wait) => {
+                bump(&self.stats.fallback_capped, 1);
+                Decision::deny(rule.limit, wait, d.at)
+            }
+        }
+    }
+
+    /// A limit of a `hot = "local"` rule: this gateway alone against L/N.
+    pub fn tier(&self, rule: &Rule, hash_part: &str, cost: u64) -> Result<Decision, CheckError> {
+        self.divided.consume(&rule.name, hash_part, cost)
+    }
+
+    pub fn tier_refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
+        self.divided.refund(rule, hash_part, at, cost);
     }
 
     pub fn policy(&self) -> OwnerFailure {
@@ -85,24 +124,30 @@ impl Fallback {
         owner: &str,
     ) -> Result<(Decision, Substitute), CheckError> {
         let now = self.divided.now();
-        match self.policy {
-            OwnerFailure::Local if carried => {
-                let d = self.divided.consume_carried(rule, hash_part, cost)?;
-                Ok((d, Substitute::Divided))
-            }
+        let (d, how) = match self.policy {
+            OwnerFailure::Local if carried => (
+                self.divided.consume_carried(rule, hash_part, cost)?,
+                Substitute::Divided,
+            ),
             OwnerFailure::Local => {
                 let members = self.members();
                 match self.learned.take(&rule.name, hash_part, cost, members, now) {
-                    Some(Share::Admit(d) | Share::Deny(d)) => Ok((d, Substitute::Learned)),
-                    None => {
-                        let d = self.divided.consume(&rule.name, hash_part, cost)?;
-                        Ok((d, Substitute::Divided))
-                    }
+                    Some(Share::Admit(d) | Share::Deny(d)) => (d, Substitute::Learned),
+                    None => (
+                        self.divided.consume(&rule.name, hash_part, cost)?,
+                        Substitute::Divided,
+                    ),
                 }
             }
-            OwnerFailure::Open => self.open(rule, cost, now),
-            OwnerFailure::Closed => Err(lost(owner)),
+            OwnerFailure::Open => self.open(rule, cost, now)?,
+            OwnerFailure::Closed => return Err(lost(owner)),
+        };
+        let capped = self.capped(d, rule, cost);
+        if capped.allowed != d.allowed {
+            // Refused by the cap: nothing of the key's share is spent.
+            self.refund(how, &rule.name, hash_part, d.at, cost);
         }
+        Ok((capped, how))
     }
 
     /// One limit whose owner did not answer within `deadline` but is not
@@ -121,7 +166,10 @@ impl Fallback {
             OwnerFailure::Local => {
                 Ok((Decision::deny(rule.limit, deadline, now), Substitute::Slow))
             }
-            OwnerFailure::Open => self.open(rule, cost, now),
+            OwnerFailure::Open => {
+                let (d, how) = self.open(rule, cost, now)?;
+                Ok((self.capped(d, rule, cost), how))
+            }
             OwnerFailure::Closed => Err(lost(owner)),
         }
     }
@@ -171,11 +219,40 @@ limit = 9
 window = "60s"
 "#;
 
-    fn fallback(policy: OwnerFailure) -> Fallback {
+    fn capped(policy: OwnerFailure, cap: u64) -> Fallback {
         let rules = RuleSet::from_toml(RULES).unwrap();
         let clock = Arc::new(FakeClock::at_secs(1000.0));
         let divided = Divided::new(&rules, 3, clock, LimiterConfig::default());
-        Fallback::new(policy, divided, Learned::new(100))
+        let stats = Arc::new(Stats::default());
+        Fallback::new(policy, divided, Learned::new(100), Cap::new(cap), stats)
+    }
+
+    fn fallback(policy: OwnerFailure) -> Fallback {
+        capped(policy, 0)
+    }
+
+    /// Guard: whatever the keys, a node admits no more without their
+    /// owners than its cap, under `local` and `open` alike.
+    #[test]
+    fn the_node_wide_cap_bounds_what_an_outage_admits_over_every_key() {
+        for policy in [OwnerFailure::Local, OwnerFailure::Open] {
+            let f = capped(policy, 10);
+            let admitted = (0..1_000)
+                .filter(|i| {
+                    f.without_owner(&rule(), &format!("k{i}"), 1, false, "b")
+                        .unwrap()
+                        .0
+                        .allowed
+                })
+                .count();
+            assert_eq!(admitted, 10, "{policy:?}: one second of the cap");
+            assert_eq!(
+                f.stats
+                    .fallback_capped
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                990
+            );
+        }
     }
 
     fn rule() -> Arc<Rule> {

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use compact_str::CompactString;
+use weir_core::rules::{shard_name, Hot};
 use weir_core::rules::{Selected, Selection};
 use weir_core::{
     Applied, CheckError, CheckRequest, Decision, Placed, Rule, RuleSet, Unavailable, Verdict,
@@ -35,16 +36,26 @@ struct Step {
     via: Via,
 }
 
-/// One selected limit: its rule and the hash part its counter is keyed on.
-fn pick<'a>(rules: &'a RuleSet, s: &'a Selected) -> (&'a Arc<Rule>, &'a CompactString) {
-    (&rules.rules()[s.rule], &s.hash_part)
+/// One selected limit: its rule and the hash part its counter is keyed on;
+/// for a sharded rule, one of its sub-counters at random, keyed apart so
+/// that each lands on the owner of its own key.
+fn pick(rules: &RuleSet, s: &Selected) -> (Arc<Rule>, CompactString) {
+    let rule = &rules.rules()[s.rule];
+    if let Hot::Shard(k) = rule.hot {
+        let i = rand::random_range(0..k);
+        if let Some((_, shard)) = rules.get(&shard_name(&rule.name, i)) {
+            let key = CompactString::new(format!("{}#{i}", s.hash_part));
+            return (shard.clone(), key);
+        }
+    }
+    (rule.clone(), s.hash_part.clone())
 }
 
 pub struct Gateway {
     local: Arc<Local>,
     routing: Arc<Routing>,
     deny: DenyCache,
-    remote: Remote,
+    remote: Arc<Remote>,
 }
 
 impl Gateway {
@@ -53,7 +64,7 @@ impl Gateway {
             local: remote.local.clone(),
             routing: remote.routing.clone(),
             deny,
-            remote,
+            remote: Arc::new(remote),
         }
     }
 
@@ -83,9 +94,14 @@ impl Gateway {
         self.local.guarded(|leaving| {
             reqs.map(|req| {
                 if leaving {
-                    limiter.check_placed(req, |_| false)
+                    limiter.check_placed(req, |_, _| false)
                 } else {
-                    limiter.check_placed(req, |h| ring.owner_id(h).is_none_or(|o| o == me))
+                    // A sharded or local-tier rule is never its key's
+                    // owner's to decide whole.
+                    limiter.check_placed(req, |rule, h| {
+                        matches!(rule.hot, Hot::Off | Hot::Lease)
+                            && ring.owner_id(h).is_none_or(|o| o == me)
+                    })
                 }
             })
             .collect()
@@ -102,9 +118,9 @@ impl Gateway {
         let ring = self.routing.routing_ring();
         let now = self.local.limiter().now();
         let me = self.routing.me();
-        let pick = |s| pick(&rules, s);
+        let picks: Vec<(Arc<Rule>, CompactString)> = sel.iter().map(|s| pick(&rules, s)).collect();
         // Only remote keys are cached: a local one costs no round trip.
-        for (rule, hash_part) in sel.iter().map(pick) {
+        for (rule, hash_part) in &picks {
             if rule.shadow || ring.owner_id(hash_part).is_none_or(|o| o == me) {
                 continue;
             }
@@ -113,18 +129,29 @@ impl Gateway {
                 return Ok(Verdict::single(rule.clone(), hash_part, decision));
             }
         }
-        let decide = |(rule, hash_part)| self.decide_one(&ring, rule, hash_part, req.cost);
-        let outcomes = if sel.len() == 1 {
-            vec![decide(sel.iter().map(pick).next().expect("one limit")).await]
+        let ring = &ring;
+        let outcomes = if picks.len() == 1 {
+            vec![
+                self.decide_one(ring, &picks[0].0, &picks[0].1, req.cost)
+                    .await,
+            ]
         } else {
-            futures::future::join_all(sel.iter().map(pick).map(decide)).await
+            let each = picks
+                .iter()
+                .map(|(rule, hash_part)| self.decide_one(ring, rule, hash_part, req.cost));
+            futures::future::join_all(each).await
         };
         let mut failure = None;
         let steps: Vec<Step> = outcomes
             .into_iter()
             .filter_map(|o| o.map_err(|e| failure = failure.take().or(Some(e))).ok())
             .collect();
-        let denied = steps.iter().any(|s| !s.rule.shadow && !s.decision.allowed);
+        // An admission that would make the caller wait past its
+        // `max_delay` is a denial: refunded below like the others.
+        let too_late = |s: &Step| !s.rule.shadow && s.decision.exceeds(req.max_delay);
+        let denied = steps
+            .iter()
+            .any(|s| !s.rule.shadow && !s.decision.allowed || too_late(s));
         if denied || failure.is_some() {
             // Answer only once the refunds have landed (or their deadline
             // passed): a client that retries straight after its denial then
@@ -154,16 +181,17 @@ impl Gateway {
                 self.remote.owe(&s.rule, &s.hash_part, req.cost, &s.via);
             }
         }
+        let applied = steps.into_iter().map(|s| Applied {
+            decision: match req.max_delay {
+                Some(max) if too_late(&s) => s.decision.beyond(max),
+                _ => s.decision,
+            },
+            rule: s.rule,
+            hash_part: s.hash_part,
+        });
         Ok(Verdict {
             allowed: !denied,
-            applied: steps
-                .into_iter()
-                .map(|s| Applied {
-                    rule: s.rule,
-                    hash_part: s.hash_part,
-                    decision: s.decision,
-                })
-                .collect(),
+            applied: applied.collect(),
         })
     }
 
@@ -214,6 +242,11 @@ impl Gateway {
             decision,
             via,
         };
+        if rule.hot == Hot::Local {
+            bump(&self.remote.stats.tier_decisions, 1);
+            let d = self.remote.fallback().tier(rule, hash_part, cost)?;
+            return Ok(step(d, Via::Tier));
+        }
         let owner = match ring.owner(hash_part) {
             Some(o) if o.id != self.routing.me() => o.clone(),
             _ => match self.local.consume(&rule.name, hash_part, cost) {
@@ -227,6 +260,9 @@ impl Gateway {
                 Consumed::Moved => self.owner_after_handover(hash_part).await?,
             },
         };
+        if let Some(d) = self.remote.from_lease(rule, hash_part, cost, &owner) {
+            return Ok(step(d, Via::Lease));
+        }
         let (decision, via) = self
             .remote
             .decide(rule, hash_part, cost, owner, false)
@@ -250,17 +286,20 @@ impl Gateway {
             self.remote.fallback().rebuild(rules, ring.len());
         }
         let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
+        for gone in old.members().iter().filter(|m| !is_member(&m.id)) {
+            if gone.id != self.routing.me() {
+                self.remote.report_lost(&gone.id, old);
+            }
+        }
         let now = self.local.limiter().now();
         self.remote.breakers().retain_members(is_member, now);
         self.remote.peers.retain(&is_member);
     }
 
-    /// Members SWIM suspects: evidence enough to stop waiting on them.
+    /// Members SWIM suspects: a shorter silence from them is enough to
+    /// take them for lost.
     pub fn on_suspects(&self, suspects: &[String]) {
-        let now = self.local.limiter().now();
-        for id in suspects {
-            self.remote.breakers().lost(id, now, "suspected by SWIM");
-        }
+        self.remote.breakers().suspect(suspects);
     }
 
     /// Periodic chores: expired denials, idle fallback keys, breakers of
@@ -271,6 +310,7 @@ impl Gateway {
         self.deny.purge(now);
         self.remote.fallback().sweep();
         self.remote.replicas.sweep();
+        self.remote.return_ended_leases();
         let routing = &self.routing;
         self.remote
             .breakers()

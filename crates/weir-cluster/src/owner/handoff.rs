@@ -66,7 +66,9 @@ pub fn absorb(limiter: &Limiter, replicas: &Replicas, counters: Vec<CounterState
             continue;
         };
         let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
+        let carried = snap.carried.is_some();
         match limiter.absorb(snap) {
+            Ok(()) if carried => out.accepted += 1,
             Ok(()) => {
                 out.accepted += 1;
                 let standins = replicas.superseded(&rule, &hash_part);
@@ -288,6 +290,7 @@ mod tests {
         let clock = Arc::new(FakeClock::at_secs(1000.0));
         let l = Limiter::new(RuleSet::empty(), clock, LimiterConfig::default());
         let garbage = CounterState {
+            carried: None,
             rule: "r".into(),
             key: "k".into(),
             state: vec![0xff, 0xff, 0xff],

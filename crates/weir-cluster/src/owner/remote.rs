@@ -18,15 +18,19 @@ use std::time::Duration;
 use weir_core::{CheckError, Decision, Limiter, Nanos, Rule};
 use weir_proto::weir::v1::OpResult;
 
+use super::answered::Answered;
 use super::breaker::Breakers;
 use super::debts::{Charge, Debts};
 use super::fallback::{Fallback, Substitute};
+use super::lease::Lessor;
+use super::leased::Leases;
 use super::local::Local;
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
 use super::replica::Replicas;
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
+use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::wire::{self, Answer};
 
@@ -41,6 +45,10 @@ pub enum Via {
         owner: String,
     },
     Substitute(Substitute),
+    /// This gateway, from a lease its owner granted.
+    Lease,
+    /// This gateway alone against L/N: a `hot = "local"` rule.
+    Tier,
 }
 
 pub struct Remote {
@@ -54,6 +62,13 @@ pub struct Remote {
     pub debts: Arc<Debts>,
     pub replicas: Arc<Replicas>,
     pub replicator: Arc<Replicator>,
+    /// Leases this gateway holds for hot keys of other owners.
+    pub leases: Arc<Leases>,
+    /// Hot keys this node owns, and the leases it grants on them.
+    pub lessor: Arc<Lessor>,
+    /// What each owner admitted for this gateway lately, for its keys' new
+    /// owners should it die.
+    pub answered: Arc<Answered>,
 }
 
 /// Who to send an op to: a node, and the owner it stands in for if any.
@@ -63,11 +78,11 @@ struct Target<'a> {
 }
 
 impl Remote {
-    fn limiter(&self) -> &Limiter {
+    pub(super) fn limiter(&self) -> &Limiter {
         self.local.limiter()
     }
 
-    fn now(&self) -> Nanos {
+    pub(super) fn now(&self) -> Nanos {
         self.limiter().now()
     }
 
@@ -127,12 +142,20 @@ impl Remote {
             op = wire::stand_in(op, owner);
         }
         let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
+        self.stats.forwarded(&rule.name);
         match self.peers.decide(target.node, op, self.deadline).await {
-            Reply::Answered(result) => {
+            Reply::Answered(mut result) => {
                 self.breakers.answered(id, now);
+                if let (Some(lease), None) = (result.lease.take(), target.stand_in_for) {
+                    self.take_lease(&rule.name, hash_part, &target.node.id, &lease, now);
+                }
                 match wire::answer(result, rule, cost) {
                     Answer::Decided(d) => {
                         self.fallback.learn(&rule.name, hash_part, &d);
+                        if d.allowed && target.stand_in_for.is_none() && !carried {
+                            self.answered
+                                .record(id, &rule.name, hash_part, cost, d.at, self.now());
+                        }
                         Ok(Some(d))
                     }
                     Answer::Refused(e) => Err(e),
@@ -224,6 +247,9 @@ impl Remote {
         // Carried limits have no copies: only their owner counts them.
         if self.replicator.is_on() && !carried {
             let ring = self.routing.routing_ring();
+            // Before anything is decided on a copy, the copy learns what
+            // the owner admitted for this gateway since it was taken.
+            self.report_lost(&owner.id, &ring);
             let holder = ring
                 .replica_of(hash_part)
                 .filter(|h| h.id != owner.id)
@@ -293,6 +319,42 @@ impl Remote {
                 let _ = self.peers.decide(holder, op, self.deadline).await;
             }
             Via::Substitute(how) => self.fallback.refund(*how, name, hash_part, d.at, cost),
+            Via::Lease => self.leases.give_back(name, hash_part, cost),
+            Via::Tier => self.fallback.tier_refund(name, hash_part, d.at, cost),
+        }
+    }
+
+    /// `lost` stopped answering (its breaker opened) or left the ring
+    /// without handing its counters over: what it admitted for this
+    /// gateway lately goes to the holders of its keys' copies (their new
+    /// owners, once the ring dropped it), which add what their copy was
+    /// taken before. Safe for an owner that is only cut off: a copy it
+    /// takes later holds these admissions and replaces them.
+    pub fn report_lost(&self, lost: &str, ring: &Ring) {
+        let now = self.now();
+        for a in self.answered.take(lost, now) {
+            let target = match ring.owner(&a.hash_part) {
+                Some(o) if o.id == lost => ring.replica_of(&a.hash_part).filter(|h| h.id != lost),
+                other => other,
+            };
+            let Some(owner) = target else {
+                continue;
+            };
+            let dead = lost;
+            bump(&self.stats.admissions_reported, 1);
+            if owner.id == self.routing.me() {
+                let limiter = self.limiter();
+                if self
+                    .replicas
+                    .admitted_by(dead, &a.rule, &a.hash_part, a.cost, a.at, limiter)
+                {
+                    bump(&self.stats.admissions_recovered, 1);
+                    self.replicator.mark(&a.rule, &a.hash_part, now);
+                }
+            } else {
+                let op = wire::admitted(&a.rule, &a.hash_part, a.cost, a.at, dead);
+                self.peers.send(owner, op);
+            }
         }
     }
 
@@ -396,12 +458,18 @@ impl Remote {
                 bump(&self.stats.charges_paid, 1);
                 Some(applied)
             }
+            // Only a member still on the ring is lost: the ring may have
+            // dropped the owner while the charge was on its way.
             Reply::Failed(PeerFailure::Unreachable(why)) => {
-                self.breakers.lost(&owner.id, now, &why);
+                if self.routing.is_member(&owner.id) {
+                    self.breakers.lost(&owner.id, now, &why);
+                }
                 None
             }
             _ => {
-                self.breakers.missed(&owner.id, now);
+                if self.routing.is_member(&owner.id) {
+                    self.breakers.missed(&owner.id, now);
+                }
                 None
             }
         }

@@ -14,6 +14,12 @@
 //! if its old owner comes back as the same incarnation (a healed partition)
 //! only what was spent since the promotion is handed back, and the base is
 //! not counted twice; an owner that restarted gets everything.
+//!
+//! A copy lags its owner by one replication round trip. When an owner dies,
+//! the gateways it answered report the admissions it made in their last
+//! seconds ([`Replicas::admitted_by`]); those made after the copy was taken
+//! are added to it, so a crash loses only admissions whose answer never
+//! left the owner (which their gateways refused) and the owner's own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +61,9 @@ struct Meta {
     owner: String,
     /// The owner process's boot the copy came from.
     boot: u64,
+    /// The owner's clock when it took the copy: its admissions decided
+    /// before are in it.
+    taken_at: Nanos,
     /// Admissions decided here for the owner not yet in its copies.
     standins: Vec<Standin>,
 }
@@ -73,6 +82,8 @@ pub struct Owed {
 struct Base {
     owner: String,
     boot: u64,
+    /// The owner's clock when it took the copy promoted.
+    taken_at: Nanos,
     /// The copy as promoted: the owner's last copy plus the stand-ins on it.
     state: State,
     /// Of those stand-ins, what the owner was never charged with: it does
@@ -126,6 +137,7 @@ impl Replicas {
             let mut m = self.meta.entry(k).or_default();
             m.owner = owner.to_string();
             m.boot = boot;
+            m.taken_at = taken_at;
             m.standins
                 .retain(|s| !matches!(s.charged, Charged::At(t) if t <= taken_at));
             for s in &m.standins {
@@ -133,6 +145,13 @@ impl Replicas {
             }
         }
         taken
+    }
+
+    /// The owner of the copy held of (rule, key), if one is held.
+    pub fn holder_of(&self, rule: &str, hash_part: &str) -> Option<String> {
+        self.meta
+            .get(&key(rule, hash_part))
+            .map(|m| m.owner.clone())
     }
 
     /// Decides one op on the copy, standing in for `owner`.
@@ -238,6 +257,46 @@ impl Replicas {
         }
     }
 
+    /// An admission `owner` made at `at` on its clock, reported by a gateway
+    /// it answered once it was gone: added to the copy (or the counter
+    /// promoted from it) unless the copy already holds it. True when added.
+    pub fn admitted_by(
+        &self,
+        owner: &str,
+        rule: &str,
+        hash_part: &str,
+        cost: u64,
+        at: Nanos,
+        main: &Limiter,
+    ) -> bool {
+        let k = key(rule, hash_part);
+        // Each guard is of its own map, held over the other map only.
+        if let Some(mut m) = self.meta.get_mut(&k) {
+            if m.owner != owner
+                || at <= m.taken_at
+                || self.store.charge(rule, hash_part, cost).is_err()
+            {
+                return false;
+            }
+            // Applied by the owner at `at`: later copies include it.
+            m.standins.push(Standin {
+                at,
+                cost,
+                charged: Charged::At(at),
+            });
+            return true;
+        }
+        if let Some(mut b) = self.bases.get_mut(&k) {
+            if b.owner != owner || at <= b.taken_at || main.charge(rule, hash_part, cost).is_err() {
+                return false;
+            }
+            // The owner holds it too: what goes back to it after a heal
+            // must not.
+            return self.store.charge_state(rule, &mut b.state, cost);
+        }
+        false
+    }
+
     /// On a new ring: copies whose owner left it. Those this node now owns
     /// come back as `mine` (with their base remembered), the others as
     /// `theirs`, for their new owner. Copies this node no longer holds for
@@ -253,7 +312,7 @@ impl Replicas {
                 .map(|s| s.cost)
                 .sum()
         };
-        let keys: Vec<(Key, String, u64, u64)> = self
+        let keys: Vec<(Key, String, u64, Nanos, u64)> = self
             .meta
             .iter()
             .map(|e| {
@@ -261,12 +320,13 @@ impl Replicas {
                     e.key().clone(),
                     e.owner.clone(),
                     e.boot,
+                    e.taken_at,
                     uncharged(e.value()),
                 )
             })
             .collect();
         let now = self.store.now();
-        for ((rule, hash_part), owner, boot, uncharged) in keys {
+        for ((rule, hash_part), owner, boot, taken_at, uncharged) in keys {
             if live(&owner) {
                 // Still its owner's copy, if this node is still the holder.
                 if ring.replica_of(&hash_part).is_none_or(|h| h.id != me) {
@@ -285,6 +345,7 @@ impl Replicas {
                     Base {
                         owner: owner.clone(),
                         boot,
+                        taken_at,
                         state: snap.state.clone(),
                         uncharged,
                         at: now,
@@ -303,6 +364,10 @@ impl Replicas {
     /// healed partition: its own count holds the rest); everything when it
     /// restarted empty.
     pub fn hand_back(&self, snap: CounterSnapshot, to: &NodeIdentity) -> CounterSnapshot {
+        // Carried limits have no copies; one may share a rule's name.
+        if snap.carried.is_some() {
+            return snap;
+        }
         let k = key(&snap.rule, &snap.hash_part);
         let Some((_, base)) = self.bases.remove(&k) else {
             return snap;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use weir_core::{CheckError, Decision, InputField};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
+use super::lease::Lessor;
 use super::local::{Consumed, Local};
 use super::peers::{Peers, Reply};
 use super::replica::Replicas;
@@ -26,6 +27,8 @@ pub struct OwnerService {
     pub replicas: Arc<Replicas>,
     /// Changes to counters owned here, to be copied to their holders.
     pub replicator: Arc<Replicator>,
+    /// Hot keys seen here, and the leases granted on them.
+    pub lessor: Arc<Lessor>,
 }
 
 impl OwnerService {
@@ -40,8 +43,9 @@ impl OwnerService {
         }
         let mut results = Vec::with_capacity(req.ops.len());
         let mut moved = Vec::new();
+        let from: Arc<str> = Arc::from(req.from_node.as_str());
         for (i, op) in req.ops.iter().enumerate() {
-            let result = self.decide_op(op, || {
+            let result = self.decide_op(op, &from, || {
                 // The sender's ring is behind ours: decide anyway (bouncing
                 // could loop between two stale views) and sweep the counter
                 // to its owner shortly.
@@ -77,21 +81,43 @@ impl OwnerService {
     /// One op on this node's counters (or, standing in for an owner, on
     /// its copy); None when this node is leaving and the op must go to the
     /// key's new owner.
-    fn decide_op(&self, op: &CounterOp, decided_here: impl FnOnce()) -> Option<OpResult> {
+    fn decide_op(
+        &self,
+        op: &CounterOp,
+        from: &Arc<str>,
+        decided_here: impl FnOnce(),
+    ) -> Option<OpResult> {
         if op.key.is_empty() && op.kind() != OpKind::Refund {
             let empty = CheckError::invalid(InputField::Key, "must not be empty");
             return Some(wire::error_to_wire(&empty));
         }
         if !op.stand_in_for.is_empty() {
-            return Some(self.stand_in(op));
+            return Some(self.stand_in(op, &op.stand_in_for));
+        }
+        // A gateway whose ring dropped the owner before ours did sends the
+        // key here as its new owner: it is decided on the copy, which has
+        // the owner's counts, until this node's ring promotes it.
+        if op.carried.is_none() && matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
+            let ring = self.routing.ring();
+            if let Some(owner) = ring.owner_id(&op.key).filter(|o| *o != self.routing.me()) {
+                if self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(owner) {
+                    return Some(self.stand_in(op, owner));
+                }
+            }
         }
         let rule: Arc<str> = Arc::from(op.rule.as_str());
         let consumed = match op.kind() {
             OpKind::Consume => match wire::carried_rule(op) {
                 Some(Ok(rule)) => self.local.consume_carried(&rule, &op.key, op.cost),
                 Some(Err(e)) => return Some(wire::error_to_wire(&e)),
-                None => self.local.consume(&op.rule, &op.key, op.cost),
+                None => {
+                    let now = self.local.limiter().now();
+                    self.lessor.hot.record(&rule, &op.key, from, op.cost, now);
+                    self.local.consume(&op.rule, &op.key, op.cost)
+                }
             },
+            OpKind::Lease if self.local.is_leaving() => return None,
+            OpKind::Lease => return Some(self.lease(op, from)),
             OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
                 self.local
@@ -114,27 +140,73 @@ impl OwnerService {
         match consumed {
             Consumed::Decided(Ok(d)) => {
                 decided_here();
+                let mut result = wire::decided(&d);
                 if d.allowed && op.carried.is_none() {
                     self.replicator.mark(&rule, &op.key, d.at);
+                    result.lease = self.offer(&op.rule, &op.key, from, d.remaining, u64::MAX);
                 }
-                Some(wire::decided(&d))
+                Some(result)
             }
             Consumed::Decided(Err(e)) => Some(wire::error_to_wire(&e)),
             Consumed::Moved => None,
         }
     }
 
+    /// A lease for a hot key, if this node would grant one to `from`.
+    fn offer(
+        &self,
+        rule: &str,
+        key: &str,
+        from: &Arc<str>,
+        remaining: u64,
+        most: u64,
+    ) -> Option<weir_proto::weir::v1::Lease> {
+        if **from == *self.routing.me() {
+            return None;
+        }
+        let rules = self.local.limiter().rules();
+        let (_, rule) = rules.get(rule)?;
+        self.lessor.offer(rule, key, from, remaining, most)
+    }
+
+    /// A gateway asking for the next lease of a hot key (it is half way
+    /// through the last), with the units it decided from leases since it
+    /// last asked: counted as the key's traffic (the owner no longer sees
+    /// those checks), then a lease from what is left, or none.
+    fn lease(&self, op: &CounterOp, from: &Arc<str>) -> OpResult {
+        let limiter = self.local.limiter();
+        let now = limiter.now();
+        let rule: Arc<str> = Arc::from(op.rule.as_str());
+        self.lessor.hot.record(&rule, &op.key, from, op.cost, now);
+        let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
+        let mut result = wire::decided(&Decision::uncounted(0, 0, Duration::ZERO, now));
+        result.lease = self.offer(&op.rule, &op.key, from, remaining, u64::MAX);
+        result
+    }
+
     /// An op sent here because the key's owner cannot be reached from its
     /// gateway: decided on this node's copy of the owner's counts.
-    fn stand_in(&self, op: &CounterOp) -> OpResult {
-        let owner = &op.stand_in_for;
+    fn stand_in(&self, op: &CounterOp, owner: &str) -> OpResult {
         match op.kind() {
             OpKind::Refund => {
                 self.replicas.refund(&op.rule, &op.key, op.at, op.cost);
                 wire::refunded()
             }
-            // Charges go to owners, never to copies.
-            OpKind::Charge => wire::not_owner("a charge goes to the key's owner"),
+            // Leases are the owner's, never a copy's.
+            OpKind::Lease => wire::not_owner("only the key's owner leases"),
+            // A dead owner's admission, reported by a gateway it answered.
+            OpKind::Charge => {
+                let limiter = self.local.limiter();
+                if self
+                    .replicas
+                    .admitted_by(owner, &op.rule, &op.key, op.cost, op.at, limiter)
+                {
+                    bump(&self.stats.admissions_recovered, 1);
+                    self.replicator
+                        .mark(&Arc::from(op.rule.as_str()), &op.key, limiter.now());
+                }
+                wire::refunded()
+            }
             OpKind::Consume => match wire::carried_rule(op) {
                 // Carried limits have no copies: the owner's count is the
                 // only one, so standing in for it would grant a fresh one.

@@ -10,10 +10,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use prost::Message;
 use tokio::task::AbortHandle;
-use weir_core::{Applied, CheckRequest, Decision, Limiter, Verdict};
+use weir_core::{AlgorithmKind, Applied, CheckRequest, Decision, Limiter, Verdict};
 use weir_proto::weir::v1::{CountDelta, SyncRequest};
 
-use super::gossip_counts::GossipCounts;
+use super::gossip_counts::{GossipCounts, HeardCounts};
 use super::{Decided, Strategy, SyncRefused};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
@@ -31,6 +31,23 @@ pub struct GossipStrategy {
 /// Window length of an applied limit in ns, for the gossip bookkeeping.
 fn window_ns(a: &Applied) -> u64 {
     u64::try_from(a.rule.window.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Float slack, as the sliding counter itself allows (`67.5 + 32.5 <= 100`).
+const EPS: f64 = 1e-9;
+
+/// What the peers spent of an applied limit, as its algorithm counts. A
+/// sliding window counter weighs their previous window in as it weighs its
+/// own (seed 6.5: `prev * (1 - f) + curr`): counting only the current
+/// window would make it a fixed window at every boundary, admitting 2 L
+/// across one. Every other algorithm is counted in aligned windows.
+fn peers_spent(a: &Applied, heard: HeardCounts) -> f64 {
+    if a.rule.algorithm != AlgorithmKind::SlidingWindowCounter {
+        return heard.current as f64;
+    }
+    let w = window_ns(a).max(1);
+    let f = (a.decision.at % w) as f64 / w as f64;
+    heard.previous as f64 * (1.0 - f) + heard.current as f64
 }
 
 impl GossipStrategy {
@@ -59,7 +76,9 @@ impl GossipStrategy {
             return 0;
         };
         let window = u64::try_from(r.window.as_nanos()).unwrap_or(u64::MAX);
-        self.counts.heard(&r.name, key, self.limiter.now(), window)
+        self.counts
+            .heard(&r.name, key, self.limiter.now(), window)
+            .current
     }
 
     /// Keys held from peers' reports.
@@ -80,7 +99,7 @@ impl GossipStrategy {
             let heard = self
                 .counts
                 .heard(&a.rule.name, &a.hash_part, a.decision.at, window_ns(a));
-            !a.rule.shadow && used + heard > a.rule.limit
+            !a.rule.shadow && used as f64 + peers_spent(a, heard) > a.rule.limit as f64 + EPS
         });
         match over {
             Some(i) => {

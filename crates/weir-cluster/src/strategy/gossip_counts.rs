@@ -2,8 +2,10 @@
 //!
 //! Each node decides from its own count plus the last counts its peers sent
 //! it, per rule, key and window (`now / window`: the chapter's model counts
-//! in aligned windows). Every `--sync-interval` a node sends each peer the
-//! counts of the keys it admitted since the last sync. Between syncs each of
+//! in aligned windows), the previous window's counts kept beside the
+//! current ones so a sliding window counter can weigh them in as its own
+//! counter does. Every `--sync-interval` a node sends each peer the counts
+//! of the keys it admitted since the last sync. Between syncs each of
 //! the N nodes can admit up to the limit minus what it last heard, so right
 //! after a sync that reported zero the fleet can admit N x L; the interval
 //! changes how likely that is, not the bound.
@@ -19,17 +21,73 @@ use weir_proto::weir::v1::CountDelta;
 
 type Key = (Arc<str>, CompactString);
 
-/// This node's admitted cost in one window.
+/// This node's admitted cost in the current window and the one before.
 #[derive(Debug, Clone, Copy, Default)]
 struct Local {
     window: u64,
     count: u64,
-    /// Changed since the last sync.
+    /// The count of window `window - 1`: a sliding window counter's
+    /// estimate weighs it in, so peers must hear its final value.
+    prev: u64,
+    /// `count` changed since the last sync.
     dirty: bool,
+    /// `prev` changed after its last sync (admissions just before the
+    /// boundary that no sync carried yet).
+    prev_dirty: bool,
 }
 
-/// What each peer last said about one key: node -> (window, count).
-type Heard = HashMap<CompactString, (u64, u64)>;
+/// What one peer last said about one key: its counts in window `window`
+/// and in the window before.
+#[derive(Debug, Clone, Copy, Default)]
+struct PeerCounts {
+    window: u64,
+    count: u64,
+    prev: u64,
+}
+
+impl PeerCounts {
+    /// Folds in the peer's total `count` for `window`. Newer windows replace
+    /// older ones (the last one becoming `prev`); within a window counts
+    /// only grow, so a stale report never lowers what was heard.
+    fn report(&mut self, window: u64, count: u64) {
+        if window > self.window {
+            self.prev = if window == self.window + 1 {
+                self.count
+            } else {
+                0
+            };
+            self.window = window;
+            self.count = count;
+        } else if window == self.window {
+            self.count = self.count.max(count);
+        } else if window + 1 == self.window {
+            self.prev = self.prev.max(count);
+        }
+    }
+
+    /// (current, previous) counts as seen from window `w`.
+    fn at(&self, w: u64) -> (u64, u64) {
+        if self.window == w {
+            (self.count, self.prev)
+        } else if self.window + 1 == w {
+            (0, self.count)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// What each peer last said about one key.
+type Heard = HashMap<CompactString, PeerCounts>;
+
+/// What the peers together reported for one key, as seen from now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeardCounts {
+    /// Admitted in the current window.
+    pub current: u64,
+    /// Admitted in the window before it.
+    pub previous: u64,
+}
 
 #[derive(Default)]
 pub struct GossipCounts {
@@ -44,17 +102,20 @@ fn window_of(now: Nanos, window_ns: u64) -> u64 {
 }
 
 impl GossipCounts {
-    /// The cost peers reported admitting for this key in the window holding `now`.
-    pub fn heard(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64) -> u64 {
+    /// The cost peers reported admitting for this key in the window holding
+    /// `now` and in the one before it.
+    pub fn heard(&self, rule: &Arc<str>, key: &str, now: Nanos, window_ns: u64) -> HeardCounts {
         let w = window_of(now, window_ns);
-        self.remote
-            .get(&(rule.clone(), CompactString::new(key)))
-            .map_or(0, |h| {
-                h.values()
-                    .filter(|(win, _)| *win == w)
-                    .map(|(_, c)| c)
-                    .sum()
-            })
+        let Some(h) = self.remote.get(&(rule.clone(), CompactString::new(key))) else {
+            return HeardCounts::default();
+        };
+        h.values().fold(HeardCounts::default(), |acc, p| {
+            let (current, previous) = p.at(w);
+            HeardCounts {
+                current: acc.current + current,
+                previous: acc.previous + previous,
+            }
+        })
     }
 
     /// Adds what this node admitted; it goes out with the next sync.
@@ -65,10 +126,13 @@ impl GossipCounts {
             .entry((rule.clone(), CompactString::new(key)))
             .or_default();
         if slot.window != w {
+            let follows = slot.window + 1 == w;
             *slot = Local {
                 window: w,
                 count: 0,
+                prev: if follows { slot.count } else { 0 },
                 dirty: true,
+                prev_dirty: follows && slot.dirty,
             };
         }
         slot.count += cost;
@@ -81,15 +145,22 @@ impl GossipCounts {
         let _one = self.syncing.lock();
         let mut out = Vec::new();
         for mut e in self.local.iter_mut() {
-            if e.dirty {
-                e.dirty = false;
-                out.push(CountDelta {
-                    rule: e.key().0.to_string(),
-                    key: e.key().1.to_string(),
-                    window: e.window,
-                    count: e.count,
-                });
+            let delta = |window, count| CountDelta {
+                rule: e.key().0.to_string(),
+                key: e.key().1.to_string(),
+                window,
+                count,
+            };
+            // The previous window's final total first, so a receiver that
+            // takes them in order rolls over onto it.
+            if e.prev_dirty {
+                out.push(delta(e.window - 1, e.prev));
             }
+            if e.dirty {
+                out.push(delta(e.window, e.count));
+            }
+            e.prev_dirty = false;
+            e.dirty = false;
         }
         out
     }
@@ -116,12 +187,11 @@ impl GossipCounts {
                 continue;
             }
             let mut heard = self.remote.entry(key).or_default();
-            let slot = heard.entry(CompactString::new(from)).or_insert((0, 0));
-            let count = d.count.min(ceiling);
-            // Newer windows replace older ones; within a window counts only grow.
-            if d.window > slot.0 || (d.window == slot.0 && count > slot.1) {
-                *slot = (d.window, count);
-            }
+            let slot = heard.entry(CompactString::new(from)).or_insert(PeerCounts {
+                window: d.window,
+                ..PeerCounts::default()
+            });
+            slot.report(d.window, d.count.min(ceiling));
             taken += 1;
         }
         taken
@@ -139,7 +209,7 @@ impl GossipCounts {
             .retain(|k, l| current(&k.0).is_some_and(|c| l.window + 1 >= c));
         self.remote.retain(|k, h| {
             let Some(c) = current(&k.0) else { return false };
-            h.retain(|_, (w, _)| *w + 1 >= c);
+            h.retain(|_, p| p.window + 1 >= c);
             !h.is_empty()
         });
     }
@@ -149,25 +219,74 @@ impl GossipCounts {
 mod tests {
     use super::*;
 
-    #[test]
-    fn heard_counts_sum_peers_in_the_current_window_only() {
-        let g = GossipCounts::default();
-        let rule: Arc<str> = Arc::from("r");
-        let w = 60_000_000_000;
-        let d = |window, count| CountDelta {
+    fn delta(window: u64, count: u64) -> CountDelta {
+        CountDelta {
             rule: "r".into(),
             key: "k".into(),
             window,
             count,
-        };
-        let any = |_: &CountDelta| Some(u64::MAX);
-        g.apply("a", &[d(10, 3)], any, 10);
-        g.apply("b", &[d(10, 4)], any, 10);
-        g.apply("c", &[d(9, 50)], any, 10);
-        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
+        }
+    }
+
+    fn any(_: &CountDelta) -> Option<u64> {
+        Some(u64::MAX)
+    }
+
+    const W: u64 = 60_000_000_000;
+
+    /// (current, previous) heard for "k" in `window`.
+    fn heard_at(g: &GossipCounts, window: u64) -> (u64, u64) {
+        let h = g.heard(&Arc::from("r"), "k", window * W + 5, W);
+        (h.current, h.previous)
+    }
+
+    #[test]
+    fn heard_counts_sum_peers_per_window() {
+        let g = GossipCounts::default();
+        g.apply("a", &[delta(10, 3)], any, 10);
+        g.apply("b", &[delta(10, 4)], any, 10);
+        g.apply("c", &[delta(9, 50)], any, 10);
+        g.apply("d", &[delta(7, 80)], any, 10);
+        let want = (7, 50);
+        assert_eq!(heard_at(&g, 10), want, "window 7 is too old to count");
         // A stale, smaller count from the same peer never lowers what was heard.
-        g.apply("a", &[d(10, 1)], any, 10);
-        assert_eq!(g.heard(&rule, "k", 10 * w + 5, w), 7);
+        g.apply("a", &[delta(10, 1)], any, 10);
+        assert_eq!(heard_at(&g, 10), want);
+    }
+
+    #[test]
+    fn a_peers_last_window_is_still_heard_once_it_moves_on() {
+        let g = GossipCounts::default();
+        g.apply("a", &[delta(10, 20)], any, 10);
+        assert_eq!(heard_at(&g, 11), (0, 20));
+        g.apply("a", &[delta(11, 2)], any, 10);
+        assert_eq!(heard_at(&g, 11), (2, 20));
+        // The previous window's final total arriving after the new one.
+        g.apply("a", &[delta(10, 25)], any, 10);
+        assert_eq!(heard_at(&g, 11), (2, 25));
+        // Two windows on, nothing of window 10 is left.
+        g.apply("a", &[delta(13, 1)], any, 10);
+        assert_eq!(heard_at(&g, 13), (1, 0));
+    }
+
+    #[test]
+    fn admissions_no_sync_carried_before_the_boundary_go_out_with_the_next() {
+        let g = GossipCounts::default();
+        let rule: Arc<str> = Arc::from("r");
+        g.admitted(&rule, "k", 10 * W, W, 3);
+        assert_eq!(g.take_dirty().len(), 1);
+        g.admitted(&rule, "k", 10 * W + 1, W, 2);
+        // The window turns before the next sync.
+        g.admitted(&rule, "k", 11 * W, W, 1);
+        let sent: Vec<(u64, u64)> = g.take_dirty().iter().map(|d| (d.window, d.count)).collect();
+        assert_eq!(sent, [(10, 5), (11, 1)]);
+        let peer = GossipCounts::default();
+        peer.apply("n", &g_deltas(&sent), any, 10);
+        assert_eq!(heard_at(&peer, 11), (1, 5));
+    }
+
+    fn g_deltas(sent: &[(u64, u64)]) -> Vec<CountDelta> {
+        sent.iter().map(|&(w, c)| delta(w, c)).collect()
     }
 
     #[test]
@@ -206,7 +325,7 @@ mod tests {
         );
         let rule: Arc<str> = Arc::from("r");
         assert_eq!(
-            g.heard(&rule, "a", 10 * 7, 7),
+            g.heard(&rule, "a", 10 * 7, 7).current,
             5,
             "a count is clamped to the limit"
         );

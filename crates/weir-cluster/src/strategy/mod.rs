@@ -122,6 +122,7 @@ pub struct Parts {
     pub stats: std::sync::Arc<crate::stats::Stats>,
     pub replicas: std::sync::Arc<crate::owner::replica::Replicas>,
     pub replicator: std::sync::Arc<crate::owner::replicate::Replicator>,
+    pub lessor: std::sync::Arc<crate::owner::lease::Lessor>,
 }
 
 /// The strategy `config.strategy` names: the one place the flag is read.
@@ -129,8 +130,10 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::config::StrategyKind;
     use crate::divided::Divided;
     use crate::owner::breaker::Breakers;
+    use crate::owner::cap::Cap;
     use crate::owner::debts::Debts;
     use crate::owner::learned::Learned;
+    use crate::owner::leased::Leases;
     use crate::owner::remote::Remote;
     use crate::owner::{
         deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff,
@@ -154,6 +157,13 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
             // caches denials for: both are per-key state a gateway keeps
             // about keys it does not own.
             let learned = Learned::new(c.deny_cache_keys);
+            let fallback = Fallback::new(
+                c.on_owner_failure,
+                divided(),
+                learned,
+                Cap::new(c.fallback_cap),
+                p.stats.clone(),
+            );
             let remote = Remote {
                 local: p.local.clone(),
                 routing: p.routing.clone(),
@@ -161,10 +171,13 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 stats: p.stats.clone(),
                 deadline: c.owner_deadline,
                 breakers: Arc::new(Breakers::new(c.fallback_probe)),
-                fallback: Fallback::new(c.on_owner_failure, divided(), learned),
+                fallback,
                 debts: Arc::new(Debts::new(c.deny_cache_keys)),
                 replicas: p.replicas.clone(),
                 replicator: p.replicator.clone(),
+                leases: Arc::new(Leases::default()),
+                lessor: p.lessor.clone(),
+                answered: Arc::new(Default::default()),
             };
             let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
             let handoff = Handoff::new(

@@ -77,17 +77,12 @@ impl OwnerStrategy {
             );
         }
         for snap in mine {
-            // A count this node already holds came from the owner itself (it
-            // handed the key over on its way out): the copy says nothing more.
-            if self
-                .limiter()
-                .snapshot(&snap.rule, &snap.hash_part)
-                .is_none()
-            {
-                let (rule, key) = (snap.rule.clone(), snap.hash_part.clone());
-                if let Err(e) = self.limiter().absorb(snap) {
-                    tracing::warn!(%rule, %key, ?e, "a promoted copy was not taken");
-                }
+            // Merged with any count this node already holds for the key: ops
+            // a gateway whose ring dropped the owner first sent here. (A key
+            // its owner handed over on its way out has no copy left.)
+            let (rule, key) = (snap.rule.clone(), snap.hash_part.clone());
+            if let Err(e) = self.limiter().absorb(snap) {
+                tracing::warn!(%rule, %key, ?e, "a promoted copy was not taken");
             }
         }
         if !theirs.is_empty() {

@@ -1,10 +1,10 @@
-//! Rule-set convergence: every node ends up with the same versioned set.
+//! Rule-set convergence: every node ends up with the same rules, and no write to one tier undoes another's.
 //!
-//! A set is ranked by (version, origin node id, digest of its JSON): a
-//! receiver adopts a pushed or pulled set only when it ranks higher than
-//! its own. Two nodes that both wrote version 7 therefore pick the same one
-//! (the higher origin id), and two nodes started from different files at
-//! the same version still agree (the higher digest). Writes go out by push
+//! Peers exchange every tier's last write and merge tier by tier
+//! (weir-core `RuleSet::merge`): per tier the write ranked higher by
+//! (version, origin node id, the rules' JSON) wins. Two nodes that write
+//! two tiers at the same moment therefore both keep both writes; two that
+//! write one tier both keep the same one of the two. Writes go out by push
 //! at once; pulls after a join and a periodic pull from one random peer
 //! (anti-entropy) repair anything a push missed.
 
@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
+use weir_core::rules::TierWrite;
 use weir_core::{Limiter, RuleSet, RulesError};
-use weir_proto::weir::v1::RuleSet as WireRuleSet;
+use weir_proto::weir::v1::{RuleSet as WireRuleSet, TierRules};
 
 use super::membership::NodeIdentity;
 use super::routing::Routing;
@@ -58,7 +58,9 @@ pub type OnRules = Arc<dyn Fn(&RuleSet) + Send + Sync>;
 
 /// The rule set in force on this node, kept converged with the peers'.
 pub struct Rules {
-    sync: RulesSync,
+    /// Held across read-merge-install, so a local write and a received set
+    /// cannot both build on the same set and one undo the other.
+    install: Mutex<()>,
     limiter: Arc<Limiter>,
     link: Arc<dyn Link>,
     routing: Arc<Routing>,
@@ -75,7 +77,7 @@ impl Rules {
         on_change: OnRules,
     ) -> Self {
         Rules {
-            sync: RulesSync::new(&limiter.rules()),
+            install: Mutex::new(()),
             limiter,
             link,
             routing,
@@ -84,14 +86,15 @@ impl Rules {
         }
     }
 
-    /// Applies a local write and pushes the result to every member.
+    /// Applies a local write and pushes the result to every member. The
+    /// tiers it wrote are signed with this node's id.
     pub fn write(
         &self,
         write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        let (set, wire) = self.sync.write(&self.limiter, self.routing.me(), write)?;
+        let set = write_signed(&self.install, &self.limiter, self.routing.me(), write)?;
         (self.on_change)(&set);
-        self.push(wire);
+        self.push(to_wire(&set));
         Ok(set)
     }
 
@@ -118,7 +121,7 @@ impl Rules {
         rt.spawn(futures::future::join_all(pushes));
     }
 
-    /// Takes the rule set from `from` if it ranks above ours.
+    /// Merges in the rule set of `from`.
     pub async fn pull(&self, from: &NodeIdentity) {
         let have = self.limiter.rules().version();
         match self.link.pull_rules(from, have, RULES_CALL_DEADLINE).await {
@@ -138,22 +141,33 @@ impl Rules {
         }
     }
 
-    /// Offers a peer's set; Ok(true) when it was adopted.
+    /// Merges a peer's set into ours; Ok(true) when anything changed. An
+    /// invalid set is refused whole and changes nothing.
     pub fn adopt(&self, wire: &WireRuleSet, from: &str) -> Result<bool, RulesError> {
-        let adopted = self.sync.offer(&self.limiter, wire).inspect_err(|e| {
-            tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
-        })?;
-        if adopted {
-            bump(&self.stats.rules_adopted, 1);
-            (self.on_change)(&self.limiter.rules());
-            tracing::info!(version = wire.version, origin = %wire.origin, from, "adopted a peer's rule set");
+        let merged = from_wire(wire)
+            .and_then(|offered| merge_in(&self.install, &self.limiter, &offered))
+            .inspect_err(|e| {
+                tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
+            })?;
+        let Some(set) = merged else {
+            return Ok(false);
+        };
+        bump(&self.stats.rules_adopted, 1);
+        (self.on_change)(&set);
+        tracing::info!(version = set.version(), from, "merged a peer's rule set");
+        for r in set.displaced() {
+            tracing::warn!(
+                rule = %r.name,
+                tier = r.tier.as_deref().unwrap_or("*"),
+                "rule not in force: another tier's later write uses its name"
+            );
         }
-        Ok(adopted)
+        Ok(true)
     }
 
     /// The set in force, as peers exchange it.
     pub fn current(&self) -> WireRuleSet {
-        self.sync.current(&self.limiter)
+        to_wire(&self.limiter.rules())
     }
 
     /// Pulls from peers that hinted at a newer set, until the hints end.
@@ -166,93 +180,68 @@ impl Rules {
     }
 }
 
-/// What is known about the set in force beyond its version.
-struct Meta {
-    /// Node id where the set was written; empty for the set a node started
-    /// with from its own file or defaults.
-    origin: String,
-    /// The JSON as adopted, served verbatim to pullers.
-    json: Arc<str>,
-    digest: [u8; 32],
+/// Applies `write` to the set in force under `install`, signs the tiers it
+/// wrote with `me`, and puts the result in force.
+fn write_signed(
+    install: &Mutex<()>,
+    limiter: &Limiter,
+    me: &str,
+    write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+) -> Result<Arc<RuleSet>, RulesError> {
+    let _one = install.lock();
+    let current = limiter.rules();
+    let next = write(&current)?.signed(me, current.version());
+    limiter.install(next);
+    Ok(limiter.rules())
 }
 
-fn digest(json: &str) -> [u8; 32] {
-    Sha256::digest(json.as_bytes()).into()
+/// Merges `offered` into the set in force under `install`; the new set
+/// when anything changed.
+fn merge_in(
+    install: &Mutex<()>,
+    limiter: &Limiter,
+    offered: &RuleSet,
+) -> Result<Option<Arc<RuleSet>>, RulesError> {
+    let _one = install.lock();
+    let Some(merged) = limiter.rules().merge(offered)? else {
+        return Ok(None);
+    };
+    limiter.install(merged);
+    Ok(Some(limiter.rules()))
 }
 
-struct RulesSync {
-    /// Held across compare-and-install so a local write and a received set
-    /// cannot both build on the same version.
-    meta: Mutex<Meta>,
-}
-
-impl RulesSync {
-    fn new(current: &RuleSet) -> Self {
-        let json: Arc<str> = current.to_json().to_string().into();
-        RulesSync {
-            meta: Mutex::new(Meta {
-                origin: String::new(),
-                digest: digest(&json),
-                json,
-            }),
-        }
-    }
-
-    /// Applies a local write (`write` maps the set in force to the next one)
-    /// under the lock; returns the new set and its wire form to push.
-    fn write(
-        &self,
-        limiter: &Limiter,
-        me: &str,
-        write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
-    ) -> Result<(Arc<RuleSet>, WireRuleSet), RulesError> {
-        let mut meta = self.meta.lock();
-        let next = write(&limiter.rules())?;
-        limiter.install(next);
-        let set = limiter.rules();
-        let json: Arc<str> = set.to_json().to_string().into();
-        *meta = Meta {
-            origin: me.to_string(),
-            digest: digest(&json),
-            json,
-        };
-        let wire = wire(set.version(), &meta);
-        Ok((set, wire))
-    }
-
-    /// Adopts `offered` if it ranks above the set in force. Ok(true) when
-    /// it was installed; an invalid set is refused and changes nothing.
-    fn offer(&self, limiter: &Limiter, offered: &WireRuleSet) -> Result<bool, RulesError> {
-        let offered_digest = digest(&offered.rules_json);
-        let mut meta = self.meta.lock();
-        let mine = (limiter.rules().version(), meta.origin.as_str(), meta.digest);
-        let theirs = (offered.version, offered.origin.as_str(), offered_digest);
-        if theirs <= mine {
-            return Ok(false);
-        }
-        let set = RuleSet::from_json(&offered.rules_json)?.with_version(offered.version)?;
-        limiter.install(set);
-        *meta = Meta {
-            origin: offered.origin.clone(),
-            json: offered.rules_json.as_str().into(),
-            digest: offered_digest,
-        };
-        Ok(true)
-    }
-
-    /// The set in force, as peers exchange it.
-    fn current(&self, limiter: &Limiter) -> WireRuleSet {
-        let meta = self.meta.lock();
-        wire(limiter.rules().version(), &meta)
-    }
-}
-
-fn wire(version: u64, meta: &Meta) -> WireRuleSet {
+/// A set as peers exchange it: every tier's last write.
+pub fn to_wire(set: &RuleSet) -> WireRuleSet {
     WireRuleSet {
-        version,
-        origin: meta.origin.clone(),
-        rules_json: meta.json.to_string(),
+        version: set.version(),
+        tiers: set
+            .writes()
+            .map(|(tier, w)| TierRules {
+                tier: tier.clone(),
+                version: w.version,
+                origin: w.origin.to_string(),
+                rules_json: w.rules_json().to_string(),
+            })
+            .collect(),
     }
+}
+
+/// A peer's set, each tier validated alone.
+pub fn from_wire(wire: &WireRuleSet) -> Result<RuleSet, RulesError> {
+    let writes = wire
+        .tiers
+        .iter()
+        .map(|t| {
+            let rules = RuleSet::parse_tier_json(t.tier.as_deref(), &t.rules_json)?;
+            let write = TierWrite {
+                version: t.version,
+                origin: t.origin.as_str().into(),
+                rules: rules.into_iter().map(Arc::new).collect(),
+            };
+            Ok((t.tier.clone(), write))
+        })
+        .collect::<Result<Vec<_>, RulesError>>()?;
+    RuleSet::from_writes(wire.version, writes)
 }
 
 #[cfg(test)]
@@ -267,92 +256,165 @@ mod tests {
         .unwrap()
     }
 
-    fn limiter(s: RuleSet) -> Limiter {
-        Limiter::new(s, Arc::new(FakeClock::new(0)), LimiterConfig::default())
+    fn tier_rules(tier: &str, limit: u64) -> Vec<weir_core::Rule> {
+        let body = format!(
+            r#"{{"rules":[{{"name":"{tier}-r","algorithm":"fixed_window","limit":{limit},"window":"60s"}}]}}"#
+        );
+        RuleSet::parse_tier_json(Some(tier), &body).unwrap()
     }
 
-    fn limit_of(l: &Limiter) -> u64 {
-        l.rules().rules()[0].limit
+    /// A node's view: its limiter and install lock.
+    struct Node(Limiter, Mutex<()>, &'static str);
+
+    impl Node {
+        fn new(s: RuleSet, id: &'static str) -> Self {
+            Node(
+                Limiter::new(s, Arc::new(FakeClock::new(0)), LimiterConfig::default()),
+                Mutex::new(()),
+                id,
+            )
+        }
+
+        fn write(
+            &self,
+            f: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+        ) -> Result<WireRuleSet, RulesError> {
+            write_signed(&self.1, &self.0, self.2, f).map(|s| to_wire(&s))
+        }
+
+        fn offer(&self, wire: &WireRuleSet) -> Result<bool, RulesError> {
+            Ok(merge_in(&self.1, &self.0, &from_wire(wire)?)?.is_some())
+        }
+
+        fn limit_of(&self, name: &str) -> Option<u64> {
+            self.0.rules().get(name).map(|(_, r)| r.limit)
+        }
     }
 
     #[test]
-    fn higher_version_wins_and_lower_is_ignored() {
-        let (a, b) = (limiter(set(5, 1)), limiter(set(5, 1)));
-        let (sa, sb) = (RulesSync::new(&a.rules()), RulesSync::new(&b.rules()));
-        let (_, pushed) = sa
-            .write(&a, "node-a", |cur| Ok(set(50, cur.version() + 1)))
+    fn a_newer_write_wins_and_an_older_one_changes_nothing() {
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
+        let pushed = a
+            .write(|cur| {
+                cur.with_tier(
+                    None,
+                    set(50, 0).rules().iter().map(|r| (**r).clone()).collect(),
+                    cur.next_version()?,
+                )
+            })
             .unwrap();
         assert_eq!(pushed.version, 2);
-        assert!(sb.offer(&b, &pushed).unwrap());
-        assert_eq!((b.rules().version(), limit_of(&b)), (2, 50));
-        assert!(!sb.offer(&b, &pushed).unwrap(), "same set again");
-        let stale = WireRuleSet {
-            version: 1,
-            ..pushed.clone()
-        };
-        assert!(!sb.offer(&b, &stale).unwrap());
-        assert_eq!(sb.current(&b), sa.current(&a));
+        assert!(b.offer(&pushed).unwrap());
+        assert_eq!((b.0.rules().version(), b.limit_of("r")), (2, Some(50)));
+        assert!(!b.offer(&pushed).unwrap(), "same set again");
+        assert!(!b.offer(&to_wire(&set(5, 1))).unwrap(), "an older set");
+        assert_eq!(to_wire(&b.0.rules()), to_wire(&a.0.rules()));
     }
 
     #[test]
-    fn concurrent_writes_of_one_version_settle_on_the_higher_origin() {
-        let (a, b) = (limiter(set(5, 1)), limiter(set(5, 1)));
-        let (sa, sb) = (RulesSync::new(&a.rules()), RulesSync::new(&b.rules()));
-        let (_, from_a) = sa.write(&a, "node-a", |_| Ok(set(10, 2))).unwrap();
-        let (_, from_b) = sb.write(&b, "node-b", |_| Ok(set(20, 2))).unwrap();
-        assert!(sa.offer(&a, &from_b).unwrap());
-        assert!(!sb.offer(&b, &from_a).unwrap());
-        assert_eq!(limit_of(&a), 20);
-        assert_eq!(limit_of(&b), 20);
+    fn writes_to_two_tiers_on_two_nodes_at_once_both_stay_on_both() {
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
+        let from_a = a
+            .write(|cur| cur.with_tier(Some("free"), tier_rules("free", 10), cur.next_version()?))
+            .unwrap();
+        let from_b = b
+            .write(|cur| cur.with_tier(Some("pro"), tier_rules("pro", 20), cur.next_version()?))
+            .unwrap();
+        assert_eq!(from_a.version, from_b.version, "both built on version 1");
+        assert!(a.offer(&from_b).unwrap());
+        assert!(b.offer(&from_a).unwrap());
+        for n in [&a, &b] {
+            assert_eq!(n.limit_of("free-r"), Some(10), "{}", n.2);
+            assert_eq!(n.limit_of("pro-r"), Some(20), "{}", n.2);
+            assert_eq!(n.limit_of("r"), Some(5), "{}", n.2);
+        }
+        assert_eq!(to_wire(&a.0.rules()), to_wire(&b.0.rules()));
+    }
+
+    #[test]
+    fn concurrent_writes_of_one_tier_settle_on_the_higher_origin() {
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
+        let from_a = a.write(|_| Ok(set(10, 2))).unwrap();
+        let from_b = b.write(|_| Ok(set(20, 2))).unwrap();
+        assert!(a.offer(&from_b).unwrap());
+        assert!(!b.offer(&from_a).unwrap());
+        assert_eq!(a.limit_of("r"), Some(20));
+        assert_eq!(b.limit_of("r"), Some(20));
     }
 
     #[test]
     fn different_start_files_at_one_version_still_converge() {
-        let (a, b) = (limiter(set(5, 1)), limiter(set(6, 1)));
-        let (sa, sb) = (RulesSync::new(&a.rules()), RulesSync::new(&b.rules()));
-        let (wa, wb) = (sa.current(&a), sb.current(&b));
-        let a_took = sa.offer(&a, &wb).unwrap();
-        let b_took = sb.offer(&b, &wa).unwrap();
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(6, 1), "node-b"),
+        );
+        let (wa, wb) = (to_wire(&a.0.rules()), to_wire(&b.0.rules()));
+        let a_took = a.offer(&wb).unwrap();
+        let b_took = b.offer(&wa).unwrap();
         assert!(a_took != b_took, "exactly one side adopts");
-        assert_eq!(limit_of(&a), limit_of(&b));
+        assert_eq!(a.limit_of("r"), b.limit_of("r"));
     }
 
     #[test]
     fn an_invalid_offer_changes_nothing() {
-        let a = limiter(set(5, 1));
-        let sa = RulesSync::new(&a.rules());
+        let a = Node::new(set(5, 1), "node-a");
         let bad = WireRuleSet {
             version: 9,
-            origin: "x".into(),
-            rules_json: "{\"rules\":[{\"name\":\"r\",\"limit\":0}]}".into(),
+            tiers: vec![TierRules {
+                tier: None,
+                version: 9,
+                origin: "x".into(),
+                rules_json: "{\"rules\":[{\"name\":\"r\",\"limit\":0}]}".into(),
+            }],
         };
-        assert!(sa.offer(&a, &bad).is_err());
-        assert_eq!((a.rules().version(), limit_of(&a)), (1, 5));
+        assert!(a.offer(&bad).is_err());
+        // A rule naming a tier other than the write's is refused too.
+        let free = RuleSet::new(0, tier_rules("free", 7)).unwrap();
+        let misfiled = WireRuleSet {
+            version: 9,
+            tiers: vec![TierRules {
+                tier: Some("pro".into()),
+                version: 9,
+                origin: "x".into(),
+                rules_json: to_wire(&free).tiers[0].rules_json.clone(),
+            }],
+        };
+        assert!(a.offer(&misfiled).is_err());
+        assert_eq!(a.0.rules().tier(Some("pro")).count(), 0);
+        assert_eq!(
+            (a.0.rules().tier_version(None), a.limit_of("r")),
+            (1, Some(5))
+        );
     }
 
     #[test]
     fn a_version_past_the_ceiling_is_refused_and_writes_never_wrap() {
-        let a = limiter(set(5, 1));
-        let sa = RulesSync::new(&a.rules());
-        let forged = WireRuleSet {
-            version: u64::MAX,
-            origin: "stranger".into(),
-            rules_json: a.rules().to_json().to_string(),
-        };
-        assert!(sa.offer(&a, &forged).is_err(), "u64::MAX is refused");
-        assert_eq!(a.rules().version(), 1);
+        let a = Node::new(set(5, 1), "node-a");
+        let mut forged = to_wire(&a.0.rules());
+        forged.version = u64::MAX;
+        forged.tiers[0].version = u64::MAX;
+        forged.tiers[0].origin = "stranger".into();
+        assert!(a.offer(&forged).is_err(), "u64::MAX is refused");
+        assert_eq!(a.0.rules().version(), 1);
 
         // At the ceiling itself a set is valid, but no later write is: it
         // fails with an error instead of wrapping to 0, which every peer
         // would rank below the set it holds.
-        let top = WireRuleSet {
-            version: weir_core::MAX_RULES_VERSION,
-            ..forged
-        };
-        assert!(sa.offer(&a, &top).unwrap());
-        let next = sa.write(&a, "node-a", |cur| Ok(set(7, cur.next_version()?)));
+        forged.version = weir_core::MAX_RULES_VERSION;
+        forged.tiers[0].version = weir_core::MAX_RULES_VERSION;
+        assert!(a.offer(&forged).unwrap());
+        let next = a.write(|cur| Ok(set(7, cur.next_version()?)));
         assert!(next.is_err(), "a write past the ceiling is refused");
-        assert_eq!(a.rules().version(), weir_core::MAX_RULES_VERSION);
-        assert_eq!(limit_of(&a), 5);
+        assert_eq!(a.0.rules().version(), weir_core::MAX_RULES_VERSION);
+        assert_eq!(a.limit_of("r"), Some(5));
     }
 }

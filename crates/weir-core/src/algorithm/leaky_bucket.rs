@@ -135,4 +135,8 @@ impl Algorithm for LeakyBucket {
     fn max_cost(&self) -> u64 {
         self.burst + self.queue
     }
+
+    fn can_delay(&self) -> bool {
+        self.queue > 0
+    }
 }

@@ -73,6 +73,11 @@ pub(crate) trait Algorithm {
     fn admit(&self, s: Self::State, now: Nanos) -> Option<Self::State>;
     /// The largest cost that can ever succeed.
     fn max_cost(&self) -> u64;
+    /// Whether an admission can come with a delay (a scheduling leaky
+    /// bucket); a store keeps a copy of the state before deciding only then.
+    fn can_delay(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) fn nanos_f64(n: Nanos) -> f64 {
@@ -232,6 +237,20 @@ impl Policy {
                 window: window_ns,
             }),
         })
+    }
+
+    /// The limit and window a counting policy was built from (what a
+    /// carried limit is rebuilt from on another node); None for the leaky
+    /// bucket, which keeps only their ratio.
+    pub fn limit_and_window(&self) -> Option<(u64, Duration)> {
+        let (limit, window) = match self {
+            Policy::TokenBucket(a) => (a.limit, a.window),
+            Policy::FixedWindow(a) => (a.limit, a.window),
+            Policy::SlidingLog(a) => (a.limit, a.window),
+            Policy::SlidingCounter(a) => (a.limit, a.window),
+            Policy::LeakyBucket(_) => return None,
+        };
+        Some((limit, Duration::from_nanos(window)))
     }
 
     pub fn kind(&self) -> AlgorithmKind {

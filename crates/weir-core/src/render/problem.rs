@@ -100,6 +100,18 @@ impl Problem {
         p
     }
 
+    /// A 412: a conditional write (`If-Match`) whose resource changed
+    /// since the caller read it; nothing was written.
+    pub fn precondition_failed(detail: impl Into<String>) -> Self {
+        Problem::new(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition-failed",
+            "Precondition Failed",
+            detail.into(),
+        )
+        .with_field("If-Match")
+    }
+
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -1,125 +1,22 @@
 //! The rule model (DESIGN section 3): which limits a request meets.
 
+mod hot;
 mod parse;
 mod pattern;
+mod rule;
 mod select;
+mod tiers;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use thiserror::Error;
 
+pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
+pub use rule::{format_duration, By, Rule};
 pub use select::{Selected, Selection};
-
-use crate::algorithm::{AlgorithmKind, ParamError, Policy};
-
-/// Which request attribute a rule's counter is keyed on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum By {
-    #[default]
-    Client,
-    Ip,
-}
-
-impl By {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            By::Client => "client",
-            By::Ip => "ip",
-        }
-    }
-}
-
-/// One validated rule. Build it through [`RuleSet`] parsing; every field has
-/// passed the guards, so a `Rule` in hand always limits.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rule {
-    pub name: Arc<str>,
-    pub tier: Option<String>,
-    pub client: Option<String>,
-    pub route: Option<RoutePattern>,
-    pub by: By,
-    pub algorithm: AlgorithmKind,
-    pub limit: u64,
-    pub window: Duration,
-    pub burst: Option<u64>,
-    pub queue: Option<u64>,
-    pub shadow: bool,
-    pub policy: Policy,
-}
-
-impl Rule {
-    /// The rule as the config API shows it; parsing this back gives the same rule.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut m = serde_json::Map::new();
-        m.insert("name".into(), self.name.as_ref().into());
-        if let Some(t) = &self.tier {
-            m.insert("tier".into(), t.as_str().into());
-        }
-        if let Some(c) = &self.client {
-            m.insert("client".into(), c.as_str().into());
-        }
-        if let Some(r) = &self.route {
-            m.insert("route".into(), r.as_str().into());
-        }
-        m.insert("by".into(), self.by.as_str().into());
-        m.insert("algorithm".into(), self.algorithm.as_str().into());
-        m.insert("limit".into(), self.limit.into());
-        m.insert("window".into(), format_duration(self.window).into());
-        if let Some(b) = self.burst {
-            m.insert("burst".into(), b.into());
-        }
-        if let Some(q) = self.queue {
-            m.insert("queue".into(), q.into());
-        }
-        m.insert("shadow".into(), self.shadow.into());
-        serde_json::Value::Object(m)
-    }
-
-    /// A limit carried by a request instead of the rule set (an Envoy
-    /// descriptor's override): a sliding window counter on the caller key.
-    /// Rebuilt from these three values, it is the same rule on every node,
-    /// which is how an owner decides it for a node that forwarded it.
-    pub fn carried(name: &str, limit: u64, window: Duration) -> Result<Rule, ParamError> {
-        let algorithm = AlgorithmKind::SlidingWindowCounter;
-        let policy = Policy::new(algorithm, limit, window, None, None)?;
-        Ok(Rule {
-            name: name.into(),
-            tier: None,
-            client: None,
-            route: None,
-            by: By::Client,
-            algorithm,
-            limit,
-            window,
-            burst: None,
-            queue: None,
-            shadow: false,
-            policy,
-        })
-    }
-
-    /// The same rule enforcing 1/n of its budget: what one node of n applies
-    /// alone (the divide strategy, and the fallback when an owner is lost).
-    /// Never below 1, so a divided limit still admits.
-    pub fn divided(&self, n: u64) -> Rule {
-        let n = n.max(1);
-        let part = |v: u64| v.div_ceil(n).max(1);
-        let mut r = self.clone();
-        r.limit = part(self.limit);
-        r.burst = self.burst.map(part);
-        r.policy = Policy::new(r.algorithm, r.limit, r.window, r.burst, r.queue)
-            .expect("a divided valid rule stays valid");
-        r
-    }
-}
-
-/// Durations written back the way people write them in rules files.
-pub fn format_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string().replace(' ', "")
-}
+pub use tiers::{TierKey, TierWrite};
 
 /// A rule that cannot be accepted, naming the rule and the field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -141,6 +38,17 @@ pub enum RulesError {
     },
     #[error("{0}")]
     Rule(#[from] RuleError),
+    /// A conditional write found its tier changed since the caller read it
+    /// (another write landed first); nothing was written.
+    #[error("tier {} has changed: it is at version {version}, not the version the write was based on", tier_label(.tier))]
+    Precondition { tier: TierKey, version: u64 },
+}
+
+fn tier_label(tier: &TierKey) -> String {
+    match tier {
+        Some(t) => format!("\"{t}\""),
+        None => "\"*\" (any tier)".to_string(),
+    }
 }
 
 impl RulesError {
@@ -148,7 +56,7 @@ impl RulesError {
     pub fn rule_error(&self) -> Option<&RuleError> {
         match self {
             RulesError::Rule(e) => Some(e),
-            RulesError::Syntax { .. } => None,
+            RulesError::Syntax { .. } | RulesError::Precondition { .. } => None,
         }
     }
 }
@@ -178,36 +86,106 @@ fn bounded(version: u64) -> Result<u64, RulesError> {
 }
 
 /// A validated, versioned set of rules with its selection index.
+///
+/// Every tier carries the version of its last write ([`TierWrite`]), and
+/// the set's version is the highest of them: a write takes the next one
+/// (a Lamport clock), so it ranks above everything its writer had seen.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     version: u64,
+    writes: tiers::Writes,
+    /// The rules in force: every tier's, less any a name clash between two
+    /// tiers' writes keeps out (see [`RuleSet::merge`]).
     rules: Vec<Arc<Rule>>,
     index: select::Index,
 }
 
+/// Names unique, and no two rules tied for the same requests.
+fn validate(rules: &[Arc<Rule>]) -> Result<(), RulesError> {
+    for (i, r) in rules.iter().enumerate() {
+        if rules[..i].iter().any(|o| o.name == r.name) {
+            return Err(RuleError {
+                rule: r.name.to_string(),
+                field: "name".into(),
+                reason: "duplicate rule name".into(),
+            }
+            .into());
+        }
+    }
+    select::refuse_ties(rules)?;
+    Ok(())
+}
+
+/// Refuses a rule filed under a tier it does not name.
+fn off_tier(rules: &[Arc<Rule>], tier: &TierKey) -> Result<(), RulesError> {
+    match rules.iter().find(|r| r.tier != *tier) {
+        Some(r) => Err(RuleError {
+            rule: r.name.to_string(),
+            field: "tier".into(),
+            reason: "is not the tier of the write that holds it".into(),
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
 impl RuleSet {
     /// Validates the whole set: every rule alone, then names unique and no two
-    /// rules tied for the same requests.
+    /// rules tied for the same requests. Every tier is one write at `version`.
     pub fn new(version: u64, rules: Vec<Rule>) -> Result<RuleSet, RulesError> {
         bounded(version)?;
-        let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
-        for (i, r) in rules.iter().enumerate() {
-            if rules[..i].iter().any(|o| o.name == r.name) {
-                return Err(RuleError {
-                    rule: r.name.to_string(),
-                    field: "name".into(),
-                    reason: "duplicate rule name".into(),
-                }
-                .into());
-            }
+        // Sub-counters are rebuilt from their base rules, never taken as given.
+        let rules: Vec<Arc<Rule>> = rules
+            .into_iter()
+            .filter(|r| r.shard_of.is_none())
+            .map(Arc::new)
+            .collect();
+        validate(&rules)?;
+        let writes = tiers::group(&rules, version, &Arc::from(""));
+        Ok(RuleSet::indexed(version, writes, rules))
+    }
+
+    /// A set from each tier's last write, as peers exchange it. Each tier's
+    /// rules are validated alone (and must all carry that tier); which rules
+    /// are in force follows from the writes, as on every other node.
+    pub fn from_writes(
+        version: u64,
+        writes: impl IntoIterator<Item = (TierKey, TierWrite)>,
+    ) -> Result<RuleSet, RulesError> {
+        let writes: tiers::Writes = writes.into_iter().collect();
+        for (tier, w) in &writes {
+            bounded(w.version)?;
+            off_tier(&w.rules, tier)?;
+            validate(&w.rules)?;
         }
-        select::refuse_ties(&rules)?;
+        let top = writes.values().map(|w| w.version).max().unwrap_or(0);
+        RuleSet::build(bounded(version.max(top))?, writes)
+    }
+
+    fn build(version: u64, writes: tiers::Writes) -> Result<RuleSet, RulesError> {
+        let rules = tiers::in_force(&writes);
+        // Holds by construction (names deduplicated, ties only within a
+        // tier); checked anyway, since a set in force must be valid.
+        validate(&rules)?;
+        Ok(RuleSet::indexed(version, writes, rules))
+    }
+
+    /// `rules` are the written rules in force; the sub-counters of the
+    /// sharded ones are derived here, so every set carries them alike.
+    fn indexed(version: u64, writes: tiers::Writes, rules: Vec<Arc<Rule>>) -> RuleSet {
+        let shards: Vec<Arc<Rule>> = rules
+            .iter()
+            .flat_map(|r| hot::shards_of(r))
+            .map(Arc::new)
+            .collect();
+        let rules: Vec<Arc<Rule>> = rules.into_iter().chain(shards).collect();
         let index = select::Index::build(&rules);
-        Ok(RuleSet {
+        RuleSet {
             version,
+            writes,
             rules,
             index,
-        })
+        }
     }
 
     pub fn empty() -> RuleSet {
@@ -226,39 +204,123 @@ impl RuleSet {
         parse::tier_from_json(tier, body)
     }
 
-    /// Parses a whole set in JSON, as peers exchange it: `{"version":N,"rules":[...]}`.
+    /// Parses a whole set in JSON: `{"version":N,"rules":[...]}`, every tier
+    /// one write at that version.
     pub fn from_json(body: &str) -> Result<RuleSet, RulesError> {
         parse::set_from_json(body)
     }
 
-    /// The whole set in JSON, the form [`RuleSet::from_json`] reads.
+    /// The rules in force in JSON, the form [`RuleSet::from_json`] reads.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "version": self.version,
-            "rules": self.rules.iter().map(|r| r.to_json()).collect::<Vec<_>>(),
+            "rules": self.written().map(|r| r.to_json()).collect::<Vec<_>>(),
         })
     }
 
     /// A new set with the rules of `tier` replaced by `rules` (None: the
-    /// rules that apply to any tier).
+    /// rules that apply to any tier), as one write at `version`.
     pub fn with_tier(
         &self,
         tier: Option<&str>,
         rules: Vec<Rule>,
         version: u64,
     ) -> Result<RuleSet, RulesError> {
-        let kept = self
-            .rules
-            .iter()
-            .filter(|r| r.tier.as_deref() != tier)
-            .map(|r| (**r).clone());
-        RuleSet::new(version, kept.chain(rules).collect())
+        self.with_tiers(vec![(tier.map(str::to_string), rules)], version)
     }
 
-    /// The same rules under another version number, at most [`MAX_VERSION`].
+    /// A new set with each named tier's rules replaced, all as one write at
+    /// `version`; the other tiers keep their writes. Refused, changing
+    /// nothing, when the result is not a valid set (a name another tier
+    /// uses, a tie, a rule of another tier) or `version` is not above
+    /// every tier it replaces.
+    pub fn with_tiers(
+        &self,
+        changes: Vec<(TierKey, Vec<Rule>)>,
+        version: u64,
+    ) -> Result<RuleSet, RulesError> {
+        bounded(version)?;
+        let mut writes = self.writes.clone();
+        let mut candidate: Vec<Arc<Rule>> = self
+            .written()
+            .filter(|r| !changes.iter().any(|(t, _)| *t == r.tier))
+            .cloned()
+            .collect();
+        for (tier, rules) in changes {
+            if writes.get(&tier).is_some_and(|w| w.version >= version) {
+                return Err(version_error(
+                    "must be above the version of every tier it replaces",
+                ));
+            }
+            let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
+            off_tier(&rules, &tier)?;
+            candidate.extend(rules.iter().cloned());
+            let write = TierWrite {
+                version,
+                origin: Arc::from(""),
+                rules,
+            };
+            writes.insert(tier, write);
+        }
+        // Validated with the rules in force, as a file is: a name in force
+        // in another tier is refused here rather than kept out of force later.
+        validate(&candidate)?;
+        RuleSet::build(self.version.max(version), writes)
+    }
+
+    /// What turns this set into `next`: each tier whose written rules
+    /// differ, with `next`'s rules (none, for a tier `next` lacks).
+    pub fn tier_changes(&self, next: &RuleSet) -> Vec<(TierKey, Vec<Rule>)> {
+        let rules_of = |s: &RuleSet, t: &TierKey| -> Vec<Arc<Rule>> {
+            s.writes.get(t).map(|w| w.rules.clone()).unwrap_or_default()
+        };
+        let mut tiers: Vec<&TierKey> = self.writes.keys().chain(next.writes.keys()).collect();
+        tiers.sort();
+        tiers.dedup();
+        tiers
+            .into_iter()
+            .filter(|t| rules_of(self, t) != rules_of(next, t))
+            .map(|t| {
+                let rules = rules_of(next, t).iter().map(|r| (**r).clone()).collect();
+                (t.clone(), rules)
+            })
+            .collect()
+    }
+
+    /// This set merged with `other`, tier by tier: each tier takes the
+    /// higher-ranked of the two writes ([`TierWrite::rank`]). None when
+    /// `other` holds nothing newer, so nothing would change.
+    pub fn merge(&self, other: &RuleSet) -> Result<Option<RuleSet>, RulesError> {
+        match tiers::merge(&self.writes, &other.writes) {
+            Some(writes) => RuleSet::build(self.version.max(other.version), writes).map(Some),
+            None if other.version > self.version => Ok(Some(RuleSet {
+                version: other.version,
+                ..self.clone()
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// The same set with every write newer than version `after` signed by
+    /// `origin`: the node that made them.
+    pub fn signed(mut self, origin: &str, after: u64) -> RuleSet {
+        let origin: Arc<str> = Arc::from(origin);
+        for w in self.writes.values_mut().filter(|w| w.version > after) {
+            w.origin = origin.clone();
+        }
+        self
+    }
+
+    /// The same rules as one write at another version, at most [`MAX_VERSION`].
     pub fn with_version(&self, version: u64) -> Result<RuleSet, RulesError> {
+        let version = bounded(version)?;
+        let mut writes = self.writes.clone();
+        for w in writes.values_mut() {
+            w.version = version;
+        }
         Ok(RuleSet {
-            version: bounded(version)?,
+            version,
+            writes,
             ..self.clone()
         })
     }
@@ -274,16 +336,49 @@ impl RuleSet {
         }
     }
 
+    /// The highest version of any tier's write: the newest write this set holds.
     pub fn version(&self) -> u64 {
         self.version
     }
 
+    /// The version of `tier`'s last write; 0 when it was never written.
+    pub fn tier_version(&self, tier: Option<&str>) -> u64 {
+        self.tier_write(tier).map_or(0, |w| w.version)
+    }
+
+    /// `tier`'s last write, if it has one.
+    pub fn tier_write(&self, tier: Option<&str>) -> Option<&TierWrite> {
+        self.writes.get(&tier.map(str::to_string))
+    }
+
+    /// Every tier's last write, in tier order.
+    pub fn writes(&self) -> impl Iterator<Item = (&TierKey, &TierWrite)> {
+        self.writes.iter()
+    }
+
+    /// Written rules kept out of force by a name clash with another tier.
+    pub fn displaced(&self) -> Vec<Arc<Rule>> {
+        self.writes
+            .values()
+            .flat_map(|w| w.rules.iter())
+            .filter(|r| !self.written().any(|f| Arc::ptr_eq(f, r)))
+            .cloned()
+            .collect()
+    }
+
+    /// Every rule with a counter, sub-counters of sharded rules included.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules
     }
 
+    /// The rules in force as written: without the sub-counters derived from them.
+    pub fn written(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.rules.iter().filter(|r| r.shard_of.is_none())
+    }
+
+    /// The rules of `tier` in force.
     pub fn tier<'a>(&'a self, tier: Option<&'a str>) -> impl Iterator<Item = &'a Arc<Rule>> + 'a {
-        self.rules.iter().filter(move |r| r.tier.as_deref() == tier)
+        self.written().filter(move |r| r.tier.as_deref() == tier)
     }
 
     pub fn get(&self, name: &str) -> Option<(usize, &Arc<Rule>)> {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{By, Rule, RuleError, RuleSet, RulesError};
+use super::{By, Hot, Rule, RuleError, RuleSet, RulesError};
 use crate::algorithm::{AlgorithmKind, Policy};
 use crate::rules::RoutePattern;
 
@@ -236,6 +236,8 @@ fn build(
             "burst" => r.burst = Some(whole(v, 1).map_err(|e| fail(key, e))?),
             "queue" => r.queue = Some(whole(v, 0).map_err(|e| fail(key, e))?),
             "window" => r.window = Some(duration(v).map_err(|e| fail(key, e))?),
+            "hot" => r.hot = Some(text(v, MAX_NAME_LEN).map_err(|e| fail(key, e))?),
+            "shards" => r.shards = Some(whole(v, 0).map_err(|e| fail(key, e))?),
             "shadow" => {
                 r.shadow = match v {
                     Field::Bool(b) => b,
@@ -271,6 +273,8 @@ fn build(
         .ok_or_else(|| fail("window", "is required".into()))?;
     let policy = Policy::new(algorithm, limit, window, r.burst, r.queue)
         .map_err(|e| fail(e.field, e.reason))?;
+    let hot = Hot::parse(r.hot.as_deref(), r.shards, algorithm, r.queue)
+        .map_err(|(field, reason)| fail(field, reason))?;
     Ok(Rule {
         name: name.into(),
         tier: r.tier,
@@ -283,6 +287,8 @@ fn build(
         burst: r.burst,
         queue: r.queue,
         shadow: r.shadow,
+        hot,
+        shard_of: None,
         policy,
     })
 }
@@ -300,6 +306,8 @@ struct Draft {
     burst: Option<u64>,
     queue: Option<u64>,
     shadow: bool,
+    hot: Option<String>,
+    shards: Option<u64>,
 }
 
 fn valid_name(s: &str) -> bool {

@@ -91,11 +91,16 @@ impl Index {
     pub(super) fn build(rules: &[Arc<Rule>]) -> Index {
         let mut ix = Index::default();
         for (i, r) in rules.iter().enumerate() {
+            ix.scores.push(score(r));
+            // A sharded rule's sub-counters are chosen by the cluster, never
+            // by a request.
+            if r.shard_of.is_some() {
+                continue;
+            }
             match &r.client {
                 Some(c) => ix.by_client.entry(c.clone()).or_default().push(i),
                 None => ix.general.push(i),
             }
-            ix.scores.push(score(r));
         }
         ix
     }
@@ -134,8 +139,9 @@ impl Index {
 /// Refuses two rules that would win the same request at the same precedence:
 /// which one applied would depend on file order.
 pub(super) fn refuse_ties(rules: &[Arc<Rule>]) -> Result<(), RuleError> {
-    for (j, b) in rules.iter().enumerate() {
-        for a in &rules[..j] {
+    let written: Vec<&Arc<Rule>> = rules.iter().filter(|r| r.shard_of.is_none()).collect();
+    for (j, b) in written.iter().enumerate() {
+        for a in &written[..j] {
             let tied = a.by == b.by
                 && a.shadow == b.shadow
                 && score(a) == score(b)

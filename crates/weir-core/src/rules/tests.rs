@@ -1,5 +1,7 @@
 //! Rules files: every bad rule refused by name and field; precedence as DESIGN section 3.
 
+use std::time::Duration;
+
 use super::*;
 
 const GOOD: &str = r#"
@@ -322,4 +324,88 @@ fn a_path_tier_a_rule_could_not_hold_is_refused_naming_tier() {
     let rules = RuleSet::parse_tier_json(Some(&at_most), body).unwrap();
     assert_eq!(rules[0].tier.as_deref(), Some(at_most.as_str()));
     assert!(RuleSet::parse_tier_json(None, body).is_ok());
+}
+
+#[test]
+fn hot_defaults_to_lease_for_counting_algorithms_and_off_for_the_log() {
+    let set = RuleSet::from_toml(
+        r#"
+[[rule]]
+name = "counter"
+algorithm = "sliding_window_counter"
+limit = 10
+window = "1m"
+
+[[rule]]
+name = "log"
+client = "c"
+algorithm = "sliding_window_log"
+limit = 10
+window = "1m"
+"#,
+    )
+    .unwrap();
+    assert_eq!(set.get("counter").unwrap().1.hot, Hot::Lease);
+    assert_eq!(set.get("log").unwrap().1.hot, Hot::Off);
+    // The default is not written back, so a listed set parses to itself.
+    assert!(set.to_json()["rules"][0].get("hot").is_none());
+}
+
+#[test]
+fn bad_hot_settings_are_refused_naming_the_field() {
+    let rule = |extra: &str, algorithm: &str| {
+        format!("[[rule]]\nname = \"r\"\nalgorithm = \"{algorithm}\"\nlimit = 10\nwindow = \"1m\"\n{extra}\n")
+    };
+    for (extra, algorithm, field) in [
+        ("hot = \"lease\"", "sliding_window_log", "hot"),
+        ("hot = \"always\"", "token_bucket", "hot"),
+        ("shards = 4", "token_bucket", "shards"),
+        ("hot = \"shard\"\nshards = 1", "token_bucket", "shards"),
+        ("hot = \"shard\"\nshards = 65", "token_bucket", "shards"),
+    ] {
+        let e = RuleSet::from_toml(&rule(extra, algorithm)).unwrap_err();
+        let re = e.rule_error().unwrap_or_else(|| panic!("{extra}: {e}"));
+        assert_eq!(re.field, field, "{extra}: {e}");
+    }
+}
+
+#[test]
+fn a_sharded_rule_has_sub_counters_that_sum_to_its_limit_and_are_never_selected() {
+    let set = RuleSet::from_toml(
+        r#"
+[[rule]]
+name = "whale"
+algorithm = "fixed_window"
+limit = 100
+window = "1m"
+hot = "shard"
+shards = 8
+"#,
+    )
+    .unwrap();
+    let parts: Vec<u64> = (0..8)
+        .map(|i| set.get(&format!("whale#{i}")).unwrap().1.limit)
+        .collect();
+    assert_eq!(parts.iter().sum::<u64>(), 100, "{parts:?}");
+    assert!(parts.iter().all(|&p| p == 12 || p == 13), "{parts:?}");
+    assert_eq!(set.rules().len(), 9);
+    assert_eq!(set.written().count(), 1);
+    assert_eq!(set.tier(None).count(), 1);
+    // Selection only ever names the rule itself.
+    let sel = set.select(&select::Subject {
+        key: "anyone",
+        route: "GET /",
+        tier: None,
+        ip: None,
+    });
+    assert_eq!(sel.len(), 1);
+    // Written out and read back: the same set, sub-counters rebuilt once.
+    let again = RuleSet::from_json(&set.to_json().to_string()).unwrap();
+    assert_eq!(again.rules().len(), 9);
+    let moved = set.with_tier(Some("t"), Vec::new(), 2).unwrap();
+    assert_eq!(
+        moved.rules().len(),
+        9,
+        "kept rules do not double their shards"
+    );
 }

@@ -11,7 +11,7 @@ use compact_str::CompactString;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
-use super::{Ceiling, Full, StoreCounts};
+use super::{AbsorbError, Ceiling, Full, StoreCounts};
 use crate::algorithm::{Policy, State};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -93,6 +93,79 @@ impl Carried {
             policy.refund(state, at, cost);
             self.ceiling.rests_at(policy.rest_at(state));
         }
+    }
+
+    /// Removes and returns every key whose caller key `keep` rejects: what a
+    /// node hands to the keys' owners when it leaves or the ring changes.
+    pub fn take_unless(
+        &self,
+        mut keep: impl FnMut(&str) -> bool,
+    ) -> Vec<(Arc<str>, CompactString, Policy, State)> {
+        let mut out = Vec::new();
+        self.map.retain(|(name, key), slot| {
+            if keep(key) {
+                return true;
+            }
+            out.push((name.clone(), key.clone(), slot.policy, slot.state.clone()));
+            false
+        });
+        self.ceiling.removed(out.len());
+        out
+    }
+
+    /// Folds a state another node held for `key` under the carried limit
+    /// `name` into this table, after checking it as a handed-over rule
+    /// counter is checked: spent budgets add, and an invalid state, or a new
+    /// key past the ceiling, is refused and changes nothing.
+    pub fn absorb(
+        &self,
+        name: &Arc<str>,
+        policy: &Policy,
+        key: &str,
+        state: State,
+        now: Nanos,
+    ) -> Result<(), AbsorbError> {
+        let other = policy.admit(state, now).ok_or(AbsorbError::Invalid)?;
+        // Merged into a fresh state, so the state held is one this node's
+        // own arithmetic produced.
+        let mut incoming = policy.fresh();
+        policy.merge(&mut incoming, other, now);
+        if policy.is_idle(&incoming, now) {
+            return Ok(());
+        }
+        let k = (name.clone(), CompactString::new(key));
+        // Room is made before the entry's guard is taken: a sweep
+        // write-locks every shard, this key's among them.
+        if !self.map.contains_key(&k) {
+            self.ceiling
+                .make_room(now, || self.sweep_at(now))
+                .map_err(|Full| AbsorbError::Full)?;
+        }
+        match self.map.entry(k) {
+            Entry::Occupied(mut o) => {
+                let slot = o.get_mut();
+                if slot.policy == *policy {
+                    policy.merge(&mut slot.state, incoming, now);
+                } else {
+                    // Held under another value of the same name: as a
+                    // consume would, start the key over under this one.
+                    *slot = Slot {
+                        policy: *policy,
+                        state: incoming,
+                    };
+                }
+                self.ceiling.rests_at(policy.rest_at(&slot.state));
+            }
+            Entry::Vacant(v) => {
+                self.ceiling.rests_at(policy.rest_at(&incoming));
+                v.insert(Slot {
+                    policy: *policy,
+                    state: incoming,
+                });
+                self.ceiling.added();
+            }
+        }
+        Ok(())
     }
 
     fn sweep_at(&self, now: Nanos) -> (usize, Nanos) {

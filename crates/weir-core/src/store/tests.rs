@@ -133,8 +133,10 @@ fn absorb_refuses_states_no_honest_node_holds_and_clamps_future_times() {
     let over = state(serde_json::json!({"FixedWindow": {"idx": t / (60 * SEC), "count": 6}}));
     assert_eq!(fixed.absorb("k", over, t), Err(AbsorbError::Invalid));
     let bucket = counters(AlgorithmKind::TokenBucket, 5, 10);
-    let nan = state(serde_json::json!({"TokenBucket": {"tokens": -1.0, "ts": t}}));
-    assert_eq!(bucket.absorb("k", nan, t), Err(AbsorbError::Invalid));
+    // A bucket holds at most one bucket of debt (what charges for
+    // admissions decided elsewhere leave); deeper is no honest state.
+    let deep = state(serde_json::json!({"TokenBucket": {"tokens": -11.0, "ts": t}}));
+    assert_eq!(bucket.absorb("k", deep, t), Err(AbsorbError::Invalid));
     assert_eq!(
         log.len() + fixed.len() + bucket.len(),
         0,

@@ -55,6 +55,8 @@ fn every_serve_flag_lands_in_the_config() {
         "--on-owner-failure=closed",
         "--owner-deadline=20ms",
         "--replicas=1",
+        "--hot-key-rate=50",
+        "--fallback-cap=0",
         "--admin-token=t0ken",
         "--cluster-secret=s3cret",
         "--log-format=json",
@@ -82,6 +84,7 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
     assert_eq!(c.cluster.owner_deadline, Duration::from_millis(20));
     assert_eq!(c.cluster.replicas, 1);
+    assert_eq!((c.cluster.hot_key_rate, c.cluster.fallback_cap), (50, 0));
     assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
     assert_eq!(c.cluster.secret.as_deref(), Some("s3cret"));
     assert!(c.retry_jitter);

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, Verdict};
+use weir_core::{CheckError, CheckResponse, Verdict};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use super::envoy_map::{self, MapError};
+use crate::jitter::jittered_ms;
 use crate::state::NodeState;
 
 pub struct EnvoyRls {
@@ -90,6 +91,8 @@ impl RateLimitService for EnvoyRls {
         if let Some((i, f)) = failed {
             return Err(failure_status(i, &f));
         }
-        Ok(Response::new(envoy_map::to_response(&verdicts)))
+        let jitter = self.state.config.retry_jitter;
+        let wait = |answer: &CheckResponse| jittered_ms(answer, jitter);
+        Ok(Response::new(envoy_map::to_response(&verdicts, wait)))
     }
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
-    RATELIMIT_RESET, RETRY_AFTER,
+    whole_secs_up, RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
+    RATELIMIT_REMAINING, RATELIMIT_RESET, RETRY_AFTER,
 };
 use weir_core::{
     Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,
@@ -155,6 +155,10 @@ fn descriptor_check(
         ip: entry(d, &IP_KEYS).map(str::to_string),
         cost,
         limit,
+        // RLS has no field for a delay: Envoy forwards or refuses at once,
+        // so a shaping rule is decided as a meter (an admission that would
+        // have to wait is over the limit and consumes nothing).
+        max_delay: Some(Duration::ZERO),
     };
     // Validation covers a carried limit's cost ceiling too.
     check.validate().map_err(|e| MapError::descriptor(i, &e))?;
@@ -286,14 +290,20 @@ pub fn most_restrictive(verdicts: &[Verdict]) -> Option<&Applied> {
 /// The IETF draft RateLimit-* headers (and Retry-After on a denial) for the
 /// most restrictive limit. The X-RateLimit-* family is left out: Envoy's
 /// own `enable_x_ratelimit_headers` writes it from the statuses, and two
-/// writers of one header would disagree. Built from the figures directly,
-/// since every answer carries them.
-pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
+/// writers of one header would disagree. `wait` may give the denial's wait
+/// in milliseconds instead of its own (server-side jitter); Retry-After is
+/// then that wait in whole seconds, rounded up. Built from the figures
+/// directly, since every answer carries them.
+pub fn response_headers(
+    verdicts: &[Verdict],
+    wait: impl FnOnce(&CheckResponse) -> Option<u64>,
+) -> Vec<HeaderValue> {
     let Some(applied) = most_restrictive(verdicts) else {
         return Vec::new();
     };
     let answer = CheckResponse::of(applied.decision.allowed, applied);
-    let Some(h) = RateLimitHeaders::of(&answer, applied.decision.at, None) else {
+    let secs = wait(&answer).map(|ms| whole_secs_up(Duration::from_millis(ms)));
+    let Some(h) = RateLimitHeaders::of(&answer, applied.decision.at, secs) else {
         return Vec::new();
     };
     let header = |key: &str, value: String| HeaderValue {
@@ -313,14 +323,18 @@ pub fn response_headers(verdicts: &[Verdict]) -> Vec<HeaderValue> {
     out
 }
 
-/// The response to a request whose descriptors got these verdicts, in order.
-pub fn to_response(verdicts: &[Verdict]) -> RateLimitResponse {
+/// The response to a request whose descriptors got these verdicts, in
+/// order; `wait` as for [`response_headers`].
+pub fn to_response(
+    verdicts: &[Verdict],
+    wait: impl FnOnce(&CheckResponse) -> Option<u64>,
+) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = verdicts.iter().map(status).collect();
     let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses,
-        response_headers_to_add: response_headers(verdicts),
+        response_headers_to_add: response_headers(verdicts, wait),
         ..RateLimitResponse::default()
     }
 }

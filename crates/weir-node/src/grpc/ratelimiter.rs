@@ -8,6 +8,7 @@ use weir_proto::convert;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckRequest as CheckCall, CheckResponse, CheckResult};
 
+use crate::jitter::jittered_ms;
 use crate::state::NodeState;
 
 pub struct RateLimiterService {
@@ -75,10 +76,20 @@ impl RateLimiter for RateLimiterService {
         }
 
         metrics.record_verdicts(verdicts.iter().filter_map(|o| o.as_ref().ok()), per_item);
+        let jitter = self.state.config.retry_jitter;
         let results = verdicts
             .iter()
             .map(|outcome| match outcome {
-                Ok(v) => convert::result(&v.response()),
+                Ok(v) => {
+                    let answer = v.response();
+                    let mut result = convert::result(&answer);
+                    // Each denied item draws its own wait, so the callers
+                    // behind one batch do not come back together either.
+                    if let Some(ms) = jittered_ms(&answer, jitter) {
+                        result.retry_after_ms = ms;
+                    }
+                    result
+                }
                 Err(f) => {
                     metrics.record_failure(f, per_item);
                     convert::error_result(f)

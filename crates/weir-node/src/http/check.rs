@@ -8,12 +8,12 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use weir_core::headers::HeaderSet;
-use weir_core::jitter::jittered_retry_after_ms;
-use weir_core::{render, CheckResponse, Verdict};
+use weir_core::{render, Verdict};
 
 use super::body::read_capped;
 use super::check_input::CheckInput;
 use super::problem::{respond, Problem, ProblemResponse};
+use crate::jitter::jittered_ms;
 use crate::state::NodeState;
 
 pub async fn check(
@@ -61,31 +61,4 @@ fn verdict_response(verdict: &Verdict, now: u64, jitter: bool) -> Response {
         jittered_ms(&answer, jitter),
         HeaderSet::All,
     ))
-}
-
-/// Server-side jitter (seed 9): base + uniform(0, base) in milliseconds, so
-/// clients that read the body's retry_after_ms spread out too, not only
-/// over whole seconds; the header is the same wait rounded up.
-fn jittered_ms(r: &CheckResponse, jitter: bool) -> Option<u64> {
-    (!r.allowed && jitter).then(|| jittered_retry_after_ms(r, &mut rand::rng()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_base_and_twice_base() {
-        let denied = CheckResponse {
-            retry_after: Duration::from_millis(10),
-            ..CheckResponse::default()
-        };
-        assert_eq!(jittered_ms(&denied, false), None, "off unless asked for");
-        let seen: Vec<u64> = (0..2000)
-            .map(|_| jittered_ms(&denied, true).unwrap())
-            .collect();
-        assert!(seen.iter().all(|&s| (10..20).contains(&s)));
-        // Not constant: a jitter that always returns the base spreads nothing.
-        assert!(seen.iter().any(|&s| s != seen[0]));
-    }
 }

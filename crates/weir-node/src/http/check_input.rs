@@ -1,6 +1,7 @@
 //! The `POST /v1/check` body, validated field by field so every refusal names its field.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -10,7 +11,7 @@ use weir_core::CheckRequest;
 /// past it cannot be trusted to be the number the client meant.
 const MAX_EXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
 
-const FIELDS: [&str; 5] = ["key", "route", "cost", "tier", "ip"];
+const FIELDS: [&str; 6] = ["key", "route", "cost", "tier", "ip", "max_delay_ms"];
 
 /// The body as the fast path reads it: strings borrowed from the body
 /// unless they contain escapes, and an integer cost. `null` reads as absent,
@@ -28,6 +29,8 @@ struct Fast<'a> {
     tier: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     ip: Option<Cow<'a, str>>,
+    #[serde(default)]
+    max_delay_ms: Option<u64>,
 }
 
 /// Reads a `POST /v1/check` body into a [`CheckRequest`].
@@ -68,6 +71,7 @@ impl CheckInput {
                 tier: f.tier.map(Cow::into_owned),
                 ip: f.ip.map(Cow::into_owned),
                 limit: None,
+                max_delay: f.max_delay_ms.map(Duration::from_millis),
             }),
             _ => CheckInput::parse_checked(body),
         }
@@ -89,7 +93,9 @@ impl CheckInput {
             return Err(InputError {
                 field: unknown.clone(),
                 metric_field: "unknown_field",
-                detail: format!("unknown field \"{unknown}\"; expected key, route, cost, tier, ip"),
+                detail: format!(
+                    "unknown field \"{unknown}\"; expected key, route, cost, tier, ip, max_delay_ms"
+                ),
             });
         }
         let key = match optional_str(&obj, "key")? {
@@ -104,6 +110,7 @@ impl CheckInput {
             tier: optional_str(&obj, "tier")?.map(str::to_string),
             ip: optional_str(&obj, "ip")?.map(str::to_string),
             limit: None,
+            max_delay: max_delay(obj.get("max_delay_ms"))?,
         })
     }
 }
@@ -155,6 +162,32 @@ fn cost(v: Option<&Value>) -> Result<u64, InputError> {
         return Err(err("cost", format!("is too large, got {n}")));
     }
     Ok(f as u64)
+}
+
+/// The longest the caller will wait before sending, in milliseconds:
+/// absent or `null` for no bound, else a whole number from 0.
+fn max_delay(v: Option<&Value>) -> Result<Option<Duration>, InputError> {
+    let bad = |got: String| {
+        err(
+            "max_delay_ms",
+            format!("must be a whole number of milliseconds from 0, got {got}"),
+        )
+    };
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(ms) => Ok(Some(Duration::from_millis(ms))),
+            None => {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f >= 0.0 && f.fract() == 0.0 && f <= MAX_EXACT_FLOAT {
+                    Ok(Some(Duration::from_millis(f as u64)))
+                } else {
+                    Err(bad(n.to_string()))
+                }
+            }
+        },
+        Some(other) => Err(bad(kind(other).to_string())),
+    }
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -248,6 +281,20 @@ mod tests {
         assert_eq!((c.key.as_str(), c.route.as_str()), ("cA", ""));
         assert_eq!(field_of(r#"{"key":"k","cost":0}"#), "cost");
         assert_eq!(field_of(r#"["k"]"#), "body");
+    }
+
+    #[test]
+    fn max_delay_is_whole_milliseconds_from_zero() {
+        let c = CheckInput::parse(br#"{"key":"k","max_delay_ms":250}"#).unwrap();
+        assert_eq!(c.max_delay, Some(Duration::from_millis(250)));
+        let c = CheckInput::parse(br#"{"key":"k","max_delay_ms":0}"#).unwrap();
+        assert_eq!(c.max_delay, Some(Duration::ZERO), "0: a meter");
+        let c = CheckInput::parse(br#"{"key":"k","max_delay_ms":null}"#).unwrap();
+        assert_eq!(c.max_delay, None);
+        for bad in ["-1", "1.5", "\"10\"", "1e300"] {
+            let body = format!(r#"{{"key":"k","max_delay_ms":{bad}}}"#);
+            assert_eq!(field_of(&body), "max_delay_ms", "{bad}");
+        }
     }
 
     #[test]

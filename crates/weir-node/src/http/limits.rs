@@ -1,18 +1,21 @@
-//! `GET/PUT /v1/limits/{tier}`: read and replace one tier's rules at run time.
+//! `GET/PUT /v1/limits/{tier}`: read and replace one tier's rules at run time, conditionally on `If-Match`.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::header::ETAG;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use weir_core::{RuleSet, RulesError, MAX_TIER_LEN};
 
 use super::auth::authorize;
 use super::body::read_capped;
+use super::if_match::IfMatch;
 use super::problem::{Problem, ProblemResponse};
 use crate::state::NodeState;
 
@@ -27,7 +30,7 @@ pub async fn get_limits(
         Ok(t) => t,
         Err(p) => return p.into_response(),
     };
-    Json(tier_json(&state.engine.rules(), tier.as_deref())).into_response()
+    tier_response(&state.engine.rules(), tier.as_deref())
 }
 
 pub async fn put_limits(
@@ -44,6 +47,10 @@ pub async fn put_limits(
         Ok(t) => t,
         Err(p) => return p.into_response(),
     };
+    let condition = match IfMatch::parse(&headers) {
+        Ok(c) => c,
+        Err(p) => return p.into_response(),
+    };
     let bytes = match read_capped(&headers, body, &state.config.limits).await {
         Ok(b) => b,
         Err(p) => return p.into_response(),
@@ -51,24 +58,41 @@ pub async fn put_limits(
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return Problem::invalid("body", "the body is not UTF-8").into_response();
     };
-    let replaced = RuleSet::parse_tier_json(tier.as_deref(), text)
-        .and_then(|rules| state.engine.replace_tier(tier.as_deref(), rules));
+    let replaced = RuleSet::parse_tier_json(tier.as_deref(), text).and_then(|rules| {
+        let t = tier.as_deref();
+        state
+            .engine
+            .replace_tier_if(t, rules, |current| condition.allows(&tier_tag(current, t)))
+    });
     match replaced {
         Ok(set) => {
             tracing::info!(
                 tier = tier.as_deref().unwrap_or(ANY_TIER),
-                version = set.version(),
+                version = set.tier_version(tier.as_deref()),
                 "rules replaced through the API"
             );
-            Json(tier_json(&set, tier.as_deref())).into_response()
+            tier_response(&set, tier.as_deref())
         }
         Err(e) => rules_problem(&e).into_response(),
     }
 }
 
+/// 200 with one tier's rules, its version and its entity tag.
+fn tier_response(set: &RuleSet, tier: Option<&str>) -> Response {
+    let mut res = Json(tier_json(set, tier)).into_response();
+    if let Ok(tag) = HeaderValue::from_str(&tier_tag(set, tier)) {
+        res.headers_mut().insert(ETAG, tag);
+    }
+    res
+}
+
 /// 400 for a body that is not JSON at all, 422 for JSON that is not a valid
-/// rule set; either way the set in force is untouched.
+/// rule set, 412 when `If-Match` no longer holds; either way the set in
+/// force is untouched.
 fn rules_problem(e: &RulesError) -> Problem {
+    if let RulesError::Precondition { .. } = e {
+        return Problem::precondition_failed(e.to_string());
+    }
     match e.rule_error() {
         Some(re) => {
             Problem::invalid_rules(Some(re.rule.clone()), Some(re.field.clone()), e.to_string())
@@ -93,10 +117,22 @@ fn path_tier(tier: Result<Path<String>, PathRejection>) -> Result<Option<String>
     Ok(Some(tier))
 }
 
-/// `{"version":N,"rules":[...]}` for one tier of `set`.
+/// `{"version":N,"rules":[...]}` for one tier of `set`: the version of the
+/// tier's last write, and its rules in force.
 pub fn tier_json(set: &RuleSet, tier: Option<&str>) -> Value {
     json!({
-        "version": set.version(),
+        "version": set.tier_version(tier),
         "rules": set.tier(tier).map(|r| r.to_json()).collect::<Vec<_>>(),
     })
+}
+
+/// The entity tag of one tier as [`tier_json`] shows it: its version and a
+/// digest of the listing. Two writes that took one version on two nodes at
+/// once have different tags, so a caller who wrote one sees from the tag
+/// whether it is the one in force, and `If-Match` with it refuses to
+/// overwrite the other.
+pub fn tier_tag(set: &RuleSet, tier: Option<&str>) -> String {
+    let digest = Sha256::digest(tier_json(set, tier).to_string().as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{}-{hex}\"", set.tier_version(tier))
 }

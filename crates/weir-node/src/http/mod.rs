@@ -6,6 +6,8 @@ pub mod check;
 pub mod check_input;
 pub mod cluster;
 pub mod dashboard;
+pub mod hot;
+mod if_match;
 pub mod limits;
 pub mod ops;
 pub mod problem;
@@ -43,6 +45,7 @@ pub fn router(state: Arc<NodeState>) -> Router {
             get(limits::get_limits).put(limits::put_limits),
         )
         .route("/v1/cluster", get(cluster::get_cluster))
+        .route("/v1/hot", get(hot::get_hot))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));

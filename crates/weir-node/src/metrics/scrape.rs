@@ -118,8 +118,11 @@ impl Collector for NodeCollector {
             "New keys refused (503) because a table was at --max-keys with every key live.",
         )
         .one(&mut enc, at_ceiling.refused_full)?;
-        gauge("weir_rules_version", "Version of the rule set in force.")
-            .one(&mut enc, self.engine.rules().version())?;
+        gauge(
+            "weir_rules_version",
+            "Version of the rule set in force: the highest version of any tier's last write.",
+        )
+        .one(&mut enc, self.engine.rules().version())?;
         match self.engine.cluster() {
             Some(cluster) => encode_cluster(&mut enc, cluster),
             None => Ok(()),
@@ -299,8 +302,85 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         "direction",
         &direction(g.bytes_in, g.bytes_out),
     )?;
-    encode_owner_path(enc, cluster, &s)
+    counter(
+        "weir_gossip_replay_dropped_total",
+        "Authentic gossip datagrams dropped as replays: stamped outside the freshness window, \
+         or seen before.",
+    )
+    .labeled(
+        enc,
+        "reason",
+        &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
+    )?;
+    encode_owner_path(enc, cluster, &s)?;
+    encode_hot(enc, cluster, &s)
 }
+
+/// Hot keys, leases and the two other valves. No series per key: the
+/// hottest keys are ranked, and a rank's label never grows.
+fn encode_hot(
+    enc: &mut DescriptorEncoder,
+    cluster: &Cluster,
+    s: &weir_cluster::ClusterStats,
+) -> fmt::Result {
+    let (top, _) = cluster.hot_keys(HOT_RANKS);
+    let ranks: Vec<String> = (1..=top.len()).map(|r| r.to_string()).collect();
+    let family = gauge(
+        "weir_hot_key_checks",
+        "Checks in the last whole second of this owner's hottest keys, by rank (1 is the \
+         hottest; GET /v1/hot names them).",
+    );
+    let mut m = family.descriptor(enc)?;
+    for (k, rank) in top.iter().zip(&ranks) {
+        ConstGauge::new(k.checks).encode(m.encode_family(&[("rank", rank.as_str())])?)?;
+    }
+    counter(
+        "weir_leases_total",
+        "Leases of hot keys: granted here as owner, renewals asked here as gateway.",
+    )
+    .labeled(
+        enc,
+        "kind",
+        &[("granted", s.leases_granted), ("renewal", s.lease_renewals)],
+    )?;
+    counter(
+        "weir_lease_units_total",
+        "Units of budget leased: granted here as owner, given back unused here as gateway.",
+    )
+    .labeled(
+        enc,
+        "kind",
+        &[
+            ("granted", s.lease_units_granted),
+            ("returned", s.lease_units_returned),
+        ],
+    )?;
+    counter(
+        "weir_local_decisions_total",
+        "Limits decided here with no call: from a lease (lease), or against L/N for a \
+         hot = \"local\" rule (tier).",
+    )
+    .labeled(
+        enc,
+        "how",
+        &[("lease", s.lease_decisions), ("tier", s.tier_decisions)],
+    )?;
+    counter(
+        "weir_fallback_capped_total",
+        "Admissions without an owner refused because the node-wide --fallback-cap was spent.",
+    )
+    .one(enc, s.fallback_capped)?;
+    let forwarded = cluster.forwarded_by_rule();
+    let forwarded: Vec<(&str, u64)> = forwarded.iter().map(|(r, n)| (&**r, *n)).collect();
+    counter(
+        "weir_forwarded_ops_total",
+        "Counter ops this node sent to other nodes, by rule.",
+    )
+    .labeled(enc, "rule", &forwarded)
+}
+
+/// Hottest keys exported as metrics.
+const HOT_RANKS: usize = 5;
 
 /// How checks were decided when an owner did not answer, and what was
 /// reconciled and copied afterwards (the owner strategy's accuracy).
@@ -325,8 +405,9 @@ fn encode_owner_path(
     )?;
     counter(
         "weir_reconciled_total",
-        "Late owner admissions refunded, and admissions decided without the owner: owed, \
-         charged to it, or dropped.",
+        "Late owner admissions refunded; admissions decided without the owner: owed, \
+         charged to it, or dropped; a dead owner's recent admissions reported by this \
+         gateway, and added here to a copy that lacked them.",
     )
     .labeled(
         enc,
@@ -336,6 +417,8 @@ fn encode_owner_path(
             ("charge_owed", s.charges_owed),
             ("charge_paid", s.charges_paid),
             ("charge_dropped", s.charges_dropped),
+            ("dead_owner_reported", s.admissions_reported),
+            ("dead_owner_recovered", s.admissions_recovered),
         ],
     )?;
     counter(

@@ -31,14 +31,22 @@ fn state() -> NodeState {
     }
 }
 
-#[test]
-fn unchanged_content_is_not_installed_again() {
+/// A node whose rules file (in the returned directory) held `rules(limit)`
+/// and was loaded once; the text it loaded.
+fn loaded(limit: u64) -> (tempfile::TempDir, NodeState, Option<String>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");
     let state = state();
     let mut last = None;
-    std::fs::write(&path, rules(1)).unwrap();
+    std::fs::write(&path, rules(limit)).unwrap();
     reload(&state, &path, &mut last);
+    (dir, state, last)
+}
+
+#[test]
+fn unchanged_content_is_not_installed_again() {
+    let (dir, state, mut last) = loaded(1);
+    let path = dir.path().join("rules.toml");
     let v1 = state.engine.rules().version();
     reload(&state, &path, &mut last);
     assert_eq!(state.engine.rules().version(), v1, "same text, same set");
@@ -46,4 +54,26 @@ fn unchanged_content_is_not_installed_again() {
     reload(&state, &path, &mut last);
     assert!(state.engine.rules().version() > v1, "new text, new set");
     assert_eq!(state.metrics.rules_reloads(), 2);
+}
+
+#[test]
+fn an_edit_writes_only_the_tiers_it_changed() {
+    let (dir, state, mut last) = loaded(1);
+    let path = dir.path().join("rules.toml");
+    // A tier written through the config API, which the file does not hold.
+    let pro = RuleSet::parse_tier_json(
+        Some("pro"),
+        r#"{"rules":[{"name":"pro-r","algorithm":"fixed_window","limit":9,"window":"1m"}]}"#,
+    )
+    .unwrap();
+    state.engine.replace_tier(Some("pro"), pro).unwrap();
+    std::fs::write(&path, rules(2)).unwrap();
+    reload(&state, &path, &mut last);
+    let set = state.engine.rules();
+    assert_eq!(set.get("r").unwrap().1.limit, 2, "the edit is in force");
+    assert_eq!(
+        set.get("pro-r").map(|(_, r)| r.limit),
+        Some(9),
+        "the API's write to a tier the edit left alone stays"
+    );
 }

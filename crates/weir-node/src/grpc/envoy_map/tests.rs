@@ -329,12 +329,31 @@ fn an_unlimited_descriptor_is_ok_without_a_current_limit() {
 fn one_descriptor_over_its_limit_makes_the_whole_response_over_limit() {
     let ok = verdict(10, 4, true, 0, 1);
     let over = verdict(10, 0, false, 0, 1);
-    let r = to_response(&[ok.clone(), ok.clone()]);
+    let r = to_response(&[ok.clone(), ok.clone()], no_wait);
     assert_eq!(r.overall_code, Code::Ok as i32);
-    let r = to_response(&[ok, over]);
+    let r = to_response(&[ok, over], no_wait);
     assert_eq!(r.overall_code, Code::OverLimit as i32);
     let codes: Vec<i32> = r.statuses.iter().map(|s| s.code).collect();
     assert_eq!(codes, vec![Code::Ok as i32, Code::OverLimit as i32]);
+}
+
+/// No server-side jitter: each denial shows its own wait.
+fn no_wait(_: &CheckResponse) -> Option<u64> {
+    None
+}
+
+#[test]
+fn a_jittered_wait_replaces_the_denials_own_in_retry_after() {
+    let v = [verdict_waiting(
+        3,
+        0,
+        false,
+        0,
+        60_000,
+        Duration::from_secs(10),
+    )];
+    let h = response_headers(&v, |r| Some(r.retry_after_ms() * 2 - 1));
+    assert_eq!(header(&h, "Retry-After"), Some("20"), "19,999 ms rounds up");
 }
 
 fn header<'a>(h: &'a [HeaderValue], name: &str) -> Option<&'a str> {
@@ -352,7 +371,7 @@ fn the_most_restrictive_is_the_denial_with_the_longest_wait() {
     let long = verdict_waiting(3, 0, false, 0, 60_000, Duration::from_secs(10));
     let v = [ok, long, short];
     assert_eq!(rule_of(most_restrictive(&v)), "override:3-per-minute");
-    let h = to_response(&v).response_headers_to_add;
+    let h = to_response(&v, no_wait).response_headers_to_add;
     assert_eq!(header(&h, "Retry-After"), Some("10"));
     assert_eq!(header(&h, "RateLimit-Limit"), Some("3"));
 }
@@ -364,7 +383,7 @@ fn without_a_denial_the_most_restrictive_has_the_least_left() {
         verdict(4, 2, true, 0, 60_000),
     ];
     assert_eq!(rule_of(most_restrictive(&v)), "override:4-per-minute");
-    let h = response_headers(&v);
+    let h = response_headers(&v, no_wait);
     assert_eq!(header(&h, "RateLimit-Remaining"), Some("2"));
     assert_eq!(header(&h, "RateLimit-Reset"), Some("60"));
     assert_eq!(header(&h, "Retry-After"), None);
@@ -381,7 +400,9 @@ fn unlimited_descriptors_add_no_headers() {
         applied: vec![],
     };
     assert!(most_restrictive(std::slice::from_ref(&unlimited)).is_none());
-    assert!(to_response(&[unlimited]).response_headers_to_add.is_empty());
+    assert!(to_response(&[unlimited], no_wait)
+        .response_headers_to_add
+        .is_empty());
 }
 
 #[test]
@@ -402,7 +423,7 @@ fn response_headers_are_the_ietf_pairs_in_order_without_the_x_family() {
             })
             .map(|(n, v)| (n.to_string(), v))
             .collect();
-        let got: Vec<(String, String)> = response_headers(std::slice::from_ref(&v))
+        let got: Vec<(String, String)> = response_headers(std::slice::from_ref(&v), no_wait)
             .into_iter()
             .map(|h| (h.key, h.value))
             .collect();

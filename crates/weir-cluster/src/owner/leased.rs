@@ -1,0 +1,241 @@
+//! The gateway's side of leases: budget its owners handed it for hot keys, decided here without a call until it runs out or its term ends.
+//!
+//! A lease is used only within its term, measured on this node's clock from
+//! when the op that won it was sent (never later than the owner meant).
+//! Half used, the gateway asks for the next one in the background, so a
+//! steady hot key is decided here without waiting; what is left at the end
+//! of a term goes back to the owner as a refund against the window it was
+//! counted in.
+
+use std::sync::Arc;
+
+use compact_str::CompactString;
+use dashmap::DashMap;
+use weir_core::{Decision, Nanos, Rule};
+use weir_proto::weir::v1::Lease;
+
+type Key = (Arc<str>, CompactString);
+
+#[derive(Debug, Clone)]
+struct Held {
+    owner: String,
+    units: u64,
+    /// The last grant's size: half of it left starts a renewal.
+    granted: u64,
+    /// Units decided here since the last renewal asked: the demand the
+    /// owner sizes the next lease by.
+    used: u64,
+    /// On this node's clock.
+    expires: Nanos,
+    /// The owner's decision time of the last grant, for the refund.
+    at: Nanos,
+    renewing: bool,
+}
+
+/// Budget to give back to an owner: a lease ended with units unused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unused {
+    pub owner: String,
+    pub rule: Arc<str>,
+    pub hash_part: CompactString,
+    pub units: u64,
+    pub at: Nanos,
+}
+
+/// A check decided from a lease, and whether to ask for the next one now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FromLease {
+    pub decision: Decision,
+    /// When a renewal should start, the units used since the last one:
+    /// what the owner sizes the next lease by.
+    pub renew: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Leases {
+    held: DashMap<Key, Held, foldhash::fast::RandomState>,
+}
+
+impl Leases {
+    /// Decides `cost` of `rule`'s `hash_part` from a lease held for it, or
+    /// None (no lease, ended, or too little left: ask the owner).
+    pub fn take(&self, rule: &Rule, hash_part: &str, cost: u64, now: Nanos) -> Option<FromLease> {
+        let mut h = self
+            .held
+            .get_mut(&(rule.name.clone(), CompactString::new(hash_part)))?;
+        if now >= h.expires || h.units < cost {
+            return None;
+        }
+        h.units -= cost;
+        h.used = h.used.saturating_add(cost);
+        let renew = (!h.renewing && h.units < h.granted / 2).then_some(h.used);
+        if renew.is_some() {
+            h.renewing = true;
+            h.used = 0;
+        }
+        let decision = Decision {
+            remaining: h.units,
+            ..Decision::uncounted(rule.limit, 0, rule.window, now)
+        };
+        Some(FromLease { decision, renew })
+    }
+
+    /// Gives back `cost` a lease decided for a check that was refused by
+    /// another of its limits.
+    pub fn give_back(&self, rule: &Arc<str>, hash_part: &str, cost: u64) {
+        if let Some(mut h) = self
+            .held
+            .get_mut(&(rule.clone(), CompactString::new(hash_part)))
+        {
+            h.units = h.units.saturating_add(cost);
+        }
+    }
+
+    /// Takes a lease `owner` granted for an op sent at `sent`. Units still
+    /// held from an earlier grant of the same owner are kept; a lease from
+    /// another owner (the ring changed) replaces what was held, which is
+    /// returned as unused.
+    pub fn grant(
+        &self,
+        rule: &Arc<str>,
+        hash_part: &str,
+        owner: &str,
+        lease: &Lease,
+        sent: Nanos,
+    ) -> Option<Unused> {
+        let key = (rule.clone(), CompactString::new(hash_part));
+        let expires = sent.saturating_add(lease.ttl_ns);
+        let mut h = self.held.entry(key).or_insert_with(|| Held {
+            owner: owner.to_string(),
+            units: 0,
+            granted: 0,
+            used: 0,
+            expires,
+            at: lease.at,
+            renewing: false,
+        });
+        let replaced = (h.owner != owner && h.units > 0).then(|| Unused {
+            owner: h.owner.clone(),
+            rule: rule.clone(),
+            hash_part: CompactString::new(hash_part),
+            units: h.units,
+            at: h.at,
+        });
+        if h.owner != owner {
+            h.owner = owner.to_string();
+            h.units = 0;
+        }
+        h.units = h.units.saturating_add(lease.units);
+        h.granted = lease.units;
+        h.expires = expires;
+        h.at = lease.at;
+        h.renewing = false;
+        replaced
+    }
+
+    /// A renewal came back without a lease: the next half-used mark asks again.
+    pub fn renewal_refused(&self, rule: &Arc<str>, hash_part: &str) {
+        if let Some(mut h) = self
+            .held
+            .get_mut(&(rule.clone(), CompactString::new(hash_part)))
+        {
+            h.renewing = false;
+            // Asking again at every check would be a call per check.
+            h.granted = h.units;
+        }
+    }
+
+    /// Removes the leases whose term has ended and returns what they had
+    /// left.
+    pub fn ended(&self, now: Nanos) -> Vec<Unused> {
+        let mut out = Vec::new();
+        self.held.retain(|(rule, key), h| {
+            if now < h.expires {
+                return true;
+            }
+            if h.units > 0 {
+                out.push(Unused {
+                    owner: h.owner.clone(),
+                    rule: rule.clone(),
+                    hash_part: key.clone(),
+                    units: h.units,
+                    at: h.at,
+                });
+            }
+            false
+        });
+        out
+    }
+
+    /// Units held now over every lease.
+    pub fn units(&self) -> u64 {
+        self.held.iter().map(|h| h.units).sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule() -> Arc<Rule> {
+        weir_core::RuleSet::from_toml(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"token_bucket\"\nlimit = 100\nwindow = \"1s\"\n",
+        )
+        .unwrap()
+        .get("r")
+        .unwrap()
+        .1
+        .clone()
+    }
+
+    fn lease(units: u64) -> Lease {
+        Lease {
+            units,
+            ttl_ns: 1_000,
+            at: 7,
+        }
+    }
+
+    #[test]
+    fn a_lease_decides_until_spent_or_ended_and_asks_again_at_half() {
+        let (r, l) = (rule(), Leases::default());
+        assert!(l.take(&r, "k", 1, 0).is_none(), "no lease: ask the owner");
+        assert!(l.grant(&r.name, "k", "o", &lease(10), 100).is_none());
+        let mut renewals = 0;
+        for i in 0..10 {
+            let t = l.take(&r, "k", 1, 500).expect("from the lease");
+            assert!(t.decision.allowed);
+            assert_eq!(t.decision.remaining, 9 - i);
+            renewals += usize::from(t.renew.is_some());
+        }
+        assert_eq!(renewals, 1, "one renewal at the half-used mark");
+        assert!(l.take(&r, "k", 1, 500).is_none(), "spent");
+        l.grant(&r.name, "k", "o", &lease(4), 600);
+        assert!(l.take(&r, "k", 1, 600 + 1_000).is_none(), "its term ended");
+        let back = l.ended(600 + 1_000);
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].units, back[0].at), (4, 7));
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_grant_from_a_new_owner_returns_what_the_old_one_lent() {
+        let (r, l) = (rule(), Leases::default());
+        l.grant(&r.name, "k", "old", &lease(10), 0);
+        let back = l
+            .grant(&r.name, "k", "new", &lease(6), 10)
+            .expect("returned");
+        assert_eq!((back.owner.as_str(), back.units), ("old", 10));
+        assert_eq!(l.units(), 6);
+        l.give_back(&r.name, "k", 2);
+        assert_eq!(l.units(), 8);
+    }
+}

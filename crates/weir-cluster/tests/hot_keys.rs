@@ -1,0 +1,210 @@
+//! Hot keys at the node's defaults on the in-memory network under a paused clock: leases, sharded counters and the local tier.
+//!
+//! Each test says which guard it covers: remove that guard and it fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use proptest::prelude::*;
+
+const L: usize = 1_000;
+/// A fixed window of an hour: the virtual clock starts on an hour, so no
+/// test here crosses a window edge and L is the exact answer.
+const RULES: &str = r#"
+[[rule]]
+name = "whale"
+algorithm = "fixed_window"
+limit = 1000
+window = "1h"
+
+[[rule]]
+name = "big"
+client = "big"
+algorithm = "token_bucket"
+limit = 1000000
+window = "1h"
+
+[[rule]]
+name = "sharded"
+client = "sharded"
+algorithm = "fixed_window"
+limit = 100
+window = "1h"
+hot = "shard"
+shards = 4
+
+[[rule]]
+name = "tier"
+client = "tier"
+algorithm = "fixed_window"
+limit = 90
+window = "1h"
+hot = "local"
+"#;
+
+/// Sends one check through each of `via` every `gap` of virtual time,
+/// `rounds` times; returns the admissions per gateway.
+async fn paced(via: &[&TestNode], key: &str, rounds: usize, gap: Duration) -> Vec<usize> {
+    let mut admitted = vec![0; via.len()];
+    for _ in 0..rounds {
+        for (i, n) in via.iter().enumerate() {
+            let v = n.check(key).await.expect("a verdict");
+            admitted[i] += usize::from(v.allowed);
+        }
+        tokio::time::sleep(gap).await;
+    }
+    admitted
+}
+
+/// Guard: leases. A key hot at its owner is leased to the gateways sending
+/// it, which then decide it without a call, and the cluster still admits
+/// exactly L: never more (leased units count as spent at the owner), and
+/// no less once the leases' unused units came back. Without leases every
+/// check is a call.
+#[tokio::test(start_paused = true)]
+async fn a_hot_key_is_decided_from_leases_and_admits_exactly_its_limit() {
+    let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "whale");
+    let gateways = [&nodes[0], &nodes[1]];
+    // 500 checks a second from each gateway, for four seconds: twice L.
+    let during = paced(&gateways, &key, 2_000, Duration::from_millis(2)).await;
+    let total: usize = during.iter().sum();
+    assert!(total <= L, "{total} admitted against {L}");
+    // The unused part of the last leases comes back at the end of their term.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: usize = paced(&gateways, &key, 200, Duration::from_millis(2))
+        .await
+        .iter()
+        .sum();
+    println!("admitted {during:?} then {after}");
+    assert_eq!(total + after, L, "exactly L once the leases came back");
+    let from_lease: u64 = gateways
+        .iter()
+        .map(|n| n.cluster.stats().lease_decisions)
+        .sum();
+    assert!(from_lease > 0, "the gateways decided from leases");
+    assert!(nodes[2].cluster.stats().leases_granted > 0);
+}
+
+/// Guard: leases take the calls off a hot key. A whale far under its
+/// limit, once its owner has seen it hot for a second, costs its gateways
+/// at most one message per twenty checks (renewals and returns).
+#[tokio::test(start_paused = true)]
+async fn a_leased_whale_costs_under_a_message_per_twenty_checks() {
+    let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let owner = nodes[0].cluster.owner_of("big").unwrap().id;
+    let gateways: Vec<&TestNode> = nodes.iter().filter(|n| n.id != owner).collect();
+    let ops = |g: &[&TestNode]| -> u64 { g.iter().map(|n| n.cluster.stats().peer_ops).sum() };
+    // One second to be seen hot, then three measured.
+    paced(&gateways, "big", 500, Duration::from_millis(2)).await;
+    let before = ops(&gateways);
+    let admitted: usize = paced(&gateways, "big", 1_500, Duration::from_millis(2))
+        .await
+        .iter()
+        .sum();
+    let sent = ops(&gateways) - before;
+    println!("{admitted} admitted, {sent} messages for {} checks", 3_000);
+    assert_eq!(admitted, 3_000, "far under its limit: every check admitted");
+    assert!(sent * 20 <= 3_000, "{sent} messages for 3000 checks");
+}
+
+/// Guard: a lease dies with its gateway. A gateway that crashes with a
+/// lease takes its unused units along: they stay counted at the owner, so
+/// the survivors never admit more than L together with what the dead one
+/// did.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_gateways_lease_is_never_granted_twice() {
+    let (_net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "crash");
+    let both = [&nodes[0], &nodes[1]];
+    let before: usize = paced(&both, &key, 600, Duration::from_millis(2))
+        .await
+        .iter()
+        .sum();
+    assert!(
+        nodes[1].cluster.stats().lease_decisions > 0,
+        "node-2 held a lease"
+    );
+    let dead = nodes.remove(1);
+    dead.kill().await;
+    let after: usize = paced(&[&nodes[0]], &key, 3_000, Duration::from_millis(2))
+        .await
+        .iter()
+        .sum();
+    println!("{before} before the crash, {after} after");
+    assert!(
+        before + after <= L,
+        "{} admitted against {L}",
+        before + after
+    );
+}
+
+/// Guard: the shard valve. Sub-counters of L/k summing to L, each on the
+/// owner of its own key: the cluster never admits more than L, and the
+/// checks spread over several owners.
+#[tokio::test(start_paused = true)]
+async fn a_sharded_rule_never_admits_more_than_its_limit() {
+    let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let admitted: usize = paced(&all, "sharded", 100, Duration::from_millis(5))
+        .await
+        .iter()
+        .sum();
+    println!("sharded: {admitted} of 100 admitted over 300 checks");
+    assert!(admitted <= 100);
+    assert!(
+        admitted >= 90,
+        "4 shards of 25 with 300 checks fill all but a few"
+    );
+}
+
+/// Guard: the local tier. Every gateway decides alone against L/N: none
+/// makes a call for the rule, and each admits at most its share.
+#[tokio::test(start_paused = true)]
+async fn a_local_tier_rule_is_decided_by_each_gateway_against_its_share() {
+    let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let admitted = paced(&all, "tier", 60, Duration::from_millis(5)).await;
+    assert_eq!(admitted, vec![30, 30, 30], "90 / 3 each");
+    for n in &nodes {
+        let s = n.cluster.stats();
+        assert_eq!(s.peer_ops, 0, "{}: no call", n.id);
+        assert_eq!(s.tier_decisions, 60);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Guard: whatever the arrival pattern, and whichever gateway dies
+    /// when, leases never let the cluster admit more than L.
+    #[test]
+    fn leases_never_let_the_cluster_exceed_its_limit(
+        bursts in prop::collection::vec((0usize..2, 1usize..400, 0u64..20), 1..12),
+        crash_after in prop::option::of(0usize..12),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let total = rt.block_on(async {
+            let (_net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+            let key = key_owned_by(&nodes[0], "node-3", "prop");
+            let mut total = 0;
+            let mut crashed = false;
+            for (i, (gateway, checks, gap_ms)) in bursts.iter().enumerate() {
+                if crash_after == Some(i) && !crashed {
+                    nodes.remove(1).kill().await;
+                    crashed = true;
+                }
+                let via = if crashed { &nodes[0] } else { &nodes[*gateway] };
+                total += paced(&[via], &key, *checks, Duration::from_millis(*gap_ms)).await[0];
+            }
+            total
+        });
+        prop_assert!(total <= L, "{} admitted against {}", total, L);
+    }
+}

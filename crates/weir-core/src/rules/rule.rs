@@ -1,0 +1,128 @@
+//! One rule: which requests it limits, and how.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Hot, RoutePattern};
+use crate::algorithm::{AlgorithmKind, ParamError, Policy};
+
+/// Which request attribute a rule's counter is keyed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum By {
+    #[default]
+    Client,
+    Ip,
+}
+
+impl By {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            By::Client => "client",
+            By::Ip => "ip",
+        }
+    }
+}
+
+/// One validated rule. Build it through [`RuleSet`] parsing; every field has
+/// passed the guards, so a `Rule` in hand always limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub name: Arc<str>,
+    pub tier: Option<String>,
+    pub client: Option<String>,
+    pub route: Option<RoutePattern>,
+    pub by: By,
+    pub algorithm: AlgorithmKind,
+    pub limit: u64,
+    pub window: Duration,
+    pub burst: Option<u64>,
+    pub queue: Option<u64>,
+    pub shadow: bool,
+    /// What the owner strategy does with this rule's hot keys.
+    pub hot: Hot,
+    /// For a sub-counter of a sharded rule, the rule it is part of. Such
+    /// rules are derived from their base when a set is built: never
+    /// selected, listed or written out themselves.
+    pub shard_of: Option<Arc<str>>,
+    pub policy: Policy,
+}
+
+impl Rule {
+    /// The rule as the config API shows it; parsing this back gives the same rule.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("name".into(), self.name.as_ref().into());
+        if let Some(t) = &self.tier {
+            m.insert("tier".into(), t.as_str().into());
+        }
+        if let Some(c) = &self.client {
+            m.insert("client".into(), c.as_str().into());
+        }
+        if let Some(r) = &self.route {
+            m.insert("route".into(), r.as_str().into());
+        }
+        m.insert("by".into(), self.by.as_str().into());
+        m.insert("algorithm".into(), self.algorithm.as_str().into());
+        m.insert("limit".into(), self.limit.into());
+        m.insert("window".into(), format_duration(self.window).into());
+        if let Some(b) = self.burst {
+            m.insert("burst".into(), b.into());
+        }
+        if let Some(q) = self.queue {
+            m.insert("queue".into(), q.into());
+        }
+        m.insert("shadow".into(), self.shadow.into());
+        if self.hot != Hot::default_for(self.algorithm, self.queue) {
+            m.insert("hot".into(), self.hot.as_str().into());
+        }
+        if let Hot::Shard(k) = self.hot {
+            m.insert("shards".into(), k.into());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// A limit carried by a request instead of the rule set (an Envoy
+    /// descriptor's override): a sliding window counter on the caller key.
+    /// Rebuilt from these three values, it is the same rule on every node,
+    /// which is how an owner decides it for a node that forwarded it.
+    pub fn carried(name: &str, limit: u64, window: Duration) -> Result<Rule, ParamError> {
+        let algorithm = AlgorithmKind::SlidingWindowCounter;
+        let policy = Policy::new(algorithm, limit, window, None, None)?;
+        Ok(Rule {
+            name: name.into(),
+            tier: None,
+            client: None,
+            route: None,
+            by: By::Client,
+            algorithm,
+            limit,
+            window,
+            burst: None,
+            queue: None,
+            shadow: false,
+            // Carried limits are decided at their owner only.
+            hot: Hot::Off,
+            shard_of: None,
+            policy,
+        })
+    }
+
+    /// The same rule enforcing 1/n of its budget: what one node of n applies
+    /// alone (the divide strategy, and the fallback when an owner is lost).
+    /// Never below 1, so a divided limit still admits.
+    pub fn divided(&self, n: u64) -> Rule {
+        let n = n.max(1);
+        let part = |v: u64| v.div_ceil(n).max(1);
+        let mut r = self.clone();
+        r.limit = part(self.limit);
+        r.burst = self.burst.map(part);
+        r.policy = Policy::new(r.algorithm, r.limit, r.window, r.burst, r.queue)
+            .expect("a divided valid rule stays valid");
+        r
+    }
+}
+
+/// Durations written back the way people write them in rules files.
+pub fn format_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
