@@ -61,7 +61,7 @@ read -r cores_a cores_b per_check < <(echo "$a0 $a1 $b0 $b1 $w0 $w1 $hz $rate" |
     awk '{ t = $6 - $5; a = ($2 - $1) / $7 / t; b = ($4 - $3) / $7 / t; printf "%.3f %.3f %.1f\n", a, b, (a + b) / $8 * 1e6 }')
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in 1 2; do
-    curl -s "http://127.0.0.1:$((PORT + 10 * i))/metrics" | grep -E "^weir_(checks_total|fallback_decisions|deny_cache|decisions_without|reconciled|peer_failures|keys_refused|breaker)" | sed "s/^/n$i: /"
+    curl -s "http://127.0.0.1:$((PORT + 10 * i))/metrics" | grep -E "^weir_(checks_total|fallback_decisions|deny_cache|decisions_without|reconciled|peer_failures|peer_calls|peer_ops|keys_refused|breaker)" | sed "s/^/n$i: /"
 done
 echo "measured: $rate checks/s over 2 nodes; node CPU $cores_a + $cores_b cores; $per_check us of node CPU per check"
 cores=$(echo "$cores_a $cores_b" | awk '{ printf "%.3f", ($1 > $2 ? $1 : $2) }')
