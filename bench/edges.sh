@@ -18,6 +18,7 @@
 #   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
+#   ONLY='p50|RLS' bench/edges.sh       # only the edges whose name matches (grep -E)
 #
 # Needs h2load (Debian: nghttp2-client) and wrk; installs them with apt-get
 # when missing and run as root. Sends only to 127.0.0.1; every run is
@@ -31,6 +32,7 @@ WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-8}
 STREAMS=${STREAMS:-8}
 NODE_THREADS=${NODE_THREADS:-}
+ONLY=${ONLY:-}
 PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+12
 OUT=${OUT:-target/edges}
 
@@ -144,6 +146,7 @@ echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: 1 thread; ${
 for round in $(seq "$ROUNDS"); do
     for e in "${edges[@]}"; do
         IFS='|' read -r name node bare <<<"$e"
+        [ -z "$ONLY" ] || grep -qE "$ONLY" <<<"$name" || continue
         for pair in $(seq "$PAIRS"); do
             # Node first in odd pairs, the reference first in even ones.
             if [ $(((round + pair) % 2)) = 0 ]; then
