@@ -9,11 +9,13 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use weir_core::{CheckError, Verdict};
 
 pub mod scrape;
+mod sharded;
+
+use sharded::{CheckCounts, Histogram};
 
 /// The `Content-Type` of what [`Metrics::render`] writes: the Prometheus
 /// text format, version 0.0.4.
@@ -27,7 +29,7 @@ pub const OVERRIDE_LABEL: &str = "override:*";
 
 /// Upper bounds of the decision latency histogram, in seconds: 5 us (a
 /// check decided here) to 50 ms (ten owner deadlines).
-const LATENCY_BUCKETS: [f64; 12] = [
+static LATENCY_BUCKETS: [f64; 12] = [
     5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3,
 ];
 
@@ -51,12 +53,15 @@ struct FieldLabels {
     field: &'static str,
 }
 
+/// The decision histogram: a count per bound of [`LATENCY_BUCKETS`] and +Inf.
+type DecisionSeconds = Histogram<13>;
+
 pub struct Metrics {
     registry: Registry,
-    checks: Family<CheckLabels, Counter>,
+    checks: CheckCounts,
     shadow_would_deny: Family<RuleLabels, Counter>,
     rejected_inputs: Family<FieldLabels, Counter>,
-    decision_seconds: Histogram,
+    decision_seconds: DecisionSeconds,
     rules_reloads: Counter,
     rules_reload_failures: Counter,
 }
@@ -67,14 +72,14 @@ impl Default for Metrics {
     }
 }
 
-/// The (rule, verdict) label of a decided check.
-fn check_label(verdict: &Verdict) -> CheckLabels {
-    let (rule, verdict) = match verdict.binding() {
-        Some(a) if verdict.allowed => (a.rule.name.clone(), "allowed"),
-        Some(a) => (a.rule.name.clone(), "denied"),
-        None => (UNLABELLED.clone(), "unlimited"),
-    };
-    CheckLabels { rule, verdict }
+/// The (rule, verdict) label of a decided check, borrowed: cloning the
+/// rule's name would touch its shared reference count on every check.
+fn check_label(verdict: &Verdict) -> (&Arc<str>, &'static str) {
+    match verdict.binding() {
+        Some(a) if verdict.allowed => (&a.rule.name, "allowed"),
+        Some(a) => (&a.rule.name, "denied"),
+        None => (&UNLABELLED, "unlimited"),
+    }
 }
 
 /// The empty rule label, allocated once rather than per unlimited check.
@@ -88,10 +93,10 @@ impl Metrics {
     /// The node's own counters, and `scrape` (figures read from the
     /// limiter and the cluster when scraped) beside them.
     pub fn new(scrape: Option<Box<dyn Collector>>) -> Self {
-        let checks = Family::<CheckLabels, Counter>::default();
+        let checks = CheckCounts::default();
         let shadow_would_deny = Family::<RuleLabels, Counter>::default();
         let rejected_inputs = Family::<FieldLabels, Counter>::default();
-        let decision_seconds = Histogram::new(LATENCY_BUCKETS);
+        let decision_seconds = DecisionSeconds::new(&LATENCY_BUCKETS);
         let rules_reloads = Counter::default();
         let rules_reload_failures = Counter::default();
         let mut registry = Registry::default();
@@ -141,8 +146,9 @@ impl Metrics {
     }
 
     pub fn record_verdict(&self, verdict: &Verdict, elapsed: Duration) {
-        self.observe(elapsed, 1);
-        self.checks.get_or_create(&check_label(verdict)).inc();
+        self.decision_seconds.observe(elapsed, 1);
+        let (rule, v) = check_label(verdict);
+        self.checks.add(rule, v, 1);
         for a in verdict.shadow_denials() {
             self.shadow_denied(&a.rule.name);
         }
@@ -150,13 +156,13 @@ impl Metrics {
 
     /// A batch of verdicts decided in one pass, each taking `per_item`.
     /// Counted per distinct label rather than per check: a batch of a
-    /// hundred checks of one rule touches the shared counters once.
+    /// hundred checks of one rule touches the counters once.
     pub fn record_verdicts<'a>(
         &self,
         verdicts: impl IntoIterator<Item = &'a Verdict>,
         per_item: Duration,
     ) {
-        let mut counts: Vec<(CheckLabels, u64)> = Vec::new();
+        let mut counts: Vec<((&Arc<str>, &'static str), u64)> = Vec::new();
         let mut n = 0;
         for v in verdicts {
             n += 1;
@@ -169,32 +175,32 @@ impl Metrics {
                 self.shadow_denied(&a.rule.name);
             }
         }
-        self.observe(per_item, n);
-        for (label, c) in counts {
-            self.checks.get_or_create(&label).inc_by(c);
+        self.decision_seconds.observe(per_item, n);
+        for ((rule, verdict), c) in counts {
+            self.checks.add(rule, verdict, c);
         }
     }
 
     /// A check decided by a limit the request carried (an Envoy override),
     /// counted under [`OVERRIDE_LABEL`] whatever the override's name.
     pub fn record_override_verdict(&self, verdict: &Verdict, elapsed: Duration) {
-        self.observe(elapsed, 1);
+        self.decision_seconds.observe(elapsed, 1);
         let v = if verdict.allowed { "allowed" } else { "denied" };
-        self.count(OVERRIDE.clone(), v);
+        self.checks.add(&OVERRIDE, v, 1);
     }
 
     pub fn record_failure(&self, failure: &CheckError, elapsed: Duration) {
-        self.observe(elapsed, 1);
+        self.decision_seconds.observe(elapsed, 1);
         if failure.is_input() {
             self.record_rejected_input(failure.field().unwrap_or("request"));
         } else {
-            self.count(UNLABELLED.clone(), "unavailable");
+            self.checks.add(&UNLABELLED, "unavailable", 1);
         }
     }
 
     /// A request refused at the edge (bad JSON, oversized body...).
     pub fn record_rejected_input(&self, field: &'static str) {
-        self.count(UNLABELLED.clone(), "invalid");
+        self.checks.add(&UNLABELLED, "invalid", 1);
         self.rejected_inputs
             .get_or_create(&FieldLabels { field })
             .inc();
@@ -208,33 +214,15 @@ impl Metrics {
         self.rules_reload_failures.inc();
     }
 
-    fn count(&self, rule: Arc<str>, verdict: &'static str) {
-        self.checks
-            .get_or_create(&CheckLabels { rule, verdict })
-            .inc();
-    }
-
     fn shadow_denied(&self, rule: &Arc<str>) {
         self.shadow_would_deny
             .get_or_create(&RuleLabels { rule: rule.clone() })
             .inc();
     }
 
-    /// `n` checks that took `elapsed` each.
-    fn observe(&self, elapsed: Duration, n: u64) {
-        let secs = elapsed.as_secs_f64();
-        for _ in 0..n {
-            self.decision_seconds.observe(secs);
-        }
-    }
-
     /// Checks counted for (rule, verdict) since start.
     pub fn checks(&self, rule: &str, verdict: &'static str) -> u64 {
-        let label = CheckLabels {
-            rule: Arc::from(rule),
-            verdict,
-        };
-        self.checks.get(&label).map_or(0, |c| c.get())
+        self.checks.get(rule, verdict)
     }
 
     /// Requests the shadow rule `rule` would have denied since start.

@@ -57,6 +57,24 @@ pub struct Args {
     /// Also measure bare reference servers in this process.
     #[arg(long)]
     pub reference: bool,
+    /// HTTP base URL of running bare references (`weir-bare`), measured
+    /// after the node in the same run.
+    #[arg(long, value_name = "URL")]
+    pub bare_http: Option<String>,
+    /// gRPC URL of running bare references (`weir-bare`).
+    #[arg(long, value_name = "URL")]
+    pub bare_grpc: Option<String>,
+    /// Measure the forwarded path instead: a 3-node cluster of `--spawn`
+    /// nodes, checks to node 1 for keys the others own, open loop at half
+    /// the saturating rate, beside keys node 1 owns at the same rate.
+    #[arg(long, requires = "spawn")]
+    pub forwarded: bool,
+    /// Print the cluster model's predictions (no load is sent) from the
+    /// per-check costs below, as `--forwarded` measures them.
+    #[arg(long)]
+    pub model: bool,
+    #[command(flatten)]
+    pub costs: ModelArgs,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -91,4 +109,62 @@ impl Workload {
 pub enum HttpClientKind {
     Raw,
     Reqwest,
+}
+
+/// The cluster model's inputs: CPU microseconds per check, op or call.
+/// The defaults are the medians, input by input, of three `--forwarded`
+/// runs (docs/performance.md, "Past one machine").
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Cores per node.
+    #[arg(long, default_value_t = 2.0)]
+    pub cores: f64,
+    /// The edge (HTTP) and a local decision, per check received.
+    #[arg(long, default_value_t = 11.3)]
+    pub edge_us: f64,
+    #[arg(long, default_value_t = 29.9)]
+    pub gateway_call_us: f64,
+    #[arg(long, default_value_t = 12.5)]
+    pub gateway_op_us: f64,
+    #[arg(long, default_value_t = 59.2)]
+    pub owner_call_us: f64,
+    #[arg(long, default_value_t = 3.0)]
+    pub owner_op_us: f64,
+    /// The second copy of a counter, per admitted check.
+    #[arg(long, default_value_t = 18.5)]
+    pub copy_us: f64,
+    /// Decide call time under load.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rtt_us: f64,
+    /// The whale key's share of all checks.
+    #[arg(long, default_value_t = 0.2)]
+    pub whale: f64,
+    /// Write the plot of predicted checks/s against N here.
+    #[arg(long, value_name = "SVG")]
+    pub model_svg: Option<PathBuf>,
+    /// Also print the predicted node CPU per check with this many nodes...
+    #[arg(long)]
+    pub check_nodes: Option<usize>,
+    /// ...at this rate (checks/s), uniform keys, batching on.
+    #[arg(long)]
+    pub check_rate: Option<f64>,
+}
+
+impl ModelArgs {
+    pub fn inputs(&self) -> super::model::Inputs {
+        let s = |us: f64| us * 1e-6;
+        super::model::Inputs {
+            cores: self.cores,
+            edge: s(self.edge_us),
+            gateway_call: s(self.gateway_call_us),
+            gateway_op: s(self.gateway_op_us),
+            owner_call: s(self.owner_call_us),
+            owner_op: s(self.owner_op_us),
+            copy: s(self.copy_us),
+            rtt: s(self.rtt_us),
+            // The defaults of the node (docs/cluster.md): 4 calls in flight per owner, 256 ops per call.
+            in_flight: 4.0,
+            max_batch: 256.0,
+        }
+    }
 }

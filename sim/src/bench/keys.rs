@@ -23,6 +23,12 @@ impl Keys {
         Keys((0..n).map(|i| format!("key-{i:06}")).collect())
     }
 
+    /// These keys; at least one.
+    pub fn from_vec(keys: Vec<String>) -> Keys {
+        assert!(!keys.is_empty(), "a key to pick");
+        Keys(keys)
+    }
+
     /// One key, uniformly at random.
     pub fn pick(&self, rng: &mut WorkerRng) -> &str {
         &self.0[rng.random_range(0..self.0.len())]

@@ -79,7 +79,7 @@ fn busy_ticks(stat: &str) -> Option<f64> {
 }
 
 /// CPU seconds (user + system) a process (None: this one) has used so far.
-fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+pub(super) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
     let path = match pid {
         Some(p) => format!("/proc/{p}/stat"),
         None => "/proc/self/stat".to_owned(),

@@ -26,15 +26,19 @@
 //! Only loopback addresses are accepted.
 
 mod args;
+pub mod bare;
 mod closed_loop;
 mod conn;
+mod forwarded;
 mod http1;
 mod keys;
 mod machine;
 mod measure;
+pub mod model;
 mod open_loop;
-mod reference;
+pub mod reference;
 mod report;
+pub mod requests;
 mod target;
 
 use std::sync::Arc;
@@ -196,7 +200,19 @@ pub fn run(args: &Args) -> Result<(), SimError> {
             "--secs must be above 0, --warmup at least 0 and --keys at least 1".into(),
         ));
     }
+    if args.model {
+        return print_model(args);
+    }
     let load_before = machine::loadavg();
+    if let (true, Some(bin)) = (args.forwarded, &args.spawn) {
+        let rt = runtime(args.threads, "bench-gen");
+        forwarded::run(args, bin, &rt)?;
+        println!(
+            "load average before: {load_before}, after: {}",
+            machine::loadavg()
+        );
+        return Ok(());
+    }
     let bench = Bench {
         args,
         keys: Arc::new(Keys::new(args.keys)),
@@ -228,5 +244,28 @@ pub fn run(args: &Args) -> Result<(), SimError> {
     );
     report::print_table(&rows);
     targets.stop(&server_rt);
+    Ok(())
+}
+
+/// The cluster model's table (and plot) from the costs `args` gives.
+fn print_model(args: &Args) -> Result<(), SimError> {
+    let c = &args.costs;
+    let i = c.inputs();
+    println!("{i:?}");
+    print!("{}", model::table(&i, c.whale));
+    if let (Some(n), Some(rate)) = (c.check_nodes, c.check_rate) {
+        let (busiest, mean) = model::load(&i, n, model::Keys::Uniform, true, rate);
+        println!(
+            "predicted: {n} nodes at {rate:.0} checks/s use {:.1} us of node CPU per check (busiest node {busiest:.2} cores, mean {mean:.2}); \
+             with {} cores per node they reach {:.0} checks/s",
+            mean * n as f64 / rate * 1e6,
+            i.cores,
+            model::throughput(&i, n, model::Keys::Uniform, true)
+        );
+    }
+    if let Some(path) = &c.model_svg {
+        model::plot(&i, c.whale, path)?;
+        println!("wrote {}", path.display());
+    }
     Ok(())
 }

@@ -7,14 +7,14 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 
 use super::args::{Args, Workload};
-use super::reference::{bare_grpc, bare_http};
+use super::reference::{bare_axum, bare_grpc, bare_http};
 use crate::cluster::{Cluster, ClusterOptions};
 use crate::error::SimError;
 use crate::rules;
 
 /// The one rule spawned and in-process nodes serve: far above anything a
 /// run can reach on one key, so every check is admitted.
-const RULES: &str = r#"[[rule]]
+pub const RULES: &str = r#"[[rule]]
 name      = "bench"
 algorithm = "sliding_window_counter"
 limit     = 1000000000
@@ -119,6 +119,23 @@ impl Targets {
                 name: "bare reference (in-process)".into(),
                 http: Some(http),
                 grpc: Some(grpc),
+                pid: None,
+            });
+            t.list.push(Target {
+                name: "bare axum check (in-process)".into(),
+                http: Some(server_rt.block_on(bare_axum())),
+                grpc: None,
+                pid: None,
+            });
+        }
+        if args.bare_http.is_some() || args.bare_grpc.is_some() {
+            if let Some(url) = &args.bare_grpc {
+                loopback(url)?;
+            }
+            t.list.push(Target {
+                name: "bare reference (running)".into(),
+                http: args.bare_http.as_deref().map(loopback).transpose()?,
+                grpc: args.bare_grpc.clone(),
                 pid: None,
             });
         }

@@ -131,21 +131,33 @@ impl Watch {
         if self.expired {
             return true;
         }
-        loop {
-            let at = self
-                .deadline()
-                .unwrap_or_else(|| Instant::now() + self.idle_timeout);
-            if self.timer.deadline() != at {
+        // The timer is moved only to an earlier deadline. Each request
+        // pushes the idle deadline later, and resetting a tokio timer takes
+        // the timer wheel's lock: on every read of every connection that
+        // was a lock shared by all of them. A timer left early fires, finds
+        // the deadline moved on and is set again, once per idle timeout.
+        if let Some(at) = self.deadline() {
+            if at < self.timer.deadline() {
                 self.timer.as_mut().reset(at);
             }
+        }
+        loop {
             match self.timer.as_mut().poll(cx) {
                 Poll::Pending => return false,
                 Poll::Ready(()) => {
-                    // The deadline may have moved while the timer ran.
-                    if self.deadline().is_some_and(|d| d <= Instant::now()) {
-                        self.expired = true;
-                        tracing::debug!("connection idle or slow to start; closing");
-                        return true;
+                    let now = Instant::now();
+                    match self.deadline() {
+                        Some(d) if d <= now => {
+                            self.expired = true;
+                            tracing::debug!("connection idle or slow to start; closing");
+                            return true;
+                        }
+                        // The deadline moved on while the timer ran, or a
+                        // request is in flight (look again an idle timeout on).
+                        d => {
+                            let at = d.unwrap_or(now + self.idle_timeout);
+                            self.timer.as_mut().reset(at);
+                        }
                     }
                 }
             }

@@ -45,12 +45,14 @@ impl RateLimitService for EnvoyRls {
         let max = self.state.config.limits.max_batch_items;
         let checks = envoy_map::to_checks(&req, max).map_err(|e| self.refuse(e))?;
         // Cost against the rule set's limits is the one input check that needs
-        // the rules. It runs for every descriptor before any is decided, so a
-        // refused request consumes nothing. (A rule change landing between here
-        // and the decision can still refuse one descriptor after others were
-        // counted; the window is one rules swap wide.)
-        for (i, c) in checks.iter().enumerate() {
-            if c.limit.is_none() {
+        // the rules. With several descriptors it runs for every one before any
+        // is decided, so a refused request consumes nothing. (A rule change
+        // landing between here and the decision can still refuse one
+        // descriptor after others were counted; the window is one rules swap
+        // wide.) A lone descriptor is refused by its own decision before it
+        // consumes anything, with the same status, so it is not selected twice.
+        if checks.len() > 1 {
+            for (i, c) in checks.iter().enumerate().filter(|(_, c)| c.limit.is_none()) {
                 engine
                     .limiter()
                     .select(c)
@@ -60,7 +62,12 @@ impl RateLimitService for EnvoyRls {
 
         // Latency is for metrics only, never for a decision.
         let started = tokio::time::Instant::now();
-        let outcomes = engine.check_many(&checks).await;
+        // A lone descriptor (most Envoy routes send one) skips the batch
+        // machinery: decided here, it needs no future and no slot vectors.
+        let outcomes = match checks.as_slice() {
+            [one] => vec![engine.check(one).await],
+            many => engine.check_many(many).await,
+        };
         let per_item = started.elapsed() / u32::try_from(checks.len()).unwrap_or(u32::MAX);
 
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(outcomes.len());

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    rate_limit_headers, whole_secs_up, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    whole_secs_up, RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
+    RATELIMIT_REMAINING, RATELIMIT_RESET, RETRY_AFTER,
 };
 use weir_core::{
     Applied, CheckError, CheckRequest, CheckResponse, Rule, Verdict, MAX_KEY_LEN, NANOS_PER_MS,
@@ -291,7 +292,8 @@ pub fn most_restrictive(verdicts: &[Verdict]) -> Option<&Applied> {
 /// own `enable_x_ratelimit_headers` writes it from the statuses, and two
 /// writers of one header would disagree. `wait` may give the denial's wait
 /// in milliseconds instead of its own (server-side jitter); Retry-After is
-/// then that wait in whole seconds, rounded up.
+/// then that wait in whole seconds, rounded up. Built from the figures
+/// directly, since every answer carries them.
 pub fn response_headers(
     verdicts: &[Verdict],
     wait: impl FnOnce(&CheckResponse) -> Option<u64>,
@@ -301,17 +303,24 @@ pub fn response_headers(
     };
     let answer = CheckResponse::of(applied.decision.allowed, applied);
     let secs = wait(&answer).map(|ms| whole_secs_up(Duration::from_millis(ms)));
-    rate_limit_headers(&answer, applied.decision.at, secs)
-        .into_iter()
-        .filter(|(name, _)| {
-            ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(name)
-        })
-        .map(|(name, value)| HeaderValue {
-            key: name.to_string(),
-            value,
-            raw_value: Vec::new(),
-        })
-        .collect()
+    let Some(h) = RateLimitHeaders::of(&answer, applied.decision.at, secs) else {
+        return Vec::new();
+    };
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_string(),
+        value,
+        raw_value: Vec::new(),
+    };
+    let mut out = Vec::with_capacity(6);
+    out.push(header(RATELIMIT_LIMIT, h.limit.to_string()));
+    out.push(header(RATELIMIT_REMAINING, h.remaining.to_string()));
+    out.push(header(RATELIMIT_RESET, h.reset_in.to_string()));
+    out.push(header(RATELIMIT_POLICY, h.policy()));
+    out.push(header(RATELIMIT, h.state()));
+    if let Some(secs) = h.retry_after {
+        out.push(header(RETRY_AFTER, secs.to_string()));
+    }
+    out
 }
 
 /// The response to a request whose descriptors got these verdicts, in

@@ -54,7 +54,11 @@ impl RateLimiter for RateLimiterService {
             .unzip();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
-        let mut verdicts = self.state.engine.check_many(&requests).await;
+        // One item skips the batch machinery, as a lone RLS descriptor does.
+        let mut verdicts = match requests.as_slice() {
+            [one] => vec![self.state.engine.check(one).await],
+            many => self.state.engine.check_many(many).await,
+        };
         for (v, e) in verdicts.iter_mut().zip(refused) {
             if let Some(e) = e {
                 *v = Err(e);

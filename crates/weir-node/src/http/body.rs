@@ -27,9 +27,20 @@ pub async fn read_capped(
     if declared.is_some_and(|n| n > max as u64) {
         return Err(Problem::too_large(max));
     }
-    let read = tokio::time::timeout(limits.body_read_timeout, Limited::new(body, max).collect());
-    let Ok(read) = read.await else {
-        return Err(Problem::request_timeout(limits.body_read_timeout));
+    let collect = Limited::new(body, max).collect();
+    tokio::pin!(collect);
+    // A small body usually arrives with its head and is complete at the
+    // first poll; only one still in flight needs the timer, whose start and
+    // stop take a lock on the runtime's timer wheel.
+    let read = match futures::poll!(collect.as_mut()) {
+        std::task::Poll::Ready(read) => read,
+        std::task::Poll::Pending => {
+            let timed = tokio::time::timeout(limits.body_read_timeout, collect);
+            let Ok(read) = timed.await else {
+                return Err(Problem::request_timeout(limits.body_read_timeout));
+            };
+            read
+        }
     };
     match read {
         Ok(collected) => Ok(collected.to_bytes()),

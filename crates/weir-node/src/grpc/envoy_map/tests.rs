@@ -404,3 +404,30 @@ fn unlimited_descriptors_add_no_headers() {
         .response_headers_to_add
         .is_empty());
 }
+
+#[test]
+fn response_headers_are_the_ietf_pairs_in_order_without_the_x_family() {
+    use weir_core::headers::{
+        rate_limit_headers, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    };
+    for v in [
+        verdict(3, 2, true, 1_000, 61_000),
+        verdict_waiting(3, 0, false, 1_000, 61_000, Duration::from_millis(9_500)),
+    ] {
+        let a = v.binding().expect("limited");
+        let answer = weir_core::CheckResponse::of(v.allowed, a);
+        let expected: Vec<(String, String)> = rate_limit_headers(&answer, a.decision.at, None)
+            .into_iter()
+            .filter(|(n, _)| {
+                ![X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET].contains(n)
+            })
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
+        let got: Vec<(String, String)> = response_headers(std::slice::from_ref(&v), no_wait)
+            .into_iter()
+            .map(|h| (h.key, h.value))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(got.len(), if v.allowed { 5 } else { 6 });
+    }
+}

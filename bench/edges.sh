@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Every edge of one weir node against a bare server of the same stack, in
+# one run (docs/performance.md, "One node: every edge against its bare
+# reference").
+#
+# Starts `weir serve` and `weir-bare` (bare tonic RLS and RateLimiter, an
+# axum check handler, a hand-written HTTP/1.1 responder) as two processes
+# on loopback, then for ROUNDS rounds drives each edge on the node and on
+# its bare reference back to back, PAIRS times, which goes first alternating:
+#   RLS ShouldRateLimit and 1-item weir.v1 Check   h2load, C connections x M streams
+#   POST /v1/check                                  wrk, 64 connections; and 1 connection for p50
+#   100-item weir.v1 Check                          weir-bench (tonic client), 16 callers
+# each allowed and denied. It prints every figure, the node/bare ratio of
+# each round (the sums over its pairs) and the worst and best round, the
+# servers' CPU per request, and the load average.
+#
+#   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, ~16 minutes
+#   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
+#   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
+#   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
+#   ONLY='p50|RLS' bench/edges.sh       # only the edges whose name matches (grep -E)
+#
+# Needs h2load (Debian: nghttp2-client) and wrk; installs them with apt-get
+# when missing and run as root. Sends only to 127.0.0.1; every run is
+# bounded by SECS.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+PAIRS=${PAIRS:-2} # node/reference pairs per edge in a round, alternating which goes first
+SECS=${SECS:-4}
+WARMUP=${WARMUP:-1}
+CONNS=${CONNS:-8}
+STREAMS=${STREAMS:-8}
+NODE_THREADS=${NODE_THREADS:-}
+ONLY=${ONLY:-}
+PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+12
+OUT=${OUT:-target/edges}
+
+cd "$(dirname "$0")/.."
+REQ=bench/requests
+LUA=bench/wrk/check.lua
+
+need() {
+    local tool=$1 package=$2
+    command -v "$tool" >/dev/null && return
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing $package for $tool" >&2
+        apt-get install -y "$package" >/dev/null 2>&1 ||
+            { apt-get update >/dev/null && apt-get install -y "$package" >/dev/null; }
+    fi
+    command -v "$tool" >/dev/null || { echo "edges.sh: $tool is missing (Debian package $package)" >&2; exit 2; }
+}
+need h2load nghttp2-client
+need wrk wrk
+
+cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
+TARGET=${CARGO_TARGET_DIR:-target}/release
+WEIR=${WEIR:-$TARGET/weir} # another build of the node, to compare two
+mkdir -p "$OUT"
+
+NODE_HTTP=127.0.0.1:$PORT
+NODE_GRPC=127.0.0.1:$((PORT + 1))
+BARE_HTTP=127.0.0.1:$((PORT + 10))
+BARE_GRPC=127.0.0.1:$((PORT + 11))
+BARE_RAW=127.0.0.1:$((PORT + 12))
+
+threads=()
+[ -n "$NODE_THREADS" ] && threads=(--threads "$NODE_THREADS")
+RUST_LOG=warn "$WEIR" serve --http "$NODE_HTTP" --grpc "$NODE_GRPC" \
+    --gossip "127.0.0.1:$((PORT + 2))" --rules "$REQ/rules.toml" --ui false "${threads[@]}" \
+    >"$OUT/node.log" 2>&1 &
+NODE=$!
+"$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
+    --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
+BARE=$!
+trap 'kill $NODE $BARE 2>/dev/null || true' EXIT
+
+for url in "http://$NODE_HTTP/readyz" "http://$BARE_RAW/"; do
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "$url" -X POST -d '{}' && break
+        sleep 0.1
+    done
+done
+# A port taken by something else would be measured in their place.
+for p in $NODE $BARE; do
+    kill -0 "$p" 2>/dev/null || { echo "edges.sh: a server did not start; see $OUT/node.log and $OUT/bare.log" >&2; exit 1; }
+done
+
+# One figure: requests per second of one tool run (and wrk's p50 in us).
+h2() { # path file url
+    h2load -c "$CONNS" -m "$STREAMS" -t 1 -D "$SECS" --warm-up-time "$WARMUP" \
+        -H 'content-type: application/grpc' -H 'te: trailers' -d "$2" "http://$3$1" 2>&1 |
+        tee -a "$OUT/raw.log" |
+        awk '/^finished in/ { gsub(",", "", $4); print $4 } /^requests:/ && $0 !~ / 0 failed/ { print "h2load: failures: " $0 > "/dev/stderr" }'
+}
+wrk_rps() { # conns route keys url
+    ROUTE=$2 KEYS=$3 wrk -t1 -c"$1" -d"${SECS}s" --latency -s "$LUA" "http://$4" 2>&1 |
+        tee -a "$OUT/raw.log" | awk '/^Requests\/sec:/ { print $2 }'
+}
+wrk_p50() { # route url
+    ROUTE=$1 KEYS=100000 wrk -t1 -c1 -d"${SECS}s" --latency -s "$LUA" "http://$2" 2>&1 |
+        tee -a "$OUT/raw.log" |
+        awk '$1 == "50%" { v = $2; if (v ~ /us$/) { sub("us", "", v); print v } else if (v ~ /ms$/) { sub("ms", "", v); print v * 1000 } }'
+}
+bench100() { # grpc url; checks/s of 100-item calls, 16 callers
+    "$TARGET/weir-bench" --grpc "http://$1" --workloads grpc100 --concurrency 16 \
+        --secs "$SECS" --warmup "$WARMUP" --no-open-loop 2>&1 | tee -a "$OUT/raw.log" |
+        awk -F'|' '/^\| .*gRPC Check, 100 items/ { gsub(/[ ,]/, "", $5); print $5; exit }'
+}
+
+RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+CHECK=/weir.v1.RateLimiter/Check
+# name | node command | bare command ; "@" stands for the address
+edges=(
+    "RLS, allowed|h2 $RLS $REQ/rls-allow.bin $NODE_GRPC|h2 $RLS $REQ/rls-allow.bin $BARE_GRPC"
+    "RLS, denied|h2 $RLS $REQ/rls-deny.bin $NODE_GRPC|h2 $RLS $REQ/rls-deny.bin $BARE_GRPC"
+    "gRPC Check 1 item, allowed|h2 $CHECK $REQ/check1-allow.bin $NODE_GRPC|h2 $CHECK $REQ/check1-allow.bin $BARE_GRPC"
+    "gRPC Check 1 item, denied|h2 $CHECK $REQ/check1-deny.bin $NODE_GRPC|h2 $CHECK $REQ/check1-deny.bin $BARE_GRPC"
+    "gRPC Check 100 items, allowed|bench100 $NODE_GRPC|bench100 $BARE_GRPC"
+    "HTTP c=64, allowed|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_HTTP"
+    "HTTP c=64, denied|wrk_rps 64 bench-deny 100 $NODE_HTTP|wrk_rps 64 bench-deny 100 $BARE_HTTP"
+    "HTTP c=64 vs hand-written|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_RAW"
+    "HTTP c=1 p50 (us)|wrk_p50 POST_/bench $NODE_HTTP|wrk_p50 POST_/bench $BARE_HTTP"
+)
+
+run() { # a command line from the table, with POST_ standing for "POST "
+    local cmd=($1)
+    local i
+    for i in "${!cmd[@]}"; do cmd[$i]=${cmd[$i]//POST_/POST }; done
+    "${cmd[@]}"
+}
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# A figure and the CPU the server (pid $1) used meanwhile, in cores.
+measure() {
+    local pid=$1 t0 w0 v t1 w1
+    t0=$(ticks "$pid"); w0=$(date +%s.%N)
+    v=$(run "$2")
+    t1=$(ticks "$pid"); w1=$(date +%s.%N)
+    echo "$v $(echo "$t0 $t1 $w0 $w1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $5 / ($4 - $3) }')"
+}
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/^Mem:/ { print $2 }') GiB; load before: $(load)"
+echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: 1 thread; ${SECS} s after ${WARMUP} s warm-up per figure; node threads: ${NODE_THREADS:-default}"
+: >"$OUT/results.tsv"
+for round in $(seq "$ROUNDS"); do
+    for e in "${edges[@]}"; do
+        IFS='|' read -r name node bare <<<"$e"
+        [ -z "$ONLY" ] || grep -qE "$ONLY" <<<"$name" || continue
+        for pair in $(seq "$PAIRS"); do
+            # Node first in odd pairs, the reference first in even ones.
+            if [ $(((round + pair) % 2)) = 0 ]; then
+                n=$(measure $NODE "$node"); b=$(measure $BARE "$bare")
+            else
+                b=$(measure $BARE "$bare"); n=$(measure $NODE "$node")
+            fi
+            # round, edge, node figure, bare figure, node cores, bare cores, load
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "${n% *}" "${b% *}" "${n#* }" "${b#* }" "$(load)" |
+                tee -a "$OUT/results.tsv"
+        done
+    done
+done
+echo "load after: $(load)"
+
+# One line per edge: each round's node and bare figures (summed over its
+# pairs; for the p50 row, their mean), their ratio, and the worst and best
+# round (for the p50 row, node minus bare in us).
+awk -F'\t' '
+    { key = $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      rk = $1 SUBSEP key; if (!(rk in pairs)) rounds[key] = rounds[key] " " $1
+      pairs[rk]++; node[rk] += $3; bare[rk] += $4
+      if ($3 > 0 && $4 > 0) { ncpu[rk] += $5 / $3 * 1e6; bcpu[rk] += $6 / $4 * 1e6 } }
+    END { printf "\n%-32s %-8s %-8s  %s\n", "edge", "worst", "best", "node/bare per round"
+          for (i = 1; i <= n; i++) { k = order[i]; split(substr(rounds[k], 2), rs, " "); cells = ""; lo = ""; hi = ""
+              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k
+                  if (k ~ /p50/) { a = node[rk] / pairs[rk]; b = bare[rk] / pairs[rk]; r = a - b }
+                  else { a = node[rk]; b = bare[rk]; r = (b > 0 ? a / b : 0) }
+                  cells = cells sprintf("  %.0f/%.0f", a, b)
+                  if (lo == "" || r < lo) lo = r; if (hi == "" || r > hi) hi = r }
+              if (k ~ /p50/) printf "%-32s %+-8.1f %+-8.1f %s (us, node minus bare)\n", k, hi, lo, cells
+              else printf "%-32s %-8.3f %-8.3f %s\n", k, lo, hi, cells }
+          printf "\nserver CPU per request in us, node/bare per round (the generator shares the cores):\n"
+          for (i = 1; i <= n; i++) { k = order[i]; if (k ~ /p50/) continue; split(substr(rounds[k], 2), rs, " "); cells = ""
+              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k; cells = cells sprintf("  %.1f/%.1f", ncpu[rk] / pairs[rk], bcpu[rk] / pairs[rk]) }
+              printf "%-32s %s\n", k, cells } }
+' "$OUT/results.tsv"
+echo
+echo "node counts (every check above should be allowed or denied, none invalid or unavailable):"
+curl -s "http://$NODE_HTTP/metrics" | grep '^weir_checks_total'

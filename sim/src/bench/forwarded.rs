@@ -1,0 +1,325 @@
+//! The forwarded path under load: a 3-node cluster of `weir serve` processes, HTTP checks sent to one node for keys the other two own, open loop at half the saturating rate, beside checks of keys that node owns at the same rate.
+//!
+//! The saturating rate is found closed-loop on a first cluster; a fresh
+//! cluster then takes the open-loop runs, so the gateway's forwarding
+//! timings (`weir_forward_queue_seconds`, `weir_forward_call_seconds`,
+//! quantiles since start) cover the forwarded run alone. Each step's cost:
+//! queueing at the gateway and the call (send to answer, the owner's
+//! decision and two loopback hops inside) from those; the decision itself
+//! from the node's own decision histogram during the local run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::ring::Ring;
+
+use super::args::{Args, Workload};
+use super::closed_loop::closed_loop;
+use super::conn::connections;
+use super::keys::Keys;
+use super::machine::cpu_seconds;
+use super::measure::Measured;
+use super::open_loop::open_loop;
+use super::report::{thousands, us};
+use super::target::{Target, RULES};
+use crate::cluster::{Cluster, ClusterOptions};
+use crate::error::SimError;
+use crate::rules;
+
+const NODES: usize = 3;
+/// Keys of each kind: enough that no one key is hot.
+const KEYS: usize = 10_000;
+
+/// Keys that node 0 owns, and keys the others own, on this member set.
+fn split_keys(cluster: &Cluster) -> (Keys, Keys) {
+    let members: Vec<NodeIdentity> = cluster
+        .nodes
+        .iter()
+        .map(|n| NodeIdentity::new(n.id.clone(), n.gossip, n.grpc))
+        .collect();
+    // A key's owner is a function of the member ids alone, so this ring
+    // places keys as every node's does.
+    let ring = Ring::with_default_vnodes(&members);
+    let me = &cluster.nodes[0].id;
+    let (mut local, mut remote) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        if local.len() >= KEYS && remote.len() >= KEYS {
+            break;
+        }
+        let key = format!("fwd-{i:07}");
+        let mine = ring.owner_id(&key) == Some(me.as_str());
+        let side = if mine { &mut local } else { &mut remote };
+        if side.len() < KEYS {
+            side.push(key);
+        }
+    }
+    (Keys::from_vec(local), Keys::from_vec(remote))
+}
+
+async fn start(bin: &Path, dir: &Path, replicas: usize) -> Result<Cluster, SimError> {
+    let mut opts = ClusterOptions::new(
+        bin.to_path_buf(),
+        NODES,
+        "owner",
+        rules::write_file(dir, RULES)?,
+        dir.to_path_buf(),
+    );
+    opts.rust_log = Some("warn".into());
+    opts.replicas = Some(replicas);
+    Cluster::start(opts).await
+}
+
+fn gateway(cluster: &Cluster) -> Target {
+    Target {
+        name: format!("node 1 of {NODES}"),
+        http: Some(cluster.nodes[0].http),
+        grpc: None,
+        pid: cluster.pid(0),
+    }
+}
+
+/// The value of one exposition line `name` (labels included), 0 if absent.
+fn scraped(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// What a phase's cost is read from: every node's CPU seconds and node 1's
+/// exposition.
+struct Reading {
+    cpu: Vec<f64>,
+    metrics: String,
+}
+
+impl Reading {
+    async fn take(cluster: &Cluster) -> Result<Reading, SimError> {
+        let url = format!("{}/metrics", cluster.http_base(0));
+        let text = async { reqwest::get(&url).await?.text().await };
+        let metrics = text
+            .await
+            .map_err(|e| SimError::Usage(format!("scraping {url}: {e}")))?;
+        let cpu = (0..cluster.len())
+            .map(|i| cpu_seconds(cluster.pid(i)).unwrap_or(0.0))
+            .collect();
+        Ok(Reading { cpu, metrics })
+    }
+
+    fn value(&self, name: &str) -> f64 {
+        scraped(&self.metrics, name)
+    }
+}
+
+/// Per-check costs of one phase of `checks` checks sent to node 1.
+#[derive(Debug, Clone, Copy)]
+struct Costs {
+    /// CPU seconds per check: node 1, and nodes 2 and 3 together.
+    gateway: f64,
+    owners: f64,
+    /// Forwarded ops per Decide call.
+    batch: f64,
+}
+
+impl Costs {
+    fn between(a: &Reading, b: &Reading, checks: f64) -> Costs {
+        let used: Vec<f64> = b.cpu.iter().zip(&a.cpu).map(|(x, y)| x - y).collect();
+        let delta = |name| b.value(name) - a.value(name);
+        Costs {
+            gateway: used[0] / checks,
+            owners: used[1..].iter().sum::<f64>() / checks,
+            batch: delta("weir_peer_ops_total") / delta("weir_peer_calls_total").max(1.0),
+        }
+    }
+}
+
+fn quantiles(h: &Histogram<u64>) -> String {
+    let q = |p| us(h.value_at_quantile(p));
+    format!(
+        "p50 {} us, p99 {} us, p999 {} us",
+        q(0.5),
+        q(0.99),
+        q(0.999)
+    )
+}
+
+fn line(what: &str, m: &Measured) {
+    let sent = quantiles(&m.totals.latency);
+    let due = m.from_due.as_ref().map(quantiles).unwrap_or_default();
+    println!(
+        "{what}: {} checks/s, {} errors; from sent: {sent}; from due: {due}",
+        thousands(m.totals.tally.checks as f64 / m.elapsed.as_secs_f64()),
+        m.totals.tally.errors
+    );
+}
+
+/// One run over `keys` to node 1, with what it cost every node.
+async fn phase(
+    cluster: &Cluster,
+    args: &Args,
+    keys: &Arc<Keys>,
+    rate: Option<f64>,
+) -> Result<(Measured, Costs), SimError> {
+    let target = gateway(cluster);
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let secs = Duration::from_secs_f64(args.secs);
+    let (m, before) = match rate {
+        None => {
+            let conns = connections(args, &target, Workload::Http, 64).await;
+            let (conns, _) = closed_loop(conns, keys.clone(), warmup, u64::MAX, 1, None).await;
+            let before = Reading::take(cluster).await?;
+            let (_, m) = closed_loop(conns, keys.clone(), secs, args.max_checks, 1, None).await;
+            (m, before)
+        }
+        Some(rate) => {
+            let workers = args.open_loop_workers;
+            let conns = connections(args, &target, Workload::Http, workers).await;
+            let before = Reading::take(cluster).await?;
+            // The warm-up's checks are counted in the costs too.
+            let m = open_loop(conns, keys.clone(), rate, warmup, secs, None).await;
+            (m, before)
+        }
+    };
+    let after = Reading::take(cluster).await?;
+    let checks = match rate {
+        None => m.totals.tally.checks as f64,
+        Some(r) => r * (args.warmup + args.secs),
+    };
+    Ok((m, Costs::between(&before, &after, checks)))
+}
+
+/// A cost that is `per_call / batch + per_op`, from two batch sizes.
+fn split(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let (ba, ca) = a;
+    let (bb, cb) = b;
+    let per_call = if (1.0 / ba - 1.0 / bb).abs() > 1e-9 {
+        ((ca - cb) / (1.0 / ba - 1.0 / bb)).max(0.0)
+    } else {
+        0.0
+    };
+    (per_call, (ca - per_call / ba).max(0.0))
+}
+
+/// Measures and prints the forwarded path against the local one, and the
+/// per-check costs the cluster model (docs/performance.md) is fed.
+pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), SimError> {
+    let dir = std::env::temp_dir().join(format!("weir-bench-fwd-{}", std::process::id()));
+    rt.block_on(async {
+        // One copy per counter first: the costs of forwarding alone.
+        let one = start(bin, &dir, 1).await?;
+        let (local, remote) = split_keys(&one);
+        let (local, remote) = (Arc::new(local), Arc::new(remote));
+        let (peak, sat) = phase(&one, args, &remote, None).await?;
+        let peak_rate = peak.totals.calls as f64 / peak.elapsed.as_secs_f64();
+        line("closed loop, 64 callers, forwarded, one copy", &peak);
+        let rate = peak_rate / 2.0;
+        let (_, half) = phase(&one, args, &remote, Some(rate)).await?;
+        let (_, here) = phase(&one, args, &local, Some(rate)).await?;
+        // Saturated, a node's CPU per check is lower (wake-ups and writes
+        // are shared by more requests): the throughput model takes these.
+        let (_, here_sat) = phase(&one, args, &local, None).await?;
+        drop(one);
+
+        // The default, two copies: its own saturating rate, the latency
+        // figures at half of it, and what the copy costs.
+        let two = start(bin, &dir, 2).await?;
+        let (peak2, copied) = phase(&two, args, &remote, None).await?;
+        line("closed loop, 64 callers, forwarded, two copies", &peak2);
+        let rate = peak2.totals.calls as f64 / peak2.elapsed.as_secs_f64() / 2.0;
+        let before = Reading::take(&two).await?;
+        println!(
+            "open loop at {} checks/s (half the two-copy saturating rate) over {} connections to node 1",
+            thousands(rate),
+            args.open_loop_workers
+        );
+        let (fwd, _) = phase(&two, args, &remote, Some(rate)).await?;
+        let after_fwd = Reading::take(&two).await?;
+        let (near, _) = phase(&two, args, &local, Some(rate)).await?;
+        let after_local = Reading::take(&two).await?;
+        line("forwarded (keys on nodes 2 and 3)", &fwd);
+        line("local (keys on node 1)", &near);
+        let q = |name: &str, q: &str| after_fwd.value(&format!("{name}{{quantile=\"{q}\"}}")) * 1e6;
+        for (step, name) in [
+            ("gateway queueing", "weir_forward_queue_seconds"),
+            ("call (send to answer)", "weir_forward_call_seconds"),
+        ] {
+            println!(
+                "{step}: p50 <= {:.0} us, p99 <= {:.0} us, max {:.0} us (bucket bounds)",
+                q(name, "0.5"),
+                q(name, "0.99"),
+                q(name, "1")
+            );
+        }
+        let engine = |a: &Reading, b: &Reading| {
+            let d = |n| b.value(n) - a.value(n);
+            d("weir_decision_seconds_sum") / d("weir_decision_seconds_count").max(1.0) * 1e6
+        };
+        println!(
+            "node 1's time in the engine per check (mean): forwarded {:.1} us, local {:.1} us",
+            engine(&before, &after_fwd),
+            engine(&after_fwd, &after_local)
+        );
+
+        let us = |s: f64| s * 1e6;
+        let (gw_call, gw_op) = split(
+            (half.batch, half.gateway - here.gateway),
+            (sat.batch, sat.gateway - here_sat.gateway),
+        );
+        let (own_call, own_op) = split((half.batch, half.owners), (sat.batch, sat.owners));
+        println!("CPU per check (us), one copy, node 1 / nodes 2+3 / ops per call:");
+        for (what, c) in [("local, half load", here), ("local, saturated", here_sat)] {
+            println!("  {what:<35} {:.1} / {:.1}", us(c.gateway), us(c.owners));
+        }
+        for (what, c) in [("forwarded, half load", half), ("forwarded, saturated", sat)] {
+            println!(
+                "  {what:<35} {:.1} / {:.1} / {:.1}",
+                us(c.gateway),
+                us(c.owners),
+                c.batch
+            );
+        }
+        println!(
+            "  forwarded, saturated, two copies    {:.1} / {:.1} / {:.1}",
+            us(copied.gateway),
+            us(copied.owners),
+            copied.batch
+        );
+        println!(
+            "model inputs (us): edge and local decision, saturated, {:.1}; gateway {:.1} per call + {:.1} per op; \
+             owner {:.1} per call + {:.1} per op; second copy {:.1} per admitted check",
+            us(here_sat.gateway),
+            us(gw_call),
+            us(gw_op),
+            us(own_call),
+            us(own_op),
+            us(copied.gateway + copied.owners - sat.gateway - sat.owners),
+        );
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cost_splits_into_per_call_and_per_op_parts() {
+        // 30 per call + 2 per op, seen at batches of 1.5 and 6.
+        let cost = |b: f64| 30.0 / b + 2.0;
+        let (call, op) = split((1.5, cost(1.5)), (6.0, cost(6.0)));
+        assert!((call - 30.0).abs() < 1e-9 && (op - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_exposition_line_is_read_by_its_full_name() {
+        let text = "weir_forward_call_seconds{quantile=\"0.5\"} 0.0001\n\
+                    weir_forward_call_seconds{quantile=\"0.99\"} 0.0025\n\
+                    weir_decision_seconds_count 7\n";
+        let name = "weir_forward_call_seconds{quantile=\"0.99\"}";
+        assert_eq!(scraped(text, name), 0.0025);
+        assert_eq!(scraped(text, "weir_decision_seconds_count"), 7.0);
+        assert_eq!(scraped(text, "weir_decision_seconds_sum"), 0.0);
+    }
+}

@@ -1,0 +1,160 @@
+//! The bare tonic services: weir.v1.RateLimiter answering every item "allowed", and Envoy's RateLimitService answering every descriptor with weir's status fields, neither deciding.
+
+use std::net::SocketAddr;
+
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+use weir_proto::envoy::config::core::v3::HeaderValue;
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use weir_proto::prost_types;
+use weir_proto::weir::v1::rate_limiter_server::{RateLimiter, RateLimiterServer};
+use weir_proto::weir::v1::{CheckRequest, CheckResponse, CheckResult};
+
+/// The RLS domain the bare responder answers OVER_LIMIT for, as the
+/// node's bench rules deny it (bench/requests/rules.toml).
+pub const DENY_DOMAIN: &str = "bench-deny";
+
+struct Bare;
+
+#[tonic::async_trait]
+impl RateLimiter for Bare {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        let results = request
+            .into_inner()
+            .items
+            .iter()
+            .map(|_| CheckResult {
+                allowed: true,
+                limit: 1_000_000_000,
+                remaining: 999_999_999,
+                reset_at_ms: 1_795_981_980_000,
+                rule: "bench".into(),
+                limited: true,
+                window_ms: 60_000,
+                ..Default::default()
+            })
+            .collect();
+        Ok(tonic::Response::new(CheckResponse { results }))
+    }
+}
+
+struct BareRls;
+
+fn header(key: &str, value: &str) -> HeaderValue {
+    HeaderValue {
+        key: key.into(),
+        value: value.into(),
+        raw_value: Vec::new(),
+    }
+}
+
+/// What the node answers for one descriptor of the bench rules, with the
+/// IETF headers it adds, built per call as the node builds them.
+fn bare_response(descriptors: usize, over: bool) -> RateLimitResponse {
+    let (code, name, per_unit, unit, remaining) = if over {
+        (Code::OverLimit, "bench-deny", 1, Unit::Hour, 0)
+    } else {
+        (Code::Ok, "bench", 1_000_000_000, Unit::Minute, 999_999_999)
+    };
+    let statuses = (0..descriptors)
+        .map(|_| DescriptorStatus {
+            code: code as i32,
+            current_limit: Some(RateLimit {
+                name: name.into(),
+                requests_per_unit: per_unit,
+                unit: unit as i32,
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            quota: None,
+        })
+        .collect();
+    let mut headers = vec![
+        header("RateLimit-Limit", &per_unit.to_string()),
+        header("RateLimit-Remaining", &remaining.to_string()),
+        header("RateLimit-Reset", "60"),
+        header("RateLimit-Policy", &format!("\"{name}\";q={per_unit};w=60")),
+        header("RateLimit", &format!("\"{name}\";r={remaining};t=60")),
+    ];
+    if over {
+        headers.push(header("Retry-After", "3600"));
+    }
+    RateLimitResponse {
+        overall_code: code as i32,
+        statuses,
+        response_headers_to_add: headers,
+        ..RateLimitResponse::default()
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for BareRls {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let req = request.into_inner();
+        let over = req.domain == DENY_DOMAIN;
+        Ok(tonic::Response::new(bare_response(
+            req.descriptors.len(),
+            over,
+        )))
+    }
+}
+
+/// Both bare services on `incoming`, on one port as the node serves them,
+/// with tonic's default server settings.
+pub async fn serve(incoming: TcpIncoming) {
+    let _ = Server::builder()
+        .add_service(RateLimiterServer::new(Bare))
+        .add_service(RateLimitServiceServer::new(BareRls))
+        .serve_with_incoming(incoming)
+        .await;
+}
+
+/// A listener on `addr` with TCP_NODELAY, as the node's.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpIncoming> {
+    TcpIncoming::bind(addr)
+        .map(|i| i.with_nodelay(Some(true)))
+        .map_err(std::io::Error::other)
+}
+
+/// Serves both on 127.0.0.1; their URL. The listener is bound before this
+/// returns, so the first call cannot beat the server to its port.
+pub async fn bare_grpc() -> String {
+    let incoming = bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+    let addr = incoming.local_addr().expect("address");
+    tokio::spawn(serve(incoming));
+    format!("http://{addr}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bare_answer_has_one_status_per_descriptor_and_denies_the_deny_domain() {
+        let ok = bare_response(2, false);
+        assert_eq!(ok.statuses.len(), 2);
+        assert_eq!(ok.overall_code, Code::Ok as i32);
+        let over = bare_response(1, true);
+        assert_eq!(over.overall_code, Code::OverLimit as i32);
+        assert!(over
+            .response_headers_to_add
+            .iter()
+            .any(|h| h.key == "Retry-After"));
+    }
+}

@@ -1,0 +1,32 @@
+//! The bare reference servers, built on the node's own stack so a ratio to them isolates weir's work: a hand-written HTTP/1.1 responder, an axum check handler, and bare tonic RateLimiter and RLS services.
+//!
+//! Each answers with the bytes the node sends for the same request (the
+//! same headers, body fields and descriptor statuses) without deciding.
+//! `weir-bare` serves them in a process of their own; `weir-bench
+//! --reference` starts them inside the bench.
+
+pub mod axum_check;
+pub mod grpc;
+pub mod raw_http;
+
+pub use axum_check::bare_axum;
+pub use grpc::bare_grpc;
+pub use raw_http::bare_http;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+
+/// Binds 127.0.0.1 on a free port and spawns `serve` on it; the address.
+/// The listener is bound before this returns, so the first call cannot
+/// beat the server to its port.
+async fn on_loopback<F>(serve: impl FnOnce(TcpListener) -> F) -> SocketAddr
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(serve(listener));
+    addr
+}
