@@ -66,7 +66,7 @@ impl Summary {
             return;
         }
         let mut ended = std::mem::take(&mut self.current);
-        ended.sort_by(|a, b| b.count.cmp(&a.count));
+        ended.sort_by_key(|e| std::cmp::Reverse(e.count));
         self.last = if now < self.start.saturating_add(2 * INTERVAL) {
             ended
         } else {
@@ -184,7 +184,7 @@ impl HotKeys {
                 error: e.error,
             }));
         }
-        out.sort_by(|a, b| b.checks.cmp(&a.checks));
+        out.sort_by_key(|h| std::cmp::Reverse(h.checks));
         out.truncate(n);
         out
     }
