@@ -28,6 +28,10 @@ pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SE
 pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
-pub use limiter::{Absorb, Applied, CounterSnapshot, Limiter, LimiterConfig, Placed, Verdict};
-pub use rules::{By, Hot, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use limiter::{
+    Absorb, Applied, CounterSnapshot, Gate, Limiter, LimiterConfig, Placed, Verdict,
+};
+pub use rules::{
+    By, Hot, Rule, RuleError, RuleSet, RulesError, Scope, MAX_VERSION as MAX_RULES_VERSION,
+};
 pub use store::{AbsorbError, StoreCounts};
