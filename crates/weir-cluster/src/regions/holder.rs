@@ -90,6 +90,8 @@ pub struct KeyStatus {
     pub window: u64,
     pub allocation: u64,
     pub used: u64,
+    /// What it holds of the next window already.
+    pub next: u64,
     pub mode: Mode,
 }
 
@@ -332,7 +334,17 @@ impl Holder {
                     window: w,
                     ..Win::default()
                 });
+            let y = h
+                .windows
+                .iter()
+                .find(|x| x.window == w + 1)
+                .copied()
+                .unwrap_or(Win {
+                    window: w + 1,
+                    ..Win::default()
+                });
             out.push(KeyStatus {
+                next: self.allocation(h, &y, last),
                 rule: e.key().0.clone(),
                 key: e.key().1.clone(),
                 home: h.home.clone(),

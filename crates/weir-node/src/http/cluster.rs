@@ -93,6 +93,7 @@ fn region_view(cluster: &weir_cluster::Cluster) -> Value {
             "window": k.window,
             "allocation": k.allocation,
             "used": k.used,
+            "next": k.next,
             "mode": k.mode.as_str(),
         })).collect::<Vec<_>>(),
     })
