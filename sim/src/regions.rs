@@ -434,9 +434,14 @@ fn score(checks: &[Check], polls: &[Poll], t0_unix: f64) -> RunResult {
         .filter(|p| p.region == 2 && p.t >= SHIFT && p.t < CUT.0)
         .find(|p| p.next.max(p.allocation) as f64 >= 0.9 * LIMIT as f64)
         .map(|p| p.t - SHIFT);
+    let rtt = 2.0 * delay("west", HOME).as_secs_f64();
+    let round = ROUND.as_secs_f64();
+    // Rounds of wall time, and which of west's reports after the shift was
+    // answered with it: its answer lands one round trip after the report.
+    f.set("shift_wall_rounds", moved.map_or(f64::NAN, |s| s / round));
     f.set(
         "shift_rounds",
-        moved.map_or(f64::NAN, |s| s / ROUND.as_secs_f64()),
+        moved.map_or(f64::NAN, |s| ((s - rtt) / round).max(0.0)),
     );
     f.set("shift_s", moved.unwrap_or(f64::NAN));
     // West's share of each whole window from the second after the shift to the cut.
@@ -465,7 +470,7 @@ fn score(checks: &[Check], polls: &[Poll], t0_unix: f64) -> RunResult {
     f.set("west_admitted_per_window_fallen_back", west_static as f64);
     f.set("static_share", (LIMIT / 3) as f64);
     f.note = format!(
-        "over {:.1}% links up; west ≥90% of L after {:.1} rounds; cut: over {:.1}%, west {} per window on its static share",
+        "over {:.1}% links up; west ≥90% of L after {:.1} rounds (+ a round trip); cut: over {:.1}%, west {} per window on its static share",
         f.get("over_pct_links_up").unwrap_or(0.0),
         f.get("shift_rounds").unwrap_or(f64::NAN),
         f.get("over_pct_cut").unwrap_or(0.0),
@@ -574,8 +579,46 @@ fn draw(
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::MiddleLeft)
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(region: usize, window: u64, allowed: bool) -> Check {
+        Check {
+            region,
+            window,
+            allowed,
+        }
+    }
+
+    #[test]
+    fn a_window_over_the_limit_is_over_admission_and_a_short_one_under() {
+        let t0 = 1_000.0;
+        let mut checks = Vec::new();
+        // Window 1001 (1 s in, links up): 310 admitted over two regions, 10 over L.
+        checks.extend((0..200).map(|_| check(0, 1_001, true)));
+        checks.extend((0..110).map(|_| check(2, 1_001, true)));
+        // Window 1002: 400 asked, 250 admitted: 50 under.
+        checks.extend((0..250).map(|_| check(2, 1_002, true)));
+        checks.extend((0..150).map(|_| check(2, 1_002, false)));
+        let r = score(&checks, &[], t0);
+        assert_eq!((r.over, r.under), (10, 50));
+        assert_eq!(r.reference_admitted, 600);
+        assert!((r.figure("over_pct_links_up").unwrap() - 100.0 * 10.0 / 600.0).abs() < 1e-9);
+        assert_eq!(r.figure("worst_window_admitted"), Some(310.0));
+    }
+
+    #[test]
+    fn the_key_is_homed_where_the_cut_is_measured() {
+        let k = key_homed_in(HOME);
+        assert_eq!(weir_cluster::regions::home::home(&k, &REGIONS), Some(HOME));
+        assert_eq!(delay("west", "eu"), Duration::from_millis(150));
+        assert_eq!(delay("eu", "east"), Duration::from_millis(75));
+    }
 }

@@ -278,6 +278,21 @@ impl fmt::Debug for ClusterConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_region_needs_a_name_and_the_owner_strategy() {
+        let mut c = ClusterConfig {
+            region: Some(crate::regions::RegionConfig::new("eu")),
+            ..ClusterConfig::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
+        c.strategy = StrategyKind::Gossip;
+        assert!(c.validate().unwrap_err().contains("owner strategy"));
+        c.strategy = StrategyKind::Owner;
+        c.region = Some(crate::regions::RegionConfig::new(""));
+        assert!(c.validate().unwrap_err().contains("region name"));
+    }
+
     use super::*;
 
     #[test]

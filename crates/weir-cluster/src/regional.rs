@@ -413,3 +413,87 @@ impl Gate for RegionGate {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::net::SocketAddr;
+
+    use weir_core::{FakeClock, LimiterConfig, RuleSet};
+
+    use super::*;
+    use crate::topology::membership::NodeIdentity;
+    use crate::topology::ring::Ring;
+
+    /// Peers that say they are in region `b`, or say nothing.
+    struct Says(Option<&'static str>);
+
+    impl RegionLink for Says {
+        fn allocate(
+            &self,
+            _: &str,
+            _: &str,
+            _: Vec<Report>,
+            _: bool,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<Vec<Grant>, RegionCallFailed>> {
+            Box::pin(async { Err(RegionCallFailed("unreachable".into())) })
+        }
+        fn hello(
+            &self,
+            _: &str,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<String, RegionCallFailed>> {
+            let said = self.0.map(str::to_string);
+            Box::pin(async move { said.ok_or_else(|| RegionCallFailed("silent".into())) })
+        }
+    }
+
+    pub(crate) fn regional(peers: &[&str], link: Arc<dyn RegionLink>) -> Arc<Regional> {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"g\"\nalgorithm = \"fixed_window\"\nlimit = 400\nwindow = \"1s\"\nscope = \"global\"\n",
+        )
+        .unwrap();
+        let limiter = Arc::new(Limiter::new(
+            rules,
+            Arc::new(FakeClock::at_secs(100.0)),
+            LimiterConfig::default(),
+        ));
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let me = NodeIdentity::new("n1", addr, addr);
+        let routing = Arc::new(Routing::new("n1".into(), Ring::new(&[me], 16)));
+        let mut config = RegionConfig::new("a");
+        config.peers = peers.iter().map(|p| p.to_string()).collect();
+        let r = Regional::new(config, limiter.clone(), routing, link);
+        limiter.set_gate(Arc::new(RegionGate(r.clone())));
+        r
+    }
+
+    #[tokio::test]
+    async fn global_keys_are_refused_until_every_regions_name_is_known() {
+        let silent = regional(&["10.0.0.1:1"], Arc::new(Says(None)));
+        let rule = silent.limiter.rules().get("g").unwrap().1.clone();
+        let now = silent.limiter.now();
+        let gate = RegionGate(silent.clone());
+        assert!(
+            gate.take(&rule, "k", 1, now).is_err(),
+            "which region is home is not settled"
+        );
+        silent.round().await;
+        assert!(gate.take(&rule, "k", 1, now).is_err(), "still not");
+        let says = regional(&["10.0.0.1:1"], Arc::new(Says(Some("b"))));
+        let gate = RegionGate(says.clone());
+        says.round().await;
+        assert_eq!(says.status(0).regions, ["a", "b"]);
+        // Ready: the floor (400 / 40 = 10) is admitted without asking.
+        let admitted = (0..20)
+            .filter(|_| gate.take(&rule, "k", 1, now).is_ok())
+            .count();
+        assert_eq!(admitted, 10);
+    }
+
+    #[tokio::test]
+    async fn a_named_peer_needs_no_asking() {
+        let r = regional(&["b=10.0.0.1:1"], Arc::new(Says(None)));
+        assert_eq!(r.status(0).regions, ["a", "b"]);
+    }
+}

@@ -220,3 +220,63 @@ impl Regions for RegionsService {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nowhere;
+
+    impl RegionLink for Nowhere {
+        fn allocate(
+            &self,
+            _: &str,
+            _: &str,
+            _: Vec<Report>,
+            _: bool,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<Vec<Grant>, RegionCallFailed>> {
+            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
+        }
+        fn hello(
+            &self,
+            _: &str,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<String, RegionCallFailed>> {
+            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
+        }
+    }
+
+    fn reports(region: &str, forwarded: bool) -> Request<AllocateRequest> {
+        Request::new(AllocateRequest {
+            region: region.into(),
+            reports: vec![RegionReport {
+                rule: "g".into(),
+                key: "k".into(),
+                window: 100,
+                demand: 50,
+                ..RegionReport::default()
+            }],
+            forwarded,
+        })
+    }
+
+    #[tokio::test]
+    async fn only_reports_from_another_region_or_passed_on_inside_this_one_are_answered() {
+        let r = crate::regional::tests::regional(&["b=10.0.0.1:1"], Arc::new(Nowhere));
+        let s = RegionsService::new(r);
+        let own = s.allocate(reports("a", false)).await.unwrap_err();
+        assert_eq!(own.code(), tonic::Code::InvalidArgument);
+        let unnamed = s.allocate(reports("", false)).await.unwrap_err();
+        assert_eq!(unnamed.code(), tonic::Code::InvalidArgument);
+        let answer = s.allocate(reports("b", false)).await.unwrap().into_inner();
+        assert_eq!(answer.region, "a");
+        assert_eq!(
+            answer.grants.len(),
+            1,
+            "this node owns the key: its allocator answers"
+        );
+        let passed = s.allocate(reports("a", true)).await.unwrap().into_inner();
+        assert_eq!(passed.grants.len(), 1);
+    }
+}

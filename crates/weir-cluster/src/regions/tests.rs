@@ -299,3 +299,75 @@ proptest! {
         prop_assert!(net.max_held <= limit, "held {} > {limit}", net.max_held);
     }
 }
+
+fn report(region: &str, window: u64, demand: u64) -> Report {
+    Report {
+        rule: Arc::from(RULE),
+        key: KEY.into(),
+        region: Arc::from(region),
+        window,
+        used: 0,
+        received: 0,
+        released: 0,
+        allocation: 0,
+        fallback: false,
+        demand,
+        retire: false,
+    }
+}
+
+#[test]
+fn the_home_answers_only_for_the_current_and_next_window_and_forgets_a_retired_region() {
+    let names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+    let home = Allocator::new(RegionConfig::new("a"), &names);
+    let b = Budget {
+        limit: 600,
+        window: SEC,
+    };
+    let now = 10 * SEC + SEC / 2;
+    assert!(home.report(&report("b", 9, 50), b, now).is_none(), "over");
+    assert!(
+        home.report(&report("b", 12, 50), b, now).is_none(),
+        "too far ahead"
+    );
+    assert!(
+        home.report(&report("zz", 10, 50), b, now).is_none(),
+        "unknown region"
+    );
+    let g = home
+        .report(&report("b", 11, 500), b, now)
+        .expect("next window");
+    assert!(g.granted > 0);
+    let held = |home: &Allocator| -> u64 {
+        home.held_by(RULE, KEY, b, 11 * SEC)
+            .iter()
+            .map(|h| h.held)
+            .sum()
+    };
+    assert!(held(&home) > 15, "b holds its grant");
+    let mut retire = report("b", 10, 0);
+    retire.retire = true;
+    assert!(home.report(&retire, b, now).is_none());
+    assert_eq!(held(&home), 2 * 15, "both back on their floors");
+}
+
+#[test]
+fn a_region_that_fell_back_is_held_at_its_static_share_even_when_it_reported_it() {
+    let names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+    let home = Allocator::new(RegionConfig::new("a"), &names);
+    let b = Budget {
+        limit: 600,
+        window: SEC,
+    };
+    let now = 10 * SEC;
+    let mut fell = report("b", 10, 0);
+    fell.fallback = true;
+    home.report(&fell, b, now);
+    let g = home
+        .report(&report("a", 10, 1_000), b, now)
+        .expect("a grant");
+    assert!(
+        g.granted <= 600 - 300 - 15,
+        "a gets none of b's static share: {g:?}"
+    );
+}
