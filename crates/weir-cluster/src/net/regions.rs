@@ -31,6 +31,8 @@ pub fn report_to_wire(r: &Report) -> RegionReport {
         fallback: r.fallback,
         demand: r.demand,
         retire: r.retire,
+        holder: r.holder.to_string(),
+        answered: r.answered,
     }
 }
 
@@ -39,6 +41,7 @@ pub fn report_from_wire(region: &str, r: RegionReport) -> Report {
         rule: r.rule.into(),
         key: r.key.into(),
         region: region.into(),
+        holder: r.holder.into(),
         window: r.window,
         used: r.used,
         received: r.received,
@@ -47,6 +50,7 @@ pub fn report_from_wire(region: &str, r: RegionReport) -> Report {
         fallback: r.fallback,
         demand: r.demand,
         retire: r.retire,
+        answered: r.answered,
     }
 }
 
@@ -57,6 +61,7 @@ fn grant_to_wire(g: &Grant) -> RegionGrant {
         window: g.window,
         granted: g.granted,
         target: g.target,
+        at: g.at,
     }
 }
 
@@ -67,6 +72,7 @@ fn grant_from_wire(g: RegionGrant) -> Grant {
         window: g.window,
         granted: g.granted,
         target: g.target,
+        at: g.at,
     }
 }
 

@@ -36,8 +36,18 @@ struct Books {
 
 #[derive(Debug, Clone, Default)]
 struct RegionBooks {
+    /// The node holding the region's allocation (its owner of the key).
+    holder: Option<Arc<str>>,
+    /// What earlier holders still held when another node took over, by
+    /// window: counted until those windows end, since an old holder that is
+    /// only cut off (not dead) may still use it.
+    orphaned: Vec<(u64, u64)>,
     /// None: never heard of for this key, or retired: it may use its floor.
     heard: Option<Nanos>,
+    /// When the current holder was first heard: its first answer is later.
+    first_heard: Option<Nanos>,
+    /// The latest answer it says it received (home time).
+    echoed: Nanos,
     /// Units it asked for over its last round.
     demand: u64,
     /// The current and next window.
@@ -97,6 +107,17 @@ impl Allocator {
 
     /// What the home counts region `r` as holding of window `w`.
     fn held(&self, r: &RegionBooks, w: u64, b: Budget) -> u64 {
+        let orphaned: u64 = r
+            .orphaned
+            .iter()
+            .filter(|(x, _)| *x == w)
+            .map(|(_, units)| units)
+            .sum();
+        self.lent(r, w, b) + orphaned
+    }
+
+    /// What the region's current holder may admit of window `w`.
+    fn lent(&self, r: &RegionBooks, w: u64, b: Budget) -> u64 {
         let n = self.regions.len();
         let floor = share::floor(b.limit, n);
         let books = r.windows.iter().find(|x| x.window == w);
@@ -110,14 +131,19 @@ impl Allocator {
 
     /// Whether region `r` may decide window `w` on its static share: it
     /// does when its last answer from here is older than
-    /// [`RegionConfig::fallback_after`] at the window's start, and that
-    /// answer came after the last report heard here. So every window that
-    /// starts more than that after the last report is held at the static
-    /// share at least, from before any of it is granted to anyone: no
-    /// window is ever lent to others and fallen back on.
+    /// [`RegionConfig::fallback_after`] at the window's start. So every
+    /// window that starts more than that after the last answer the region
+    /// is known to have received is held at the static share at least,
+    /// from before any of it is granted to anyone: no window is ever lent
+    /// to others and fallen back on.
     fn may_fall_back(&self, r: &RegionBooks, w: u64, b: Budget) -> bool {
-        r.heard.is_some_and(|h| {
-            w.saturating_mul(b.window) > h.saturating_add(self.config.fallback_after(b.window))
+        // The region's last answer is no earlier than the latest one it
+        // echoed, nor than its first report here: counting from either is
+        // never later than the region counts.
+        r.first_heard.is_some_and(|first| {
+            let answered = first.max(r.echoed);
+            w.saturating_mul(b.window)
+                > answered.saturating_add(self.config.fallback_after(b.window))
         })
     }
 
@@ -130,9 +156,16 @@ impl Allocator {
         let window = b.window.max(1);
         let current = now / window;
         let id: KeyId = (rep.rule.clone(), rep.key.clone());
+        let floor = share::floor(b.limit, self.regions.len());
         if rep.retire {
             if let Some(mut k) = self.keys.get_mut(&id) {
-                k.regions[me] = RegionBooks::default();
+                let r = &mut k.regions[me];
+                if r.holder.as_ref().is_none_or(|h| *h == rep.holder) {
+                    *r = RegionBooks {
+                        orphaned: std::mem::take(&mut r.orphaned),
+                        ..RegionBooks::default()
+                    };
+                }
             }
             return None;
         }
@@ -144,8 +177,41 @@ impl Allocator {
             regions: vec![RegionBooks::default(); n],
         });
         {
+            let silent = self.silent(&k.regions[me], now);
             let r = &mut k.regions[me];
+            r.orphaned.retain(|(w, _)| *w >= current);
+            match &r.holder {
+                // A second node of the region (the ring there moved the key)
+                // gets nothing while the first still reports: both might
+                // admit from one allocation otherwise. It has its floor.
+                Some(h) if *h != rep.holder && !silent => {
+                    return Some(Grant {
+                        rule: rep.rule.clone(),
+                        key: rep.key.clone(),
+                        window: rep.window,
+                        granted: 0,
+                        target: floor,
+                        at: now,
+                    });
+                }
+                Some(h) if *h != rep.holder => {
+                    let held: Vec<(u64, u64)> = r
+                        .windows
+                        .iter()
+                        .map(|x| (x.window, self.lent(r, x.window, b)))
+                        .collect();
+                    r.orphaned.extend(held);
+                    r.windows.clear();
+                    r.holder = Some(rep.holder.clone());
+                    r.first_heard = None;
+                    r.echoed = 0;
+                }
+                Some(_) => {}
+                None => r.holder = Some(rep.holder.clone()),
+            }
             r.heard = Some(now);
+            r.first_heard.get_or_insert(now);
+            r.echoed = r.echoed.max(rep.answered);
             r.demand = rep.demand;
             r.windows.retain(|x| x.window >= current);
             let books = match r.windows.iter().position(|x| x.window == rep.window) {
@@ -185,6 +251,7 @@ impl Allocator {
             window: rep.window,
             granted: books.granted,
             target,
+            at: now,
         })
     }
 

@@ -46,6 +46,8 @@ struct Hold {
     last_active: Nanos,
     /// The home has answered for this key at least once.
     known: bool,
+    /// The home's time of its last answer for this key, echoed in reports.
+    answered: Nanos,
 }
 
 impl Hold {
@@ -98,6 +100,8 @@ pub struct KeyStatus {
 /// Every global key this node decides for its region.
 pub struct Holder {
     config: RegionConfig,
+    /// This node, as its reports name it.
+    node: Arc<str>,
     regions: usize,
     keys: DashMap<KeyId, Hold, foldhash::fast::RandomState>,
     /// When each home region last answered.
@@ -109,9 +113,10 @@ impl Holder {
     /// `regions`: how many regions share each global limit; `now`: start,
     /// counted as the homes' last answer so a region starting alone does not
     /// fall back at once.
-    pub fn new(config: RegionConfig, regions: usize, now: Nanos) -> Self {
+    pub fn new(config: RegionConfig, node: &str, regions: usize, now: Nanos) -> Self {
         Holder {
             config,
+            node: node.into(),
             regions: regions.max(1),
             keys: DashMap::default(),
             answered: Mutex::new(Vec::new()),
@@ -171,6 +176,7 @@ impl Holder {
                 wanted: 0,
                 last_active: now,
                 known: false,
+                answered: 0,
             });
         h.budget = budget;
         h.wanted = h.wanted.saturating_add(cost);
@@ -219,6 +225,7 @@ impl Holder {
                         rule: rule.clone(),
                         key: key.clone(),
                         region: self.config.name.as_str().into(),
+                        holder: self.node.clone(),
                         window: w,
                         used: 0,
                         received: 0,
@@ -227,6 +234,7 @@ impl Holder {
                         fallback: false,
                         demand: 0,
                         retire: true,
+                        answered: h.answered,
                     },
                 ));
                 return false;
@@ -251,6 +259,7 @@ impl Holder {
                         rule: rule.clone(),
                         key: key.clone(),
                         region: self.config.name.as_str().into(),
+                        holder: self.node.clone(),
                         window: x,
                         used: win.used,
                         received: win.received,
@@ -259,6 +268,7 @@ impl Holder {
                         fallback: self.fallen_back(h, x, last),
                         demand,
                         retire: false,
+                        answered: h.answered,
                     },
                 ));
             }
@@ -293,6 +303,7 @@ impl Holder {
             return;
         };
         h.known = true;
+        h.answered = h.answered.max(g.at);
         let current = now / h.budget.window.max(1);
         if g.window < current {
             return;

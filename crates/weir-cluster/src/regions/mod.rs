@@ -90,6 +90,9 @@ pub struct Report {
     pub rule: Arc<str>,
     pub key: CompactString,
     pub region: Arc<str>,
+    /// The node that holds the region's allocation (the key's owner in the
+    /// region); another node of the region takes over only once it is silent.
+    pub holder: Arc<str>,
     /// Epoch-aligned window index (`now / window`).
     pub window: u64,
     /// Units admitted in the window.
@@ -108,6 +111,11 @@ pub struct Report {
     pub demand: u64,
     /// The region stops using the key: the home forgets it.
     pub retire: bool,
+    /// The home's time (`Grant::at`) of the last answer for this key the
+    /// region received; 0: none yet. The home reserves the region's static
+    /// share from this, not from when it last heard the region: a report
+    /// can arrive and its answer be lost.
+    pub answered: Nanos,
 }
 
 /// The home's answer to a [`Report`].
@@ -120,4 +128,6 @@ pub struct Grant {
     pub granted: u64,
     /// The region's share at current demand; it gives back what it holds above it.
     pub target: u64,
+    /// The home's clock when it answered.
+    pub at: Nanos,
 }

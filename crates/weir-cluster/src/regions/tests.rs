@@ -61,6 +61,7 @@ impl Net {
                         name: n.to_string(),
                         ..config.clone()
                     },
+                    "node",
                     names.len(),
                     0,
                 ),
@@ -275,7 +276,7 @@ fn a_home_that_never_answered_leaves_a_region_on_its_floor() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn allocations_never_sum_above_the_limit(
         limit in 20u64..2_000,
@@ -305,6 +306,7 @@ fn report(region: &str, window: u64, demand: u64) -> Report {
         rule: Arc::from(RULE),
         key: KEY.into(),
         region: Arc::from(region),
+        holder: Arc::from("node"),
         window,
         used: 0,
         received: 0,
@@ -313,6 +315,7 @@ fn report(region: &str, window: u64, demand: u64) -> Report {
         fallback: false,
         demand,
         retire: false,
+        answered: 0,
     }
 }
 
@@ -370,4 +373,38 @@ fn a_region_that_fell_back_is_held_at_its_static_share_even_when_it_reported_it(
         g.granted <= 600 - 300 - 15,
         "a gets none of b's static share: {g:?}"
     );
+}
+
+#[test]
+fn a_second_node_of_a_region_gets_nothing_until_the_first_goes_silent_and_what_it_held_stays_counted(
+) {
+    let names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+    let home = Allocator::new(RegionConfig::new("a"), &names);
+    let b = Budget {
+        limit: 600,
+        window: 10 * SEC,
+    };
+    let now = 100 * SEC;
+    let from = |holder: &str, demand: u64| Report {
+        holder: Arc::from(holder),
+        ..report("b", 10, demand)
+    };
+    let g = home.report(&from("x", 1_000), b, now).expect("x's grant");
+    assert!(g.granted > 400, "{g:?}");
+    let y = home
+        .report(&from("y", 1_000), b, now + 100 * MS)
+        .expect("y answered");
+    assert_eq!((y.granted, y.target), (0, 15), "y has its floor only");
+    // x silent for more than three rounds: y takes over, and x's grant is
+    // still held for the window. Both nodes have a floor (15) meanwhile:
+    // the one excess docs/regions.md states for a key moving in a region.
+    let later = now + 2 * SEC;
+    let y = home.report(&from("y", 1_000), b, later).expect("y's grant");
+    let held: u64 = home
+        .held_by(RULE, KEY, b, later)
+        .iter()
+        .map(|h| h.held)
+        .sum();
+    assert_eq!(held, 600 + 15, "x's grant and floor, y's floor, a's floor");
+    assert_eq!(y.granted, 0, "x's units are not lent again: {y:?}");
 }
