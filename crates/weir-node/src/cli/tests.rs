@@ -57,9 +57,6 @@ fn every_serve_flag_lands_in_the_config() {
         "--replicas=1",
         "--hot-key-rate=50",
         "--fallback-cap=0",
-        "--region=eu",
-        "--region-peers=us=10.1.0.1:8081, 10.2.0.1:8081",
-        "--region-round=100ms",
         "--admin-token=t0ken",
         "--cluster-secret=s3cret",
         "--log-format=json",
@@ -88,10 +85,6 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.cluster.owner_deadline, Duration::from_millis(20));
     assert_eq!(c.cluster.replicas, 1);
     assert_eq!((c.cluster.hot_key_rate, c.cluster.fallback_cap), (50, 0));
-    let region = c.cluster.region.as_ref().expect("a region");
-    assert_eq!(region.name, "eu");
-    assert_eq!(region.peers, ["us=10.1.0.1:8081", "10.2.0.1:8081"]);
-    assert_eq!(region.round, Duration::from_millis(100));
     assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
     assert_eq!(c.cluster.secret.as_deref(), Some("s3cret"));
     assert!(c.retry_jitter);
@@ -254,6 +247,26 @@ fn report_turns_other_statuses_into_errors_with_the_field() {
     )
     .unwrap_err();
     assert!(e.contains("400") && e.contains("cost"), "{e}");
+}
+
+/// Apart from the every-flag test: that one picks the divide strategy,
+/// and regions need the owner strategy.
+#[test]
+fn region_flags_land_in_the_config() {
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--region=eu",
+        "--region-peers=us=10.1.0.1:8081, 10.2.0.1:8081",
+        "--region-round=100ms",
+    ])
+    .unwrap();
+    let region = c.cluster.region.as_ref().expect("a region");
+    assert_eq!(region.name, "eu");
+    assert_eq!(region.peers, ["us=10.1.0.1:8081", "10.2.0.1:8081"]);
+    assert_eq!(region.round, Duration::from_millis(100));
+    let e = parse(&["weir", "serve", "--region=eu", "--strategy=gossip"]).unwrap_err();
+    assert!(e.contains("owner strategy"), "{e}");
 }
 
 #[test]

@@ -338,14 +338,20 @@ fn encode_region(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result 
             ("fallback", fallback),
         ],
     )?;
+    // One series per other region: 0 while it answers.
     let unreachable: Vec<(&str, u64)> = status
-        .unreachable
+        .regions
         .iter()
-        .map(|(h, ms)| (h.as_str(), *ms))
+        .filter(|r| **r != status.region)
+        .map(|r| {
+            let quiet = status.unreachable.iter().find(|(h, _)| h == r);
+            (r.as_str(), quiet.map_or(0, |(_, ms)| *ms))
+        })
         .collect();
     gauge(
         "weir_region_home_unreachable_ms",
-        "Home regions not heard from for three rounds, by region: how long (ms).",
+        "Each other region as a home: how long (ms) it has gone unanswered once that passed \
+         three rounds; 0 while it answers.",
     )
     .labeled(enc, "region", &unreachable)?;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
