@@ -321,17 +321,4 @@ impl Allocator {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
-
-    /// Regions counted as fallen back for at least one key.
-    pub fn silent_regions(&self, now: Nanos) -> Vec<Arc<str>> {
-        let mut out: Vec<Arc<str>> = Vec::new();
-        for k in self.keys.iter() {
-            for (name, r) in self.regions.iter().zip(&k.regions) {
-                if self.silent(r, now) && !out.contains(name) {
-                    out.push(name.clone());
-                }
-            }
-        }
-        out
-    }
 }

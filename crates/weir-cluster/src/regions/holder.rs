@@ -251,7 +251,7 @@ impl Holder {
                 let need = win
                     .used
                     .saturating_add(demand.saturating_mul(rounds_left).saturating_mul(2));
-                self.release(h, x, need, last);
+                self.release(h, x, need);
                 let win = *h.win(x);
                 out.push((
                     h.home.clone(),
@@ -279,7 +279,7 @@ impl Holder {
 
     /// Gives back what window `w` holds above `keep` (never below its use
     /// or its floor).
-    fn release(&self, h: &mut Hold, w: u64, keep: u64, _last: Nanos) {
+    fn release(&self, h: &mut Hold, w: u64, keep: u64) {
         let floor = share::floor(h.budget.limit, self.regions);
         let x = h.win(w);
         let lent = (floor + x.received).saturating_sub(x.released);
@@ -298,7 +298,6 @@ impl Holder {
                 None => answered.push((home.clone(), now)),
             }
         }
-        let last = self.last_answer(home);
         let Some(mut h) = self.keys.get_mut(&(g.rule.clone(), g.key.clone())) else {
             return;
         };
@@ -312,7 +311,7 @@ impl Holder {
         x.received = x.received.max(g.granted);
         x.target = Some(g.target);
         let target = g.target;
-        self.release(&mut h, g.window, target, last);
+        self.release(&mut h, g.window, target);
     }
 
     /// A home answered a round without grants (nothing of its keys is
