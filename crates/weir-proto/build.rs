@@ -9,6 +9,7 @@ use protox::prost::Message as _;
 const PROTOS: &[&str] = &[
     "weir/v1/ratelimiter.proto",
     "weir/v1/peer.proto",
+    "weir/v1/regions.proto",
     "envoy/service/ratelimit/v3/rls.proto",
 ];
 

@@ -24,6 +24,9 @@ Scenarios:
   fault              saturating keys while --fault is injected (default kill)
   whale              one key with 90% of the traffic from every node, cold keys
                      beside it, under each hot-key valve: off, lease, shard, local
+  regions            three regions (--nodes each, 2-3) linked by relays delaying
+                     75/150 ms one way, one global limit; demand moves from east
+                     to west, then west is cut from the key's home region
 
 Faults (--fault), injected a third of the way into each run:
   kill       SIGKILL the last node; time until every survivor sees it down

@@ -45,6 +45,8 @@ pub struct ClusterOptions {
     pub form_deadline: Duration,
     /// RUST_LOG for the nodes; None passes this process's own on.
     pub rust_log: Option<String>,
+    /// Further `weir serve` flags, the same for every node (`--region`).
+    pub extra_args: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -69,6 +71,7 @@ impl ClusterOptions {
             netns: false,
             form_deadline: Duration::from_secs(30),
             rust_log: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -228,6 +231,7 @@ impl Cluster {
             .arg("--rules")
             .arg(&o.rules_file)
             .args(["--strategy", &o.strategy])
+            .args(&o.extra_args)
             // A rolling restart waits on each drain; nothing is in flight for long.
             .args(["--drain-timeout", "2s"])
             // From the environment, as the deploy files pass it.

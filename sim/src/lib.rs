@@ -17,6 +17,8 @@ pub mod load;
 pub mod netns;
 pub mod plot;
 pub mod reference;
+pub mod regions;
+pub mod relay;
 pub mod report;
 pub mod rules;
 pub mod run;

@@ -108,6 +108,9 @@ pub async fn run(cli: &Cli) -> Result<Vec<RunResult>, SimError> {
         return run_targets(cli, &phases, &load).await;
     }
     let bin = weir_bin::locate(cli.weir_bin.as_deref(), Profile::own(), cli.quiet)?;
+    if cli.scenario == Some(Workload::Regions) {
+        return crate::regions::run(cli, &bin).await;
+    }
     let partition = phases.iter().any(|p| p.fault == Some(FaultKind::Partition));
     let netns = partition && crate::netns::unavailable().is_none();
     let mut results = Vec::new();

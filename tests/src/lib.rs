@@ -286,3 +286,72 @@ pub fn rls_request(domain: &str, client: &str) -> RateLimitRequest {
         hits_addend: 0,
     }
 }
+
+/// A TCP relay on 127.0.0.1:0 to a target set later (nodes of two regions
+/// each need the other's address at start), which a test can cut: a cut
+/// drops every open connection and every new one until healed.
+pub struct Relay {
+    pub addr: std::net::SocketAddr,
+    target: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    pub async fn start() -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind relay");
+        let addr = listener.local_addr().expect("relay address");
+        let target: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+        let cut: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let conns: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let accept = {
+            let (target, cut, conns) = (target.clone(), cut.clone(), conns.clone());
+            tokio::spawn(async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    let to = *target.lock().unwrap();
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue;
+                    }
+                    let Some(to) = to else { continue };
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        }
+                    });
+                    conns.lock().unwrap().push(task.abort_handle());
+                }
+            })
+        };
+        Relay {
+            addr,
+            target,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    pub fn point_at(&self, to: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = Some(to);
+    }
+
+    /// Cuts (true) or heals (false) the link.
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for c in self.conns.lock().unwrap().drain(..) {
+                c.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.set_cut(true);
+    }
+}

@@ -227,3 +227,17 @@ pub async fn replicate(
         }
     }
 }
+
+/// Region rounds: every `round`, this node's reports to each home region
+/// (and, until every region is known, asking the peers theirs).
+pub(crate) async fn region_rounds(regional: std::sync::Arc<crate::regional::Regional>) {
+    let mut tick = tokio::time::interval(regional.config().round);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Each round runs on its own: a home that is slow to answer delays
+        // its own grants, not the next round's reports elsewhere.
+        let r = regional.clone();
+        tokio::spawn(async move { r.round().await });
+    }
+}

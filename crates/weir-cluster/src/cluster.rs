@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 use tonic::service::interceptor::InterceptedService;
 use weir_core::{Limiter, RuleSet, RulesError};
 use weir_proto::weir::v1::peer_server::PeerServer;
+use weir_proto::weir::v1::regions_server::RegionsServer;
 use weir_proto::weir::v1::{NodeSummary, SummaryRequest};
 
 use crate::background;
@@ -22,6 +23,7 @@ use crate::link::Link;
 use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
+use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
 use crate::owner::hot::HotKey;
 use crate::owner::lease::Lessor;
@@ -29,6 +31,7 @@ use crate::owner::local::Local;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
 use crate::owner::serve::OwnerService;
+use crate::regional::{RegionGate, RegionLink, RegionStatus, Regional};
 use crate::stats::{ClusterStats, FallbackStatus, MemberStatus, Stats};
 use crate::strategy::{self, Parts, Strategy};
 use crate::summary::{self, ActivitySource, MemberSummary};
@@ -51,6 +54,8 @@ pub enum ClusterError {
 
 /// The peer service as mounted on a node's gRPC server.
 pub type PeerServiceServer = InterceptedService<PeerServer<PeerService>, PeerAuth>;
+/// The region service, mounted beside the peer service.
+pub type RegionsServiceServer = InterceptedService<RegionsServer<RegionsService>, PeerAuth>;
 
 /// How long start waits for seed names to resolve (a DNS record may appear
 /// a little after the pod it names).
@@ -60,6 +65,7 @@ const SEED_PATIENCE: Duration = Duration::from_secs(5);
 pub(crate) struct Transport {
     pub datagrams: Arc<dyn Datagrams>,
     pub link: Arc<dyn Link>,
+    pub region_link: Arc<dyn RegionLink>,
     pub resolver: SeedResolver,
 }
 
@@ -76,6 +82,7 @@ struct Inner {
     stats: Arc<Stats>,
     replicator: Arc<Replicator>,
     lessor: Arc<Lessor>,
+    regional: Option<Arc<Regional>>,
     token: Option<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -114,7 +121,8 @@ impl Cluster {
             .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
             datagrams: Arc::new(datagrams),
-            link: Arc::new(TonicLink::new(token)),
+            link: Arc::new(TonicLink::new(token.clone())),
+            region_link: Arc::new(TonicRegionLink::new(token)),
             resolver: SeedResolver::system(),
         };
         Cluster::assemble(config, identity, limiter, transport).await
@@ -215,6 +223,11 @@ impl Cluster {
             .secret
             .as_deref()
             .and_then(|s| PeerToken::new(s.as_bytes()));
+        let regional = config.region.clone().map(|rc| {
+            let r = Regional::new(rc, limiter.clone(), routing.clone(), t.region_link.clone());
+            limiter.set_gate(Arc::new(RegionGate(r.clone())));
+            r
+        });
         let inner = Arc::new(Inner {
             config,
             limiter,
@@ -227,6 +240,7 @@ impl Cluster {
             stats,
             replicator: replicator.clone(),
             lessor,
+            regional: regional.clone(),
             token,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
@@ -267,6 +281,9 @@ impl Cluster {
                 inner.stats.clone(),
                 inner.membership.identity().boot,
             )));
+        }
+        if let Some(r) = regional {
+            tasks.push(spawn(background::region_rounds(r)));
         }
         tasks.extend(strategy.spawn());
         *inner.tasks.lock() = tasks;
@@ -397,6 +414,32 @@ impl Cluster {
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         InterceptedService::new(server, auth)
+    }
+
+    /// The `weir.v1.Regions` service to mount beside the peer service, when
+    /// this node is in a region.
+    pub fn regions_service(&self) -> Option<RegionsServiceServer> {
+        let regional = self.inner.regional.clone()?;
+        let auth = PeerAuth::new(
+            self.inner.token.clone(),
+            self.inner.config.insecure_open,
+            self.inner.stats.clone(),
+        );
+        Some(InterceptedService::new(
+            RegionsServer::new(RegionsService::new(regional)),
+            auth,
+        ))
+    }
+
+    /// This node's part in global limits: its region, the regions known,
+    /// homes it cannot reach, and its `keys` busiest global keys.
+    pub fn region_status(&self, keys: usize) -> Option<RegionStatus> {
+        self.inner.regional.as_ref().map(|r| r.status(keys))
+    }
+
+    /// Region protocol counters (reports sent, grants, failed calls).
+    pub fn regional(&self) -> Option<&Arc<Regional>> {
+        self.inner.regional.as_ref()
     }
 
     /// Applies a local rule write and pushes the result to every member.

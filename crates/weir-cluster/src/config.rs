@@ -180,6 +180,10 @@ pub struct ClusterConfig {
     /// Most checks per second one node admits without their owner, over
     /// every key (`--fallback-cap`; 0: no cap).
     pub fallback_cap: u64,
+    /// This node's region and the other regions' nodes (`--region`,
+    /// `--region-peers`): rules with `scope = "global"` then hold across
+    /// every region. None: one region, every rule regional.
+    pub region: Option<crate::regions::RegionConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -203,6 +207,7 @@ impl Default for ClusterConfig {
             hot_key_rate: 100,
             // Seed 11's fail-open local bucket.
             fallback_cap: 5_000,
+            region: None,
         }
     }
 }
@@ -227,6 +232,17 @@ impl ClusterConfig {
         }
         if self.secret.is_some() && self.insecure_open {
             return Err("a cluster with a secret cannot also be open to anyone");
+        }
+        if let Some(r) = &self.region {
+            if r.name.is_empty() {
+                return Err("region name must not be empty");
+            }
+            if self.strategy != StrategyKind::Owner {
+                return Err("regions need the owner strategy: a region's share of a global key is held by the key's owner");
+            }
+            if r.round.is_zero() {
+                return Err("region round must be longer than zero");
+            }
         }
         if !self.seeds.is_empty() && self.secret.is_none() && !self.insecure_open {
             return Err("seeds without a secret: a node without one takes no gossip");
@@ -262,6 +278,21 @@ impl fmt::Debug for ClusterConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_region_needs_a_name_and_the_owner_strategy() {
+        let mut c = ClusterConfig {
+            region: Some(crate::regions::RegionConfig::new("eu")),
+            ..ClusterConfig::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
+        c.strategy = StrategyKind::Gossip;
+        assert!(c.validate().unwrap_err().contains("owner strategy"));
+        c.strategy = StrategyKind::Owner;
+        c.region = Some(crate::regions::RegionConfig::new(""));
+        assert!(c.validate().unwrap_err().contains("region name"));
+    }
+
     use super::*;
 
     #[test]

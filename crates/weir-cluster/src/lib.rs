@@ -21,6 +21,8 @@ pub mod link;
 pub mod memory;
 pub mod net;
 pub mod owner;
+pub mod regional;
+pub mod regions;
 pub mod stats;
 pub mod strategy;
 pub mod summary;

@@ -119,6 +119,9 @@ impl MemoryNet {
                 net: self.clone(),
                 from: host,
             }),
+            // Regions are linked over gRPC only (the protocol's own tests
+            // run on `regions::tests`' network).
+            region_link: Arc::new(crate::net::regions::TonicRegionLink::new(None)),
             resolver: {
                 let state = self.state.clone();
                 SeedResolver::new(move |name| match name.parse::<SocketAddr>() {

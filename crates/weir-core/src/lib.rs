@@ -29,7 +29,9 @@ pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SE
 pub use decision::Decision;
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
-pub use limiter::{Applied, Limiter, LimiterConfig, Placed, Verdict};
-pub use rules::{By, Hot, Rule, RuleError, RuleSet, RulesError, MAX_VERSION as MAX_RULES_VERSION};
+pub use limiter::{Applied, Gate, Limiter, LimiterConfig, Placed, Verdict};
+pub use rules::{
+    By, Hot, Rule, RuleError, RuleSet, RulesError, Scope, MAX_VERSION as MAX_RULES_VERSION,
+};
 pub use snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 pub use store::{AbsorbError, StoreCounts};

@@ -1,7 +1,8 @@
 //! The limiter: rules, counters and a clock composed into one `check`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use compact_str::CompactString;
@@ -11,7 +12,7 @@ use crate::check::{CheckRequest, CheckResponse, Decide, MAX_KEY_LEN};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
 use crate::error::{CheckError, InputField, Unavailable};
-use crate::rules::{Rule, RuleSet, Selection, Subject};
+use crate::rules::{Rule, RuleSet, Scope, Selection, Subject};
 use crate::snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 use crate::store::{AbsorbError, Carried, Counters, StoreCounts};
 
@@ -135,13 +136,16 @@ fn only_limit_changed(was: &Rule, now: &Rule) -> bool {
     was.algorithm == now.algorithm && was.window == now.window && was.queue == now.queue
 }
 
-/// Gives back what the admitted limits of a denied request consumed.
-fn refund_all(t: &Tables, applied: &[Applied], cost: u64) {
-    for a in applied.iter().filter(|a| a.decision.allowed) {
-        if let Some(&i) = t.by_name.get(&a.rule.name) {
-            t.counters[i].refund(&a.hash_part, a.decision.at, cost);
-        }
-    }
+/// Budget that a global rule's keys draw from before their counter: the
+/// share of the limit this region holds (weir-cluster's regions). A rule
+/// with `scope = "global"` is admitted only when both its gate and its
+/// counter admit; a limiter without a gate decides it as a regional rule.
+pub trait Gate: Send + Sync {
+    /// Takes `cost` of (rule, key) at `now`; when the share has no room,
+    /// how long until it might, and nothing is taken.
+    fn take(&self, rule: &Rule, hash_part: &str, cost: u64, now: Nanos) -> Result<(), Duration>;
+    /// Gives back `cost` taken at `at`.
+    fn give_back(&self, rule: &Rule, hash_part: &str, at: Nanos, cost: u64);
 }
 
 /// Decides checks in this process.
@@ -151,6 +155,8 @@ pub struct Limiter {
     tables: ArcSwap<Tables>,
     /// Limits carried by requests, all under one key ceiling.
     carried: Carried,
+    /// Set once when the node takes part in global limits.
+    gate: OnceLock<Arc<dyn Gate>>,
 }
 
 impl Limiter {
@@ -164,6 +170,7 @@ impl Limiter {
                 by_name: HashMap::new(),
             }),
             carried: Carried::new(config.max_keys_per_rule),
+            gate: OnceLock::new(),
         };
         limiter.install(rules);
         limiter
@@ -171,6 +178,59 @@ impl Limiter {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// Puts global rules' keys behind `gate` from now on; only the first
+    /// gate set counts (false when one was already set).
+    pub fn set_gate(&self, gate: Arc<dyn Gate>) -> bool {
+        self.gate.set(gate).is_ok()
+    }
+
+    fn gate_of(&self, rule: &Rule) -> Option<&Arc<dyn Gate>> {
+        match rule.scope {
+            Scope::Global => self.gate.get(),
+            Scope::Regional => None,
+        }
+    }
+
+    /// One limit's decision: the gate (a global rule's share), then the
+    /// counter; what the gate took goes back when the counter refuses.
+    fn gated(
+        &self,
+        rule: &Rule,
+        counters: &Counters,
+        hash_part: &str,
+        now: Nanos,
+        cost: u64,
+        max_delay: Option<Duration>,
+    ) -> Result<Decision, CheckError> {
+        let gate = self.gate_of(rule);
+        if let Some(g) = gate {
+            if let Err(wait) = g.take(rule, hash_part, cost, now) {
+                return Ok(Decision::deny(rule.limit, wait, now));
+            }
+        }
+        let d = counters
+            .consume_within(hash_part, now, cost, max_delay)
+            .map_err(|_| store_full(&rule.name, self.config.max_keys_per_rule));
+        if let Some(g) = gate {
+            if !matches!(d, Ok(d) if d.allowed) {
+                g.give_back(rule, hash_part, now, cost);
+            }
+        }
+        d
+    }
+
+    /// Gives back what the admitted limits of a denied request consumed.
+    fn refund_all(&self, t: &Tables, applied: &[Applied], cost: u64) {
+        for a in applied.iter().filter(|a| a.decision.allowed) {
+            if let Some(&i) = t.by_name.get(&a.rule.name) {
+                t.counters[i].refund(&a.hash_part, a.decision.at, cost);
+            }
+            if let Some(g) = self.gate_of(&a.rule) {
+                g.give_back(&a.rule, &a.hash_part, a.decision.at, cost);
+            }
+        }
     }
 
     pub fn config(&self) -> LimiterConfig {
@@ -285,20 +345,21 @@ impl Limiter {
         for s in sel.iter() {
             let rule = &t.rules.rules()[s.rule];
             let counters = &t.counters[s.rule];
-            let decision = match counters.consume_within(&s.hash_part, now, cost, max_delay(rule)) {
-                Ok(d) => d,
-                Err(_) => {
-                    refund_all(t, &applied, cost);
-                    return Err(store_full(&rule.name, self.config.max_keys_per_rule));
-                }
-            };
+            let decision =
+                match self.gated(rule, counters, &s.hash_part, now, cost, max_delay(rule)) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.refund_all(t, &applied, cost);
+                        return Err(e);
+                    }
+                };
             applied.push(Applied {
                 rule: rule.clone(),
                 hash_part: s.hash_part.clone(),
                 decision,
             });
             if !decision.allowed && !rule.shadow {
-                refund_all(t, &applied, cost);
+                self.refund_all(t, &applied, cost);
                 return Ok(Verdict {
                     allowed: false,
                     applied,
@@ -327,7 +388,7 @@ impl Limiter {
         cost: u64,
         now: Nanos,
     ) -> Result<Decision, CheckError> {
-        let c = self.counters(rule)?;
+        let (r, c) = self.rule_and_counters(rule)?;
         valid_cost(cost)?;
         let max = c.policy().max_cost();
         if cost > max {
@@ -337,15 +398,25 @@ impl Limiter {
                 max,
             });
         }
-        c.consume(hash_part, now, cost)
-            .map_err(|_| store_full(rule, self.config.max_keys_per_rule))
+        self.gated(&r, &c, hash_part, now, cost, None)
+    }
+
+    fn rule_and_counters(&self, rule: &str) -> Result<(Arc<Rule>, Arc<Counters>), CheckError> {
+        let t = self.tables.load();
+        t.by_name
+            .get(rule)
+            .map(|&i| (t.rules.rules()[i].clone(), t.counters[i].clone()))
+            .ok_or_else(|| Unavailable::UnknownRule(rule.to_string()).into())
     }
 
     /// Gives back what a decision taken at `at` consumed. Unknown rules are
     /// ignored: a rule removed meanwhile has nothing left to refund.
     pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
-        if let Ok(c) = self.counters(rule) {
+        if let Ok((r, c)) = self.rule_and_counters(rule) {
             c.refund(hash_part, at, cost);
+            if let Some(g) = self.gate_of(&r) {
+                g.give_back(&r, hash_part, at, cost);
+            }
         }
     }
 

@@ -345,3 +345,90 @@ fn a_carried_rule_whose_limit_changed_is_decided_not_deadlocked() {
         "the resized limit keeps what the caller spent"
     );
 }
+
+/// A region's share as a gate: `room` units, what was taken and given back.
+#[derive(Default)]
+struct Share {
+    room: std::sync::Mutex<u64>,
+}
+
+impl weir_core::Gate for Share {
+    fn take(&self, _: &weir_core::Rule, _: &str, cost: u64, _: u64) -> Result<(), Duration> {
+        let mut room = self.room.lock().unwrap();
+        if *room < cost {
+            return Err(Duration::from_millis(250));
+        }
+        *room -= cost;
+        Ok(())
+    }
+    fn give_back(&self, _: &weir_core::Rule, _: &str, _: u64, cost: u64) {
+        *self.room.lock().unwrap() += cost;
+    }
+}
+
+const GLOBAL: &str = r#"
+[[rule]]
+name = "global"
+algorithm = "fixed_window"
+limit = 3
+window = "60s"
+scope = "global"
+
+[[rule]]
+name = "per-ip"
+by = "ip"
+algorithm = "fixed_window"
+limit = 1
+window = "60s"
+"#;
+
+#[test]
+fn a_global_rule_admits_only_what_both_its_share_and_its_counter_admit() {
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let l = Limiter::new(
+        RuleSet::from_toml(GLOBAL).unwrap(),
+        clock,
+        LimiterConfig::default(),
+    );
+    let share = Arc::new(Share::default());
+    *share.room.lock().unwrap() = 2;
+    assert!(l.set_gate(share.clone()));
+    let r = |ip: &str| CheckRequest {
+        ip: Some(ip.into()),
+        ..CheckRequest::new("k", "GET /")
+    };
+    assert!(l.check(&r("10.0.0.1")).unwrap().allowed);
+    assert_eq!(*share.room.lock().unwrap(), 1);
+    // Refused by the other limit: the share's unit comes back.
+    assert!(!l.check(&r("10.0.0.1")).unwrap().allowed);
+    assert_eq!(*share.room.lock().unwrap(), 1, "given back");
+    assert!(l.check(&r("10.0.0.2")).unwrap().allowed);
+    // The share is spent: refused though the counter (3) has room.
+    let v = l.check(&r("10.0.0.3")).unwrap();
+    assert!(!v.allowed);
+    assert_eq!(
+        v.applied[0].decision.retry_after,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        l.remaining("global", "k"),
+        Some(1),
+        "the counter was not spent"
+    );
+    // An owner's single op goes through the share too, and its refund.
+    *share.room.lock().unwrap() = 5;
+    let d = l.consume("global", "k", 1, 6_000_000_000_000).unwrap();
+    assert!(d.allowed);
+    assert_eq!(*share.room.lock().unwrap(), 4);
+    l.refund("global", "k", d.at, 1);
+    assert_eq!(*share.room.lock().unwrap(), 5);
+    // The counter refuses (3 spent): the share gets its unit back.
+    l.consume("global", "k", 1, 6_000_000_000_000).unwrap();
+    let d = l.consume("global", "k", 1, 6_000_000_000_000).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(
+        *share.room.lock().unwrap(),
+        4,
+        "given back on a counter refusal"
+    );
+}

@@ -132,6 +132,24 @@ pub struct ServeArgs {
         )
     )]
     pub fallback_cap: Option<u64>,
+    /// This node's region: rules with scope = "global" then hold across every
+    /// region linked through --region-peers (docs/regions.md).
+    #[arg(long, value_name = "NAME")]
+    pub region: Option<String>,
+    /// Peer gRPC addresses of nodes in other regions, comma separated; write
+    /// REGION=HOST:PORT to name a node's region, else it is asked.
+    #[arg(long, value_name = "[REGION=]HOST:PORT,...", value_delimiter = ',')]
+    pub region_peers: Vec<String>,
+    #[arg(
+        long,
+        value_name = "DUR",
+        value_parser = humantime::parse_duration,
+        help = format!(
+            "How often a region reports its use of global keys to their home regions [default: {}]",
+            duration(weir_cluster::regions::RegionConfig::DEFAULT_ROUND)
+        )
+    )]
+    pub region_round: Option<Duration>,
     /// Token for rule writes (PUT /v1/limits); writes are refused without one.
     #[arg(
         long,
@@ -266,6 +284,26 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
     if args.seeds.iter().any(|s| s.trim().is_empty()) {
         return Err("--seeds has an empty entry".into());
     }
+    let region = match (&args.region, args.region_peers.is_empty()) {
+        (Some(name), _) if name.trim().is_empty() => {
+            return Err("--region must not be empty".into())
+        }
+        (Some(name), _) => {
+            if args.region_peers.iter().any(|s| s.trim().is_empty()) {
+                return Err("--region-peers has an empty entry".into());
+            }
+            let mut r = weir_cluster::regions::RegionConfig::new(name.trim());
+            r.peers = args
+                .region_peers
+                .iter()
+                .map(|s| s.trim().to_string())
+                .collect();
+            r.round = nonzero("--region-round", args.region_round, r.round)?;
+            Some(r)
+        }
+        (None, false) => return Err("--region-peers needs --region (this node's region)".into()),
+        (None, true) => None,
+    };
     let config = ServeConfig {
         node_id: args.node_id.clone(),
         http: args.http.unwrap_or(d.http),
@@ -295,6 +333,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),
             secret: secret("--cluster-secret", &args.cluster_secret)?,
             insecure_open: args.insecure_open_cluster,
+            region,
             ..c.clone()
         },
         retry_jitter: args.retry_jitter,

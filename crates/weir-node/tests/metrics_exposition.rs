@@ -32,12 +32,16 @@ async fn exposition() -> (String, String) {
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.toml");
     std::fs::write(&rules, RULES).unwrap();
-    let node = Node::start(ServeConfig {
+    let mut config = ServeConfig {
         rules_file: Some(rules),
         ..ServeConfig::ephemeral()
-    })
-    .await
-    .expect("node starts");
+    };
+    // In a region, so the region metrics are exported too (the named peer
+    // is never called: no rule here is global).
+    let mut region = weir_cluster::regions::RegionConfig::new("a");
+    region.peers = vec!["b=127.0.0.1:1".into()];
+    config.cluster.region = Some(region);
+    let node = Node::start(config).await.expect("node starts");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let base = format!("http://{}", node.http_addr());
     let charge = json!({"key": "cust_1", "route": "POST /v1/charges", "ip": "192.0.2.1"});

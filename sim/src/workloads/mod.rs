@@ -42,6 +42,9 @@ pub enum Workload {
     /// One whale key from every node beside cold keys, under each hot-key
     /// valve (off, lease, shard, local).
     Whale,
+    /// Three regions linked by delaying relays, one global limit, demand
+    /// moving between regions and a cut (its own runner: `crate::regions`).
+    Regions,
 }
 
 impl Workload {
@@ -65,6 +68,7 @@ impl Workload {
             Workload::RetryStorm => "retry-storm",
             Workload::Fault => "fault",
             Workload::Whale => "whale",
+            Workload::Regions => "regions",
         }
     }
 
@@ -80,6 +84,7 @@ impl Workload {
             Workload::RetryStorm => vec![retry_storm::rule()],
             Workload::Fault => vec![fault::rule()],
             Workload::Whale => whale::rules(),
+            Workload::Regions => Vec::new(),
         }
     }
 
@@ -99,6 +104,7 @@ impl Workload {
             ],
             Workload::Fault => vec![fault::plan(p)],
             Workload::Whale => whale::plans(p),
+            Workload::Regions => Vec::new(),
         }
     }
 
@@ -114,6 +120,7 @@ impl Workload {
             Workload::RetryStorm => retry_storm::figures(plan, records, reference),
             Workload::Fault => fault::figures(plan, records, reference),
             Workload::Whale => whale::figures(plan, records, reference),
+            Workload::Regions => Figures::default(),
         }
     }
 }

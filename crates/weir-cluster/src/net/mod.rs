@@ -3,4 +3,5 @@
 pub mod auth;
 pub mod batcher;
 pub mod grpc;
+pub mod regions;
 pub mod server;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{By, Hot, Rule, RuleError, RuleSet, RulesError};
+use super::{By, Hot, Rule, RuleError, RuleSet, RulesError, Scope};
 use crate::algorithm::{AlgorithmKind, Policy};
 use crate::rules::RoutePattern;
 
@@ -238,6 +238,18 @@ fn build(
             "window" => r.window = Some(duration(v).map_err(|e| fail(key, e))?),
             "hot" => r.hot = Some(text(v, MAX_NAME_LEN).map_err(|e| fail(key, e))?),
             "shards" => r.shards = Some(whole(v, 0).map_err(|e| fail(key, e))?),
+            "scope" => {
+                r.scope = match v {
+                    Field::Str("regional") => Scope::Regional,
+                    Field::Str("global") => Scope::Global,
+                    _ => {
+                        return Err(fail(
+                            key,
+                            format!("must be \"regional\" or \"global\", got {}", show(v)),
+                        ))
+                    }
+                }
+            }
             "shadow" => {
                 r.shadow = match v {
                     Field::Bool(b) => b,
@@ -275,6 +287,16 @@ fn build(
         .map_err(|e| fail(e.field, e.reason))?;
     let hot = Hot::parse(r.hot.as_deref(), r.shards, algorithm, r.queue)
         .map_err(|(field, reason)| fail(field, reason))?;
+    if r.scope == Scope::Global && matches!(hot, Hot::Shard(_) | Hot::Local) {
+        // A global key's region share is held by its owner in the region;
+        // sub-counters or per-gateway limits would each need a share.
+        return Err(fail(
+            "scope",
+            "a global rule's keys are decided by their owners: hot may be \"off\" or \"lease\", \
+             not \"shard\" or \"local\""
+                .into(),
+        ));
+    }
     Ok(Rule {
         name: name.into(),
         tier: r.tier,
@@ -289,6 +311,7 @@ fn build(
         shadow: r.shadow,
         hot,
         shard_of: None,
+        scope: r.scope,
         policy,
     })
 }
@@ -308,6 +331,7 @@ struct Draft {
     shadow: bool,
     hot: Option<String>,
     shards: Option<u64>,
+    scope: Scope,
 }
 
 fn valid_name(s: &str) -> bool {

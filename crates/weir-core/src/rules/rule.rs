@@ -23,6 +23,27 @@ impl By {
     }
 }
 
+/// Where a rule's limit holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// Within one region (one weir cluster): every rule's meaning when the
+    /// node runs without regions.
+    #[default]
+    Regional,
+    /// Across every region together: each region enforces the share of the
+    /// limit the key's home region allocates it (docs/regions.md).
+    Global,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Regional => "regional",
+            Scope::Global => "global",
+        }
+    }
+}
+
 /// One validated rule. Build it through [`RuleSet`] parsing; every field has
 /// passed the guards, so a `Rule` in hand always limits.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +65,8 @@ pub struct Rule {
     /// rules are derived from their base when a set is built: never
     /// selected, listed or written out themselves.
     pub shard_of: Option<Arc<str>>,
+    /// Whether the limit holds per region or across all of them.
+    pub scope: Scope,
     pub policy: Policy,
 }
 
@@ -78,6 +101,9 @@ impl Rule {
         if let Hot::Shard(k) = self.hot {
             m.insert("shards".into(), k.into());
         }
+        if self.scope != Scope::Regional {
+            m.insert("scope".into(), self.scope.as_str().into());
+        }
         serde_json::Value::Object(m)
     }
 
@@ -103,6 +129,7 @@ impl Rule {
             // Carried limits are decided at their owner only.
             hot: Hot::Off,
             shard_of: None,
+            scope: Scope::Regional,
             policy,
         })
     }

@@ -409,3 +409,26 @@ shards = 8
         "kept rules do not double their shards"
     );
 }
+
+#[test]
+fn scope_is_regional_unless_a_rule_says_global_and_anything_else_is_refused_by_name() {
+    let base = "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"1s\"";
+    let set = RuleSet::from_toml(&one_rule(base)).unwrap();
+    assert_eq!(set.rules()[0].scope, crate::rules::Scope::Regional);
+    let global = one_rule(&format!("{base}\nscope = \"global\""));
+    let set = RuleSet::from_toml(&global).unwrap();
+    assert_eq!(set.rules()[0].scope, crate::rules::Scope::Global);
+    let back = RuleSet::from_json(&set.to_json().to_string()).unwrap();
+    assert_eq!(
+        back.rules()[0].scope,
+        crate::rules::Scope::Global,
+        "survives the wire"
+    );
+    let e = refused(&one_rule(&format!("{base}\nscope = \"planet\"")));
+    assert_eq!(e.field, "scope");
+    assert!(e.reason.contains("\"planet\""), "{}", e.reason);
+    let e = refused(&one_rule(&format!(
+        "{base}\nscope = \"global\"\nhot = \"shard\""
+    )));
+    assert_eq!(e.field, "scope");
+}

@@ -248,3 +248,31 @@ fn report_turns_other_statuses_into_errors_with_the_field() {
     .unwrap_err();
     assert!(e.contains("400") && e.contains("cost"), "{e}");
 }
+
+/// Apart from the every-flag test: that one picks the divide strategy,
+/// and regions need the owner strategy.
+#[test]
+fn region_flags_land_in_the_config() {
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--region=eu",
+        "--region-peers=us=10.1.0.1:8081, 10.2.0.1:8081",
+        "--region-round=100ms",
+    ])
+    .unwrap();
+    let region = c.cluster.region.as_ref().expect("a region");
+    assert_eq!(region.name, "eu");
+    assert_eq!(region.peers, ["us=10.1.0.1:8081", "10.2.0.1:8081"]);
+    assert_eq!(region.round, Duration::from_millis(100));
+    let e = parse(&["weir", "serve", "--region=eu", "--strategy=gossip"]).unwrap_err();
+    assert!(e.contains("owner strategy"), "{e}");
+}
+
+#[test]
+fn region_peers_without_a_region_are_refused() {
+    let e = parse(&["weir", "serve", "--region-peers=a:1"]).unwrap_err();
+    assert!(e.contains("--region"), "{e}");
+    let e = parse(&["weir", "serve", "--region="]).unwrap_err();
+    assert!(e.contains("--region"), "{e}");
+}

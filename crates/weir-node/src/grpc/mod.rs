@@ -64,11 +64,14 @@ pub async fn serve(
         .max_decoding_message_size(max_bytes);
     // weir.v1.Peer: node-to-node forwarding, behind the cluster secret.
     let peer = state.engine.cluster().map(|c| c.peer_service());
-    let (shared_peer, own_port) = match peer_listener {
-        Some(l) => (None, peer.map(|p| (p, l))),
-        None => (peer, None),
+    // weir.v1.Regions: other regions' calls, beside the peer service and
+    // behind the same secret.
+    let regions = state.engine.cluster().and_then(|c| c.regions_service());
+    let (shared_peer, shared_regions, own_port) = match peer_listener {
+        Some(l) => (None, None, peer.map(|p| (p, regions, l))),
+        None => (peer, regions, None),
     };
-    let peer_task = own_port.map(|(peer, l)| {
+    let peer_task = own_port.map(|(peer, regions, l)| {
         let stop = stop.clone();
         let conns = incoming(&state, l, None, stop.clone());
         tokio::spawn(async move {
@@ -76,7 +79,8 @@ pub async fn serve(
                 .layer(CountRequests)
                 .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
                 .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-                .add_service(peer);
+                .add_service(peer)
+                .add_optional_service(regions);
             if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
                 tracing::error!(error = %e, "gRPC peer server failed");
             }
@@ -89,7 +93,8 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(weir)
         .add_service(envoy)
-        .add_optional_service(shared_peer);
+        .add_optional_service(shared_peer)
+        .add_optional_service(shared_regions);
     if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
         tracing::error!(error = %e, "gRPC server failed");
     }

@@ -60,6 +60,42 @@ pub fn cluster_view(state: &NodeState) -> Value {
         "members": members,
         "stats": stats_view(&s),
         "hot": super::hot::hot_view(state, 5),
+        "region": region_view(cluster),
+    })
+}
+
+/// Global limits as this node sees them: null when it is in no region.
+/// `fallback` is true while a home region has gone unheard and some key is
+/// decided on its static share.
+fn region_view(cluster: &weir_cluster::Cluster) -> Value {
+    let Some(r) = cluster.region_status(10) else {
+        return Value::Null;
+    };
+    let counts = cluster.regional().map(|g| &g.counts);
+    let load = |a: Option<&std::sync::atomic::AtomicU64>| {
+        a.map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    json!({
+        "name": r.region,
+        "regions": r.regions,
+        "ready": !r.regions.is_empty(),
+        "fallback": r.keys_fallback > 0,
+        "keys_in_fallback": r.keys_fallback,
+        "unreachable": r.unreachable.iter().map(|(h, ms)| json!({"region": h, "quiet_ms": ms})).collect::<Vec<_>>(),
+        "allocator_keys": r.allocator_keys,
+        "reports_sent": load(counts.map(|c| &c.reports_sent)),
+        "grants_received": load(counts.map(|c| &c.grants_received)),
+        "calls_failed": load(counts.map(|c| &c.calls_failed)),
+        "keys": r.keys.iter().map(|k| json!({
+            "rule": &*k.rule,
+            "key": k.key.as_str(),
+            "home": &*k.home,
+            "window": k.window,
+            "allocation": k.allocation,
+            "used": k.used,
+            "next": k.next,
+            "mode": k.mode.as_str(),
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -313,7 +313,69 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
         &[("stale", g.stale_dropped), ("seen", g.replayed_dropped)],
     )?;
     encode_owner_path(enc, cluster, &s)?;
-    encode_hot(enc, cluster, &s)
+    encode_hot(enc, cluster, &s)?;
+    encode_region(enc, cluster)
+}
+
+/// Global limits: keys by how they are decided, homes out of reach, and
+/// the rounds' calls. Series are per mode and per region, never per key.
+fn encode_region(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result {
+    let (Some(status), Some(regional)) = (cluster.region_status(0), cluster.regional()) else {
+        return Ok(());
+    };
+    let all = cluster
+        .region_status(usize::MAX)
+        .map_or(0, |s| s.keys.len() as u64);
+    let fallback = status.keys_fallback as u64;
+    gauge(
+        "weir_region_keys",
+        "Global keys this node decides for its region, by how: against the allocation \
+         their home region made (allocated), or against the static share L/regions because \
+         the home has not answered (fallback).",
+    )
+    .labeled(
+        enc,
+        "mode",
+        &[
+            ("allocated", all.saturating_sub(fallback)),
+            ("fallback", fallback),
+        ],
+    )?;
+    // One series per other region: 0 while it answers.
+    let unreachable: Vec<(&str, u64)> = status
+        .regions
+        .iter()
+        .filter(|r| **r != status.region)
+        .map(|r| {
+            let quiet = status.unreachable.iter().find(|(h, _)| h == r);
+            (r.as_str(), quiet.map_or(0, |(_, ms)| *ms))
+        })
+        .collect();
+    gauge(
+        "weir_region_home_unreachable_ms",
+        "Each other region as a home: how long (ms) it has gone unanswered once that passed \
+         three rounds; 0 while it answers.",
+    )
+    .labeled(enc, "region", &unreachable)?;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let c = &regional.counts;
+    counter(
+        "weir_region_reports_total",
+        "Global-key reports: sent to home regions, answered here as home.",
+    )
+    .labeled(
+        enc,
+        "kind",
+        &[
+            ("sent", load(&c.reports_sent)),
+            ("answered", load(&c.reports_answered)),
+        ],
+    )?;
+    counter(
+        "weir_region_calls_failed_total",
+        "Calls to another region that failed or went unanswered.",
+    )
+    .one(enc, load(&c.calls_failed))
 }
 
 /// Hot keys, leases and the two other valves. No series per key: the

@@ -1,0 +1,288 @@
+//! `weir.v1.Regions` over gRPC: the inter-region calls of global limits, client and server, each carrying the cluster secret's token as peer calls do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+use weir_proto::weir::v1::regions_client::RegionsClient;
+use weir_proto::weir::v1::regions_server::Regions;
+use weir_proto::weir::v1::{
+    AllocateRequest, AllocateResponse, HelloRequest, HelloResponse, RegionGrant, RegionReport,
+};
+
+use super::auth::PeerToken;
+use crate::regional::{RegionCallFailed, RegionLink, Regional};
+use crate::regions::{Grant, Report};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub fn report_to_wire(r: &Report) -> RegionReport {
+    RegionReport {
+        rule: r.rule.to_string(),
+        key: r.key.to_string(),
+        window: r.window,
+        used: r.used,
+        received: r.received,
+        released: r.released,
+        allocation: r.allocation,
+        fallback: r.fallback,
+        demand: r.demand,
+        retire: r.retire,
+        holder: r.holder.to_string(),
+        answered: r.answered,
+    }
+}
+
+pub fn report_from_wire(region: &str, r: RegionReport) -> Report {
+    Report {
+        rule: r.rule.into(),
+        key: r.key.into(),
+        region: region.into(),
+        holder: r.holder.into(),
+        window: r.window,
+        used: r.used,
+        received: r.received,
+        released: r.released,
+        allocation: r.allocation,
+        fallback: r.fallback,
+        demand: r.demand,
+        retire: r.retire,
+        answered: r.answered,
+    }
+}
+
+fn grant_to_wire(g: &Grant) -> RegionGrant {
+    RegionGrant {
+        rule: g.rule.to_string(),
+        key: g.key.to_string(),
+        window: g.window,
+        granted: g.granted,
+        target: g.target,
+        at: g.at,
+    }
+}
+
+fn grant_from_wire(g: RegionGrant) -> Grant {
+    Grant {
+        rule: g.rule.into(),
+        key: g.key.into(),
+        window: g.window,
+        granted: g.granted,
+        target: g.target,
+        at: g.at,
+    }
+}
+
+/// Region calls over gRPC, one lazily connected client per address.
+pub struct TonicRegionLink {
+    clients: DashMap<String, RegionsClient<Channel>>,
+    token: Option<PeerToken>,
+}
+
+impl TonicRegionLink {
+    pub fn new(token: Option<PeerToken>) -> Self {
+        TonicRegionLink {
+            clients: DashMap::new(),
+            token,
+        }
+    }
+
+    fn client(&self, addr: &str) -> Result<RegionsClient<Channel>, RegionCallFailed> {
+        if let Some(c) = self.clients.get(addr) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| RegionCallFailed(format!("bad region peer address {addr}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let client = RegionsClient::new(endpoint.connect_lazy());
+        self.clients.insert(addr.to_string(), client.clone());
+        Ok(client)
+    }
+
+    fn request<T>(&self, message: T, deadline: Duration) -> Request<T> {
+        let mut r = Request::new(message);
+        r.set_timeout(deadline);
+        if let Some(t) = &self.token {
+            t.attach(r.metadata_mut());
+        }
+        r
+    }
+}
+
+impl RegionLink for TonicRegionLink {
+    fn allocate(
+        &self,
+        addr: &str,
+        from: &str,
+        reports: Vec<Report>,
+        forwarded: bool,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<Vec<Grant>, RegionCallFailed>> {
+        let client = self.client(addr);
+        let req = self.request(
+            AllocateRequest {
+                region: from.to_string(),
+                reports: reports.iter().map(report_to_wire).collect(),
+                forwarded,
+            },
+            deadline,
+        );
+        let addr = addr.to_string();
+        let forget = self.clients.clone();
+        Box::pin(async move {
+            let mut client = client?;
+            match tokio::time::timeout(deadline, client.allocate(req)).await {
+                Ok(Ok(r)) => Ok(r
+                    .into_inner()
+                    .grants
+                    .into_iter()
+                    .map(grant_from_wire)
+                    .collect()),
+                Ok(Err(s)) => {
+                    // Dial afresh next time: the connection may be stuck.
+                    forget.remove(&addr);
+                    Err(RegionCallFailed(format!(
+                        "{addr}: {:?} {}",
+                        s.code(),
+                        s.message()
+                    )))
+                }
+                Err(_) => Err(RegionCallFailed(format!(
+                    "{addr}: no answer in {deadline:?}"
+                ))),
+            }
+        })
+    }
+
+    fn hello(
+        &self,
+        addr: &str,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<String, RegionCallFailed>> {
+        let client = self.client(addr);
+        let req = self.request(HelloRequest::default(), deadline);
+        let addr = addr.to_string();
+        Box::pin(async move {
+            let mut client = client?;
+            match tokio::time::timeout(deadline, client.hello(req)).await {
+                Ok(Ok(r)) => Ok(r.into_inner().region),
+                Ok(Err(s)) => Err(RegionCallFailed(format!(
+                    "{addr}: {:?} {}",
+                    s.code(),
+                    s.message()
+                ))),
+                Err(_) => Err(RegionCallFailed(format!(
+                    "{addr}: no answer in {deadline:?}"
+                ))),
+            }
+        })
+    }
+}
+
+/// The server side: hands reports to this node's [`Regional`].
+pub struct RegionsService {
+    regional: Arc<Regional>,
+}
+
+impl RegionsService {
+    pub fn new(regional: Arc<Regional>) -> Self {
+        RegionsService { regional }
+    }
+}
+
+#[tonic::async_trait]
+impl Regions for RegionsService {
+    async fn allocate(
+        &self,
+        r: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
+        let req = r.into_inner();
+        // Only a node of this region passes on its own region's reports.
+        if req.region.is_empty() || (req.region == **self.regional.name() && !req.forwarded) {
+            return Err(Status::invalid_argument(
+                "region: a report must name the region it comes from, another than this one",
+            ));
+        }
+        let from: Arc<str> = req.region.as_str().into();
+        let reports = req
+            .reports
+            .into_iter()
+            .map(|x| report_from_wire(&req.region, x))
+            .collect();
+        let grants = self.regional.answer(&from, reports, req.forwarded).await;
+        Ok(Response::new(AllocateResponse {
+            region: self.regional.name().to_string(),
+            grants: grants.iter().map(grant_to_wire).collect(),
+        }))
+    }
+
+    async fn hello(&self, _r: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
+        Ok(Response::new(HelloResponse {
+            region: self.regional.name().to_string(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nowhere;
+
+    impl RegionLink for Nowhere {
+        fn allocate(
+            &self,
+            _: &str,
+            _: &str,
+            _: Vec<Report>,
+            _: bool,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<Vec<Grant>, RegionCallFailed>> {
+            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
+        }
+        fn hello(
+            &self,
+            _: &str,
+            _: Duration,
+        ) -> BoxFuture<'static, Result<String, RegionCallFailed>> {
+            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
+        }
+    }
+
+    fn reports(region: &str, forwarded: bool) -> Request<AllocateRequest> {
+        Request::new(AllocateRequest {
+            region: region.into(),
+            reports: vec![RegionReport {
+                rule: "g".into(),
+                key: "k".into(),
+                window: 100,
+                demand: 50,
+                ..RegionReport::default()
+            }],
+            forwarded,
+        })
+    }
+
+    #[tokio::test]
+    async fn only_reports_from_another_region_or_passed_on_inside_this_one_are_answered() {
+        let r = crate::regional::tests::regional(&["b=10.0.0.1:1"], Arc::new(Nowhere));
+        let s = RegionsService::new(r);
+        let own = s.allocate(reports("a", false)).await.unwrap_err();
+        assert_eq!(own.code(), tonic::Code::InvalidArgument);
+        let unnamed = s.allocate(reports("", false)).await.unwrap_err();
+        assert_eq!(unnamed.code(), tonic::Code::InvalidArgument);
+        let answer = s.allocate(reports("b", false)).await.unwrap().into_inner();
+        assert_eq!(answer.region, "a");
+        assert_eq!(
+            answer.grants.len(),
+            1,
+            "this node owns the key: its allocator answers"
+        );
+        let passed = s.allocate(reports("a", true)).await.unwrap().into_inner();
+        assert_eq!(passed.grants.len(), 1);
+    }
+}

@@ -1,0 +1,123 @@
+//! Two regions of one node each, linked through relays: a global limit holds across both, and a cut region falls back visibly.
+
+use std::time::Duration;
+
+use serde_json::json;
+use weir_node::ServeConfig;
+use weir_tests::{cluster_member, metric_value, wait_until, Relay, TestNode};
+
+fn rules(window: &str, limit: u64) -> String {
+    format!(
+        "[[rule]]\nname = \"global\"\nalgorithm = \"fixed_window\"\nlimit = {limit}\nwindow = \"{window}\"\nscope = \"global\"\n"
+    )
+}
+
+fn in_region(c: &mut ServeConfig, id: &str, region: &str, peer: &str) {
+    cluster_member(c, id, None);
+    let mut r = weir_cluster::regions::RegionConfig::new(region);
+    r.peers = vec![peer.to_string()];
+    r.round = Duration::from_millis(50);
+    c.cluster.region = Some(r);
+}
+
+/// Regions `a` and `b`; a's peer named, b's asked for its region.
+async fn two_regions(rules: &str) -> (TestNode, TestNode, Relay, Relay) {
+    let (to_a, to_b) = (Relay::start().await, Relay::start().await);
+    let b_peer = to_b.addr.to_string();
+    let a = TestNode::start(rules, |c| {
+        in_region(c, "node-a", "a", &format!("b={b_peer}"))
+    })
+    .await;
+    let b = TestNode::start(rules, |c| {
+        in_region(c, "node-b", "b", &to_a.addr.to_string())
+    })
+    .await;
+    to_a.point_at(a.node().grpc_addr());
+    to_b.point_at(b.node().grpc_addr());
+    for n in [&a, &b] {
+        wait_until("both regions known", || async {
+            n.get_json("/v1/cluster").await["region"]["ready"] == true
+        })
+        .await;
+    }
+    (a, b, to_a, to_b)
+}
+
+fn key_homed_in(region: &str) -> String {
+    (0..)
+        .map(|i| format!("cust-{i}"))
+        .find(|k| weir_cluster::regions::home::home(k, &["a", "b"]) == Some(region))
+        .unwrap()
+}
+
+async fn allowed(n: &TestNode, key: &str) -> bool {
+    let res = n.check(json!({"key": key, "route": "GET /x"})).await;
+    match res.status().as_u16() {
+        200 => true,
+        429 => false,
+        s => panic!("status {s}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_regions_together_admit_no_more_than_the_global_limit() {
+    // One window of an hour: the whole test sits in one or two windows.
+    let (a, b, _ra, _rb) = two_regions(&rules("3600s", 200)).await;
+    let key = key_homed_in("b");
+    let window = || weir_tests::unix_secs() / 3600;
+    let start = window();
+    let mut admitted = 0;
+    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
+    // Both regions ask until the limit is spent: at the start each holds
+    // only its floor, then shares follow demand round by round.
+    while admitted < 200 && tokio::time::Instant::now() < give_up {
+        for n in [&a, &b] {
+            admitted += usize::from(allowed(n, &key).await);
+        }
+    }
+    for _ in 0..100 {
+        for n in [&a, &b] {
+            admitted += usize::from(allowed(n, &key).await);
+        }
+    }
+    if window() == start {
+        assert_eq!(admitted, 200, "exactly the global limit, over two regions");
+    }
+    let doc = a.get_json("/v1/cluster").await;
+    assert_eq!(doc["region"]["regions"], json!(["a", "b"]));
+    assert_eq!(doc["region"]["keys"][0]["home"], "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_from_a_keys_home_falls_back_and_says_so() {
+    let (a, b, _to_a, to_b) = two_regions(&rules("1s", 100)).await;
+    let key = key_homed_in("b");
+    wait_until("a holds an allocation from b", || async {
+        allowed(&a, &key).await;
+        let doc = a.get_json("/v1/cluster").await;
+        doc["region"]["grants_received"].as_u64() > Some(0)
+            && doc["region"]["keys"][0]["allocation"].as_u64() > Some(2)
+    })
+    .await;
+    to_b.set_cut(true);
+    wait_until("a falls back to its static share", || async {
+        allowed(&a, &key).await;
+        let doc = a.get_json("/v1/cluster").await;
+        doc["region"]["fallback"] == true
+            && doc["region"]["unreachable"][0]["region"] == "b"
+            && doc["region"]["keys"][0]["allocation"] == 50
+    })
+    .await;
+    let m = a.metrics().await;
+    assert_eq!(
+        metric_value(&m, "weir_region_keys{mode=\"fallback\"}"),
+        Some(1.0)
+    );
+    to_b.set_cut(false);
+    wait_until("a is back on its allocation", || async {
+        allowed(&a, &key).await;
+        a.get_json("/v1/cluster").await["region"]["fallback"] == false
+    })
+    .await;
+    drop(b);
+}
