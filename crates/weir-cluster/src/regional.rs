@@ -19,7 +19,7 @@ use weir_core::{Gate, Limiter, Nanos, Rule, Scope};
 
 use crate::regions::allocator::{Allocator, Budget};
 use crate::regions::holder::{Holder, KeyStatus, Mode};
-use crate::regions::home::home;
+use crate::regions::home;
 use crate::regions::{nanos, Grant, RegionConfig, Report};
 use crate::topology::routing::Routing;
 
@@ -394,17 +394,11 @@ impl Gate for RegionGate {
         let Some(ready) = r.ready.get() else {
             return Err(r.config.round);
         };
-        let names: Vec<&str> = ready.regions.iter().map(|s| &**s).collect();
-        let home_name = home(hash_part, &names).unwrap_or(&r.me);
-        let home = ready
-            .regions
-            .iter()
-            .find(|x| &***x == home_name)
-            .cloned()
-            .unwrap_or_else(|| r.me.clone());
+        // `regions` is sorted and deduplicated, and holds this region.
+        let home = &ready.regions[home::index(hash_part, ready.regions.len())];
         ready
             .holder
-            .take((&rule.name, hash_part), &home, budget(rule), cost, now)
+            .take((&rule.name, hash_part), home, budget(rule), cost, now)
     }
 
     fn give_back(&self, rule: &Rule, hash_part: &str, at: Nanos, cost: u64) {
