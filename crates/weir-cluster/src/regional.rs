@@ -168,7 +168,7 @@ impl Regional {
         regions.dedup();
         let now = self.limiter.now();
         let _ = self.ready.set(Ready {
-            holder: Holder::new(self.config.clone(), self.routing.me(), regions.len(), now),
+            holder: Holder::new(self.config.clone(), self.routing.me(), &regions, now),
             allocator: Allocator::new(self.config.clone(), &regions),
             regions: regions.clone(),
         });

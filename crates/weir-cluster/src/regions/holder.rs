@@ -14,12 +14,12 @@
 //! allocation until it ends. A key the home never answered for stays on
 //! its floor: the home holds nothing more for a region it never heard.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use compact_str::CompactString;
 use dashmap::DashMap;
-use parking_lot::Mutex;
 use weir_core::Nanos;
 
 use super::allocator::Budget;
@@ -51,6 +51,18 @@ struct Hold {
 }
 
 impl Hold {
+    /// Window `w` as held now (nothing yet when it has no books).
+    fn get(&self, w: u64) -> Win {
+        self.windows
+            .iter()
+            .find(|x| x.window == w)
+            .copied()
+            .unwrap_or(Win {
+                window: w,
+                ..Win::default()
+            })
+    }
+
     fn win(&mut self, w: u64) -> &mut Win {
         match self.windows.iter().position(|x| x.window == w) {
             Some(i) => &mut self.windows[i],
@@ -104,22 +116,29 @@ pub struct Holder {
     node: Arc<str>,
     regions: usize,
     keys: DashMap<KeyId, Hold, foldhash::fast::RandomState>,
-    /// When each home region last answered.
-    answered: Mutex<Vec<(Arc<str>, Nanos)>>,
+    /// When each region last answered as a home (from `started`), read on
+    /// every check: one atomic per region, no lock.
+    answered: Box<[(Arc<str>, AtomicU64)]>,
     started: Nanos,
 }
 
 impl Holder {
-    /// `regions`: how many regions share each global limit; `now`: start,
-    /// counted as the homes' last answer so a region starting alone does not
-    /// fall back at once.
-    pub fn new(config: RegionConfig, node: &str, regions: usize, now: Nanos) -> Self {
+    /// `regions`: every region sharing the global limits (the homes);
+    /// `now`: start, counted as the homes' last answer so a region starting
+    /// alone does not fall back at once.
+    pub fn new(config: RegionConfig, node: &str, regions: &[Arc<str>], now: Nanos) -> Self {
+        let mut homes = regions.to_vec();
+        homes.sort();
+        homes.dedup();
         Holder {
             config,
             node: node.into(),
-            regions: regions.max(1),
+            regions: homes.len().max(1),
             keys: DashMap::default(),
-            answered: Mutex::new(Vec::new()),
+            answered: homes
+                .into_iter()
+                .map(|h| (h, AtomicU64::new(now)))
+                .collect(),
             started: now,
         }
     }
@@ -128,12 +147,18 @@ impl Holder {
         &self.config
     }
 
-    fn last_answer(&self, home: &str) -> Nanos {
+    fn answered_at(&self, home: &str) -> Option<&AtomicU64> {
         self.answered
-            .lock()
             .iter()
             .find(|(h, _)| &**h == home)
-            .map_or(self.started, |(_, t)| *t)
+            .map(|(_, t)| t)
+    }
+
+    /// When `home` last answered (start when never; a home that is not
+    /// one of the regions never does).
+    fn last_answer(&self, home: &str) -> Nanos {
+        self.answered_at(home)
+            .map_or(self.started, |t| t.load(Ordering::Relaxed))
     }
 
     /// Whether window `w` of a key is decided on the static share.
@@ -207,13 +232,6 @@ impl Holder {
     pub fn reports(&self, now: Nanos) -> Vec<(Arc<str>, Report)> {
         let round = nanos(self.config.round).max(1);
         let mut out = Vec::new();
-        let answered = self.answered.lock().clone();
-        let last_of = |home: &str| {
-            answered
-                .iter()
-                .find(|(h, _)| &**h == home)
-                .map_or(self.started, |(_, t)| *t)
-        };
         self.keys.retain(|(rule, key), h| {
             let window = h.budget.window.max(1);
             let w = now / window;
@@ -241,7 +259,7 @@ impl Holder {
             }
             h.windows.retain(|x| x.window >= w);
             let demand = std::mem::take(&mut h.wanted);
-            let last = last_of(&h.home);
+            let last = self.last_answer(&h.home);
             for x in [w, w + 1] {
                 let end = (x + 1).saturating_mul(window);
                 let rounds_left = end.saturating_sub(now).div_ceil(round);
@@ -291,13 +309,7 @@ impl Holder {
 
     /// Takes a grant from `home`, answered at `now`.
     pub fn granted(&self, home: &Arc<str>, g: &Grant, now: Nanos) {
-        {
-            let mut answered = self.answered.lock();
-            match answered.iter_mut().find(|(h, _)| h == home) {
-                Some((_, t)) => *t = (*t).max(now),
-                None => answered.push((home.clone(), now)),
-            }
-        }
+        self.heard_from(home, now);
         let Some(mut h) = self.keys.get_mut(&(g.rule.clone(), g.key.clone())) else {
             return;
         };
@@ -317,42 +329,19 @@ impl Holder {
     /// A home answered a round without grants (nothing of its keys is
     /// held here, or every report was stale): it is reachable.
     pub fn heard_from(&self, home: &Arc<str>, now: Nanos) {
-        let mut answered = self.answered.lock();
-        match answered.iter_mut().find(|(h, _)| h == home) {
-            Some((_, t)) => *t = (*t).max(now),
-            None => answered.push((home.clone(), now)),
+        if let Some(t) = self.answered_at(home) {
+            t.fetch_max(now, Ordering::Relaxed);
         }
     }
 
     /// Every key held here, for its current window.
     pub fn status(&self, now: Nanos) -> Vec<KeyStatus> {
-        let answered = self.answered.lock().clone();
         let mut out = Vec::new();
         for e in self.keys.iter() {
             let h = e.value();
-            let last = answered
-                .iter()
-                .find(|(x, _)| *x == h.home)
-                .map_or(self.started, |(_, t)| *t);
+            let last = self.last_answer(&h.home);
             let w = now / h.budget.window.max(1);
-            let x = h
-                .windows
-                .iter()
-                .find(|x| x.window == w)
-                .copied()
-                .unwrap_or(Win {
-                    window: w,
-                    ..Win::default()
-                });
-            let y = h
-                .windows
-                .iter()
-                .find(|x| x.window == w + 1)
-                .copied()
-                .unwrap_or(Win {
-                    window: w + 1,
-                    ..Win::default()
-                });
+            let (x, y) = (h.get(w), h.get(w + 1));
             out.push(KeyStatus {
                 next: self.allocation(h, &y, last),
                 rule: e.key().0.clone(),
@@ -377,16 +366,7 @@ impl Holder {
             return 0;
         };
         let last = self.last_answer(&h.home);
-        let x = h
-            .windows
-            .iter()
-            .find(|x| x.window == w)
-            .copied()
-            .unwrap_or(Win {
-                window: w,
-                ..Win::default()
-            });
-        self.allocation(&h, &x, last)
+        self.allocation(&h, &h.get(w), last)
     }
 
     /// Homes that have not answered for `silent_after` (a cut, as this

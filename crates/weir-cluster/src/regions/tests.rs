@@ -62,7 +62,7 @@ impl Net {
                         ..config.clone()
                     },
                     "node",
-                    names.len(),
+                    &names,
                     0,
                 ),
                 delay: delays[i],
