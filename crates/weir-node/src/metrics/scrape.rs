@@ -323,9 +323,7 @@ fn encode_region(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result 
     let (Some(status), Some(regional)) = (cluster.region_status(0), cluster.regional()) else {
         return Ok(());
     };
-    let all = cluster
-        .region_status(usize::MAX)
-        .map_or(0, |s| s.keys.len() as u64);
+    let all = status.keys_total as u64;
     let fallback = status.keys_fallback as u64;
     gauge(
         "weir_region_keys",
