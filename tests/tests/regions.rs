@@ -12,24 +12,30 @@ fn rules(window: &str, limit: u64) -> String {
     )
 }
 
-fn in_region(c: &mut ServeConfig, id: &str, region: &str, peer: &str) {
+/// A short round, so the tests move quickly; each guarantee is also
+/// tested at the default round (`RegionConfig::DEFAULT_ROUND`).
+const QUICK: Duration = Duration::from_millis(50);
+const DEFAULT: Duration = weir_cluster::regions::RegionConfig::DEFAULT_ROUND;
+
+fn in_region(c: &mut ServeConfig, id: &str, region: &str, peer: &str, round: Duration) {
     cluster_member(c, id, None);
     let mut r = weir_cluster::regions::RegionConfig::new(region);
     r.peers = vec![peer.to_string()];
-    r.round = Duration::from_millis(50);
+    r.round = round;
     c.cluster.region = Some(r);
 }
 
-/// Regions `a` and `b`; a's peer named, b's asked for its region.
-async fn two_regions(rules: &str) -> (TestNode, TestNode, Relay, Relay) {
+/// Regions `a` and `b`, reporting every `round`; a's peer named, b's asked
+/// for its region.
+async fn two_regions(rules: &str, round: Duration) -> (TestNode, TestNode, Relay, Relay) {
     let (to_a, to_b) = (Relay::start().await, Relay::start().await);
     let b_peer = to_b.addr.to_string();
     let a = TestNode::start(rules, |c| {
-        in_region(c, "node-a", "a", &format!("b={b_peer}"))
+        in_region(c, "node-a", "a", &format!("b={b_peer}"), round)
     })
     .await;
     let b = TestNode::start(rules, |c| {
-        in_region(c, "node-b", "b", &to_a.addr.to_string())
+        in_region(c, "node-b", "b", &to_a.addr.to_string(), round)
     })
     .await;
     to_a.point_at(a.node().grpc_addr());
@@ -61,8 +67,17 @@ async fn allowed(n: &TestNode, key: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_regions_together_admit_no_more_than_the_global_limit() {
+    together_no_more_than_the_limit(QUICK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_regions_together_admit_no_more_than_the_global_limit_at_the_default_round() {
+    together_no_more_than_the_limit(DEFAULT).await;
+}
+
+async fn together_no_more_than_the_limit(round: Duration) {
     // One window of an hour: the whole test sits in one or two windows.
-    let (a, b, _ra, _rb) = two_regions(&rules("3600s", 200)).await;
+    let (a, b, _ra, _rb) = two_regions(&rules("3600s", 200), round).await;
     let key = key_homed_in("b");
     let window = || weir_tests::unix_secs() / 3600;
     let start = window();
@@ -90,7 +105,16 @@ async fn both_regions_together_admit_no_more_than_the_global_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_cut_from_a_keys_home_falls_back_and_says_so() {
-    let (a, b, _to_a, to_b) = two_regions(&rules("1s", 100)).await;
+    cut_region_falls_back(QUICK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_from_a_keys_home_falls_back_and_says_so_at_the_default_round() {
+    cut_region_falls_back(DEFAULT).await;
+}
+
+async fn cut_region_falls_back(round: Duration) {
+    let (a, b, _to_a, to_b) = two_regions(&rules("1s", 100), round).await;
     let key = key_homed_in("b");
     wait_until("a holds an allocation from b", || async {
         allowed(&a, &key).await;
