@@ -418,8 +418,9 @@ pub(crate) mod tests {
     use crate::topology::membership::NodeIdentity;
     use crate::topology::ring::Ring;
 
-    /// Peers that say they are in region `b`, or say nothing.
-    struct Says(Option<&'static str>);
+    /// Peers that say they are in region `b`, or say nothing; none answers
+    /// a report.
+    pub(crate) struct Says(pub(crate) Option<&'static str>);
 
     impl RegionLink for Says {
         fn allocate(

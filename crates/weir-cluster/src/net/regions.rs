@@ -230,28 +230,7 @@ impl Regions for RegionsService {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Nowhere;
-
-    impl RegionLink for Nowhere {
-        fn allocate(
-            &self,
-            _: &str,
-            _: &str,
-            _: Vec<Report>,
-            _: bool,
-            _: Duration,
-        ) -> BoxFuture<'static, Result<Vec<Grant>, RegionCallFailed>> {
-            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
-        }
-        fn hello(
-            &self,
-            _: &str,
-            _: Duration,
-        ) -> BoxFuture<'static, Result<String, RegionCallFailed>> {
-            Box::pin(async { Err(RegionCallFailed("nowhere".into())) })
-        }
-    }
+    use crate::regional::tests::Says;
 
     fn reports(region: &str, forwarded: bool) -> Request<AllocateRequest> {
         Request::new(AllocateRequest {
@@ -269,7 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_reports_from_another_region_or_passed_on_inside_this_one_are_answered() {
-        let r = crate::regional::tests::regional(&["b=10.0.0.1:1"], Arc::new(Nowhere));
+        let r = crate::regional::tests::regional(&["b=10.0.0.1:1"], Arc::new(Says(None)));
         let s = RegionsService::new(r);
         let own = s.allocate(reports("a", false)).await.unwrap_err();
         assert_eq!(own.code(), tonic::Code::InvalidArgument);
