@@ -78,14 +78,15 @@ fn grant_from_wire(g: RegionGrant) -> Grant {
 
 /// Region calls over gRPC, one lazily connected client per address.
 pub struct TonicRegionLink {
-    clients: DashMap<String, RegionsClient<Channel>>,
+    /// Shared with each call's future, which drops a failed connection.
+    clients: Arc<DashMap<String, RegionsClient<Channel>>>,
     token: Option<PeerToken>,
 }
 
 impl TonicRegionLink {
     pub fn new(token: Option<PeerToken>) -> Self {
         TonicRegionLink {
-            clients: DashMap::new(),
+            clients: Arc::default(),
             token,
         }
     }
@@ -244,6 +245,26 @@ mod tests {
             }],
             forwarded,
         })
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_drops_its_connection_so_the_next_dials_afresh() {
+        // Nothing listens on port 1: the call fails outright.
+        let link = TonicRegionLink::new(None);
+        let failed = link
+            .allocate(
+                "127.0.0.1:1",
+                "b",
+                Vec::new(),
+                false,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(failed.is_err());
+        assert!(
+            link.clients.get("127.0.0.1:1").is_none(),
+            "the failed connection is forgotten"
+        );
     }
 
     #[tokio::test]
