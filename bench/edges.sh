@@ -14,7 +14,7 @@
 # each round (the sums over its pairs) and the worst and best round, the
 # servers' CPU per request, and the load average.
 #
-#   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, ~16 minutes
+#   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, ~10 minutes
 #   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
@@ -185,5 +185,8 @@ awk -F'\t' '
               printf "%-32s %s\n", k, cells } }
 ' "$OUT/results.tsv"
 echo
-echo "node counts (every check above should be allowed or denied, none invalid or unavailable):"
-curl -s "http://$NODE_HTTP/metrics" | grep '^weir_checks_total'
+echo "node counts (every check above allowed or denied, none invalid or unavailable):"
+counts=$(curl -s "http://$NODE_HTTP/metrics" | grep '^weir_checks_total')
+echo "$counts"
+failed=$(awk '/verdict="(invalid|unavailable)"/ { s += $NF } END { print s + 0 }' <<<"$counts")
+[ "$failed" = 0 ] || { echo "edges.sh: the node answered $failed checks invalid or unavailable: the figures above are not of its decisions" >&2; exit 1; }

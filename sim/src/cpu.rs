@@ -1,13 +1,16 @@
-//! CPU time each node process used, read from /proc, for the share of the cluster's work one node did.
+//! CPU time of processes, read from /proc: what each node used, for the share of the cluster's work one node did, and what the bench's node and generator used.
 
 /// User plus system clock ticks `pid` has used, if /proc has it.
 pub fn ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: fields are counted after
-    // its closing parenthesis.
+    process_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime + stime from a /proc/PID/stat line. The command name (field 2)
+/// may hold spaces and parentheses, so fields are counted from its last
+/// ')': utime and stime, fields 14 and 15 of the line, are 12 and 13 there.
+fn process_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
@@ -38,5 +41,12 @@ mod tests {
         let share = busiest_share(&[Some(10), Some(0), None], &[Some(40), Some(10), Some(5)]);
         assert_eq!(share, Some(0.75));
         assert_eq!(busiest_share(&[Some(1)], &[Some(1)]), None);
+    }
+
+    #[test]
+    fn process_time_is_counted_past_a_name_with_spaces_and_parens() {
+        let stat = "42 (bench gen) (x)) S 1 42 42 0 -1 4194304 10 0 0 0 170 30 0 0 20 0 4 0 9 0 0";
+        assert_eq!(process_ticks(stat), Some(200));
+        assert_eq!(process_ticks("42 (cut short) S 1"), None);
     }
 }

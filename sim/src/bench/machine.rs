@@ -80,20 +80,8 @@ fn busy_ticks(stat: &str) -> Option<f64> {
 
 /// CPU seconds (user + system) a process (None: this one) has used so far.
 pub(super) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let path = match pid {
-        Some(p) => format!("/proc/{p}/stat"),
-        None => "/proc/self/stat".to_owned(),
-    };
-    let stat = std::fs::read_to_string(path).ok()?;
-    Some(process_ticks(&stat)? / clock_ticks())
-}
-
-/// utime + stime from /proc/PID/stat. The command name before them may hold
-/// spaces and parentheses, so fields are counted from its last ')'.
-fn process_ticks(stat: &str) -> Option<f64> {
-    let after = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+    let ticks = crate::cpu::ticks(pid.unwrap_or_else(std::process::id))?;
+    Some(ticks as f64 / clock_ticks())
 }
 
 /// Ticks per second of /proc's CPU times.
@@ -117,13 +105,6 @@ mod tests {
         let stat = "cpu  100 5 50 9000 40 3 2 1 0 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n";
         assert_eq!(busy_ticks(stat), Some(100.0 + 5.0 + 50.0 + 3.0 + 2.0 + 1.0));
         assert_eq!(busy_ticks("cpu  1 2 3\n"), None);
-    }
-
-    #[test]
-    fn process_time_is_counted_past_a_name_with_spaces_and_parens() {
-        let stat = "42 (bench gen) (x)) S 1 42 42 0 -1 4194304 10 0 0 0 170 30 0 0 20 0 4 0 9 0 0";
-        assert_eq!(process_ticks(stat), Some(200.0));
-        assert_eq!(process_ticks("42 (cut short) S 1"), None);
     }
 
     #[test]

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{admitted_per_key, any_node, reference_per_key, Figures, Params, Plan, Workload};
+use super::{
+    admitted_per_key, any_node, p99_ms, reference_per_key, Figures, Params, Plan, Workload,
+};
 use crate::load::Record;
 use crate::rules::RuleSpec;
 
@@ -51,26 +53,12 @@ pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let a = admitted_per_key(plan, records);
     let r = reference_per_key(plan, records, reference);
     let ratio = a[0] as f64 / r[0].max(1) as f64;
-    let p99 = |hot: bool| {
-        let mut v: Vec<u64> = records
-            .iter()
-            .filter(|x| (x.key == 0) == hot)
-            .map(|x| x.latency_ns)
-            .collect();
-        v.sort_unstable();
-        v.get((v.len() as f64 * 0.99) as usize)
-            .or(v.last())
-            .map_or(0.0, |&ns| ns as f64 / 1e6)
-    };
+    let (hot, cold): (Vec<&Record>, Vec<&Record>) = records.iter().partition(|x| x.key == 0);
+    let (hot, cold) = (p99_ms(hot), p99_ms(cold));
     let mut f = Figures::default();
     f.set("hot_admitted_vs_reference", ratio);
-    f.set("hot_p99_ms", p99(true));
-    f.set("cold_p99_ms", p99(false));
-    f.note = format!(
-        "hot key {:.2}x ref; p99 hot {:.1}ms, cold {:.1}ms",
-        ratio,
-        p99(true),
-        p99(false)
-    );
+    f.set("hot_p99_ms", hot);
+    f.set("cold_p99_ms", cold);
+    f.note = format!("hot key {ratio:.2}x ref; p99 hot {hot:.1}ms, cold {cold:.1}ms");
     f
 }

@@ -306,6 +306,15 @@ pub fn spaced(count: usize, span: Duration) -> impl Iterator<Item = Duration> {
     (0..count).map(move |i| span.mul_f64(i as f64 / count.max(1) as f64))
 }
 
+/// The 99th percentile latency of `records`, in milliseconds; 0 for none.
+pub fn p99_ms<'a>(records: impl IntoIterator<Item = &'a Record>) -> f64 {
+    let mut v: Vec<u64> = records.into_iter().map(|x| x.latency_ns).collect();
+    v.sort_unstable();
+    v.get((v.len() as f64 * 0.99) as usize)
+        .or(v.last())
+        .map_or(0.0, |&ns| ns as f64 / 1e6)
+}
+
 /// A uniformly random node.
 pub fn any_node(rng: &mut StdRng, nodes: usize) -> usize {
     rng.random_range(0..nodes.max(1))

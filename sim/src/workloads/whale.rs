@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{admitted_per_key, any_node, reference_per_key, Figures, Params, Plan, Workload};
+use super::{
+    admitted_per_key, any_node, p99_ms, reference_per_key, Figures, Params, Plan, Workload,
+};
 use crate::load::Record;
 use crate::rules::RuleSpec;
 
@@ -95,18 +97,6 @@ fn plan(p: &Params, variant: &str, rule: RuleSpec) -> Plan {
     plan.finish()
 }
 
-fn p99_ms(records: &[Record], whale: bool) -> f64 {
-    let mut v: Vec<u64> = records
-        .iter()
-        .filter(|x| (x.key == 0) == whale)
-        .map(|x| x.latency_ns)
-        .collect();
-    v.sort_unstable();
-    v.get((v.len() as f64 * 0.99) as usize)
-        .or(v.last())
-        .map_or(0.0, |&ns| ns as f64 / 1e6)
-}
-
 /// The whale against the reference (as a share of L), and its latency
 /// against the cold keys'.
 pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
@@ -115,7 +105,8 @@ pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let of_l = |n: u64| 100.0 * n as f64 / LIMIT as f64;
     let over = of_l(a[0].saturating_sub(r[0]));
     let under = of_l(r[0].saturating_sub(a[0]));
-    let (hot, cold) = (p99_ms(records, true), p99_ms(records, false));
+    let (whale, cold): (Vec<&Record>, Vec<&Record>) = records.iter().partition(|x| x.key == 0);
+    let (hot, cold) = (p99_ms(whale), p99_ms(cold));
     // Denied while the exact reference still had budget: where the valves
     // that split L into parts err, one part running dry before the others.
     let early = records
