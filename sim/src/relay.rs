@@ -48,7 +48,7 @@ impl Relay {
                         continue;
                     }
                     let Some(to) = to else { continue };
-                    let tasks2 = tasks.clone();
+                    let (tasks2, cut2) = (tasks.clone(), cut.clone());
                     let t = tokio::spawn(async move {
                         let Ok(outbound) = TcpStream::connect(to).await else {
                             return;
@@ -59,7 +59,14 @@ impl Relay {
                         let (or, ow) = outbound.into_split();
                         let mut handles = pipe(ir, ow, delay);
                         handles.extend(pipe(or, iw, delay));
-                        tasks2.lock().expect("relay lock").extend(handles);
+                        // Checked under the lock a cut drains: a cut that
+                        // came while this connected finds nothing to drain.
+                        let mut tasks = tasks2.lock().expect("relay lock");
+                        if cut2.load(Ordering::SeqCst) {
+                            handles.iter().for_each(AbortHandle::abort);
+                        } else {
+                            tasks.extend(handles);
+                        }
                     });
                     tasks.lock().expect("relay lock").push(t.abort_handle());
                 }

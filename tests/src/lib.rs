@@ -321,7 +321,14 @@ impl Relay {
                             let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
                         }
                     });
-                    conns.lock().unwrap().push(task.abort_handle());
+                    // Checked again under the lock a cut drains, so a cut
+                    // since the check above leaves no connection behind.
+                    let mut conns = conns.lock().unwrap();
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        task.abort();
+                    } else {
+                        conns.push(task.abort_handle());
+                    }
                 }
             })
         };
