@@ -125,6 +125,16 @@ impl GossipCounts {
             .local
             .entry((rule.clone(), CompactString::new(key)))
             .or_default();
+        if w < slot.window {
+            // Decided just before a boundary but recorded after a check
+            // decided past it: it belongs to the previous window, which
+            // must not replace the current one (losing its count).
+            if w + 1 == slot.window {
+                slot.prev += cost;
+                slot.prev_dirty = true;
+            }
+            return;
+        }
         if slot.window != w {
             let follows = slot.window + 1 == w;
             *slot = Local {
@@ -283,6 +293,22 @@ mod tests {
         let peer = GossipCounts::default();
         peer.apply("n", &g_deltas(&sent), any, 10);
         assert_eq!(heard_at(&peer, 11), (1, 5));
+    }
+
+    #[test]
+    fn an_admission_recorded_after_the_boundary_it_preceded_keeps_both_windows() {
+        let g = GossipCounts::default();
+        let rule: Arc<str> = Arc::from("r");
+        // Two checks either side of the boundary, recorded in reverse order.
+        g.admitted(&rule, "k", 11 * W, W, 1);
+        g.admitted(&rule, "k", 11 * W - 1, W, 2);
+        let mut sent: Vec<(u64, u64)> =
+            g.take_dirty().iter().map(|d| (d.window, d.count)).collect();
+        sent.sort_unstable();
+        assert_eq!(sent, [(10, 2), (11, 1)]);
+        g.admitted(&rule, "k", 11 * W + 1, W, 4);
+        let sent: Vec<(u64, u64)> = g.take_dirty().iter().map(|d| (d.window, d.count)).collect();
+        assert_eq!(sent, [(11, 5)], "the current window's count was kept");
     }
 
     fn g_deltas(sent: &[(u64, u64)]) -> Vec<CountDelta> {

@@ -92,8 +92,8 @@ impl Rules {
         &self,
         write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        let set = write_signed(&self.install, &self.limiter, self.routing.me(), write)?;
-        (self.on_change)(&set);
+        let me = self.routing.me();
+        let set = write_signed(&self.install, &self.limiter, me, write, &*self.on_change)?;
         self.push(to_wire(&set));
         Ok(set)
     }
@@ -145,7 +145,7 @@ impl Rules {
     /// invalid set is refused whole and changes nothing.
     pub fn adopt(&self, wire: &WireRuleSet, from: &str) -> Result<bool, RulesError> {
         let merged = from_wire(wire)
-            .and_then(|offered| merge_in(&self.install, &self.limiter, &offered))
+            .and_then(|offered| merge_in(&self.install, &self.limiter, &offered, &*self.on_change))
             .inspect_err(|e| {
                 tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
             })?;
@@ -153,7 +153,6 @@ impl Rules {
             return Ok(false);
         };
         bump(&self.stats.rules_adopted, 1);
-        (self.on_change)(&set);
         tracing::info!(version = set.version(), from, "merged a peer's rule set");
         for r in set.displaced() {
             tracing::warn!(
@@ -181,33 +180,41 @@ impl Rules {
 }
 
 /// Applies `write` to the set in force under `install`, signs the tiers it
-/// wrote with `me`, and puts the result in force.
+/// wrote with `me`, puts the result in force and tells `installed`, still
+/// under `install`: two installs tell it in the order they happened, so
+/// the last set it hears is the one in force.
 fn write_signed(
     install: &Mutex<()>,
     limiter: &Limiter,
     me: &str,
     write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
+    installed: &(dyn Fn(&RuleSet) + Send + Sync),
 ) -> Result<Arc<RuleSet>, RulesError> {
     let _one = install.lock();
     let current = limiter.rules();
     let next = write(&current)?.signed(me, current.version());
     limiter.install(next);
-    Ok(limiter.rules())
+    let set = limiter.rules();
+    installed(&set);
+    Ok(set)
 }
 
-/// Merges `offered` into the set in force under `install`; the new set
-/// when anything changed.
+/// Merges `offered` into the set in force under `install`, telling
+/// `installed` as [`write_signed`] does; the new set when anything changed.
 fn merge_in(
     install: &Mutex<()>,
     limiter: &Limiter,
     offered: &RuleSet,
+    installed: &(dyn Fn(&RuleSet) + Send + Sync),
 ) -> Result<Option<Arc<RuleSet>>, RulesError> {
     let _one = install.lock();
     let Some(merged) = limiter.rules().merge(offered)? else {
         return Ok(None);
     };
     limiter.install(merged);
-    Ok(Some(limiter.rules()))
+    let set = limiter.rules();
+    installed(&set);
+    Ok(Some(set))
 }
 
 /// A set as peers exchange it: every tier's last write.
@@ -279,16 +286,42 @@ mod tests {
             &self,
             f: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
         ) -> Result<WireRuleSet, RulesError> {
-            write_signed(&self.1, &self.0, self.2, f).map(|s| to_wire(&s))
+            write_signed(&self.1, &self.0, self.2, f, &|_| {}).map(|s| to_wire(&s))
         }
 
         fn offer(&self, wire: &WireRuleSet) -> Result<bool, RulesError> {
-            Ok(merge_in(&self.1, &self.0, &from_wire(wire)?)?.is_some())
+            Ok(merge_in(&self.1, &self.0, &from_wire(wire)?, &|_| {})?.is_some())
         }
 
         fn limit_of(&self, name: &str) -> Option<u64> {
             self.0.rules().get(name).map(|(_, r)| r.limit)
         }
+    }
+
+    /// Guard: the strategy hears of each set under the install lock. Told
+    /// after it, an install that comes second could be told first, and the
+    /// strategy (the divide one rebuilds its limits) keep the older set.
+    #[test]
+    fn the_last_set_heard_of_is_the_one_in_force() {
+        let node = Node::new(set(5, 1), "node-a");
+        let heard = std::sync::Mutex::new(Vec::new());
+        let (installed_tx, installed_rx) = std::sync::mpsc::channel();
+        let tell = |s: &RuleSet| {
+            if s.version() == 2 {
+                // The second install starts while the first is being told.
+                installed_tx.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            heard.lock().unwrap().push(s.version());
+        };
+        let (v2, v3) = (to_wire(&set(6, 2)), to_wire(&set(7, 3)));
+        std::thread::scope(|t| {
+            t.spawn(|| merge_in(&node.1, &node.0, &from_wire(&v2).unwrap(), &tell));
+            installed_rx.recv().unwrap();
+            t.spawn(|| merge_in(&node.1, &node.0, &from_wire(&v3).unwrap(), &tell));
+        });
+        assert_eq!(node.0.rules().version(), 3);
+        assert_eq!(*heard.lock().unwrap(), [2, 3]);
     }
 
     #[test]

@@ -124,8 +124,9 @@ pub fn shard_name(name: &str, i: u32) -> String {
 }
 
 /// The sub-counter rules of a sharded rule, each with its part of the
-/// limit (and burst); none for any other. A part of 0 becomes 1: a shard
-/// that can never admit would refuse every check sent to it.
+/// limit (and burst); none for any other. Parsing refuses more shards
+/// than the limit (or burst), so no part is 0; one would still become 1,
+/// since a shard that can never admit would refuse every check sent to it.
 pub fn shards_of(rule: &Rule) -> Vec<Rule> {
     let Hot::Shard(k) = rule.hot else {
         return Vec::new();

@@ -287,6 +287,17 @@ fn build(
         .map_err(|e| fail(e.field, e.reason))?;
     let hot = Hot::parse(r.hot.as_deref(), r.shards, algorithm, r.queue)
         .map_err(|(field, reason)| fail(field, reason))?;
+    if let Hot::Shard(k) = hot {
+        // Each sub-counter needs a part of at least 1, or the parts would
+        // sum past the rule's limit (or burst).
+        let least = limit.min(r.burst.unwrap_or(u64::MAX));
+        if least < u64::from(k) {
+            return Err(fail(
+                "shards",
+                format!("must be at most the limit (and burst), {least}, got {k}"),
+            ));
+        }
+    }
     if r.scope == Scope::Global && matches!(hot, Hot::Shard(_) | Hot::Local) {
         // A global key's region share is held by its owner in the region;
         // sub-counters or per-gateway limits would each need a share.

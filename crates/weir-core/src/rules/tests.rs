@@ -362,6 +362,13 @@ fn bad_hot_settings_are_refused_naming_the_field() {
         ("shards = 4", "token_bucket", "shards"),
         ("hot = \"shard\"\nshards = 1", "token_bucket", "shards"),
         ("hot = \"shard\"\nshards = 65", "token_bucket", "shards"),
+        // Parts of a limit (or burst) of 10 summing to 10 need at most 10.
+        ("hot = \"shard\"\nshards = 11", "token_bucket", "shards"),
+        (
+            "hot = \"shard\"\nburst = 4\nshards = 5",
+            "token_bucket",
+            "shards",
+        ),
     ] {
         let e = RuleSet::from_toml(&rule(extra, algorithm)).unwrap_err();
         let re = e.rule_error().unwrap_or_else(|| panic!("{extra}: {e}"));
