@@ -93,33 +93,31 @@ impl Lessor {
         if d.allowed || rule.hot != Hot::Lease || rule.shard_of.is_some() {
             return d;
         }
-        let now = self.local.limiter().now();
-        if self.hot.heat(&rule.name, key, "", now).is_some() {
+        if self.hot.heat(&rule.name, key, "", d.at).is_some() {
             d.retry_after = d.retry_after.min(LEASE_TERM);
         }
         d
     }
 
     /// A lease of `rule`'s `key` for gateway `from` after a check left
-    /// `remaining`, of at most `most` units: counted as spent here before
-    /// it is offered. None when the key is not hot, the rule is not leased,
-    /// or too little is left.
+    /// `remaining` at `now` (the limiter's clock): counted as spent here
+    /// before it is offered. None when the key is not hot, the rule is not
+    /// leased, or too little is left.
     pub fn offer(
         &self,
         rule: &Rule,
         key: &str,
         from: &str,
         remaining: u64,
-        most: u64,
+        now: Nanos,
     ) -> Option<Lease> {
         if rule.hot != Hot::Lease || rule.shard_of.is_some() {
             return None;
         }
-        let now = self.local.limiter().now();
         let heat = self.hot.heat(&rule.name, key, from, now)?;
         let ttl = term(rule, now)?;
-        let units = size(heat.from_gateway, heat.gateways, remaining).min(most);
-        if units < MIN_LEASE {
+        let units = size(heat.from_gateway, heat.gateways, remaining);
+        if units == 0 {
             return None;
         }
         let d = match self.local.consume(&rule.name, key, units) {
