@@ -39,6 +39,11 @@ fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Whether `rule`'s hot keys are leased (a shard of a sharded rule never is).
+pub fn leased(rule: &Rule) -> bool {
+    rule.hot == Hot::Lease && rule.shard_of.is_none()
+}
+
 /// How long a lease of `rule` granted at `now` may last: one term, and for
 /// the windowed counters no later than the window's end, so that every
 /// leased unit is used in the window it was counted in.
@@ -90,7 +95,7 @@ impl Lessor {
     /// wait would keep every gateway's deny cache (and every caller) away
     /// from units that came back, refusing them until the window ends.
     pub fn shorten_denial(&self, rule: &Rule, key: &str, mut d: Decision) -> Decision {
-        if d.allowed || rule.hot != Hot::Lease || rule.shard_of.is_some() {
+        if d.allowed || !leased(rule) {
             return d;
         }
         if self.hot.heat(&rule.name, key, "", d.at).is_some() {
@@ -111,7 +116,7 @@ impl Lessor {
         remaining: u64,
         now: Nanos,
     ) -> Option<Lease> {
-        if rule.hot != Hot::Lease || rule.shard_of.is_some() {
+        if !leased(rule) {
             return None;
         }
         let heat = self.hot.heat(&rule.name, key, from, now)?;
