@@ -66,7 +66,8 @@ impl Remote {
         lease: &Lease,
         sent: Nanos,
     ) {
-        if let Some(unused) = self.leases.grant(rule, hash_part, owner, lease, sent) {
+        let now = self.now();
+        if let Some(unused) = self.leases.grant(rule, hash_part, owner, lease, sent, now) {
             self.give_back(unused);
         }
     }
