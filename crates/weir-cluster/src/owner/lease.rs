@@ -39,6 +39,11 @@ fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Whether `rule`'s hot keys are leased (a shard of a sharded rule never is).
+pub fn leased(rule: &Rule) -> bool {
+    rule.hot == Hot::Lease && rule.shard_of.is_none()
+}
+
 /// How long a lease of `rule` granted at `now` may last: one term, and for
 /// the windowed counters no later than the window's end, so that every
 /// leased unit is used in the window it was counted in.
@@ -90,36 +95,34 @@ impl Lessor {
     /// wait would keep every gateway's deny cache (and every caller) away
     /// from units that came back, refusing them until the window ends.
     pub fn shorten_denial(&self, rule: &Rule, key: &str, mut d: Decision) -> Decision {
-        if d.allowed || rule.hot != Hot::Lease || rule.shard_of.is_some() {
+        if d.allowed || !leased(rule) {
             return d;
         }
-        let now = self.local.limiter().now();
-        if self.hot.heat(&rule.name, key, "", now).is_some() {
+        if self.hot.heat(&rule.name, key, "", d.at).is_some() {
             d.retry_after = d.retry_after.min(LEASE_TERM);
         }
         d
     }
 
     /// A lease of `rule`'s `key` for gateway `from` after a check left
-    /// `remaining`, of at most `most` units: counted as spent here before
-    /// it is offered. None when the key is not hot, the rule is not leased,
-    /// or too little is left.
+    /// `remaining` at `now` (the limiter's clock): counted as spent here
+    /// before it is offered. None when the key is not hot, the rule is not
+    /// leased, or too little is left.
     pub fn offer(
         &self,
         rule: &Rule,
         key: &str,
         from: &str,
         remaining: u64,
-        most: u64,
+        now: Nanos,
     ) -> Option<Lease> {
-        if rule.hot != Hot::Lease || rule.shard_of.is_some() {
+        if !leased(rule) {
             return None;
         }
-        let now = self.local.limiter().now();
         let heat = self.hot.heat(&rule.name, key, from, now)?;
         let ttl = term(rule, now)?;
-        let units = size(heat.from_gateway, heat.gateways, remaining).min(most);
-        if units < MIN_LEASE {
+        let units = size(heat.from_gateway, heat.gateways, remaining);
+        if units == 0 {
             return None;
         }
         let d = match self.local.consume(&rule.name, key, units) {

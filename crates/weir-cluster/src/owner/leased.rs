@@ -91,10 +91,13 @@ impl Leases {
         }
     }
 
-    /// Takes a lease `owner` granted for an op sent at `sent`. Units still
-    /// held from an earlier grant of the same owner are kept; a lease from
-    /// another owner (the ring changed) replaces what was held, which is
-    /// returned as unused.
+    /// Takes a lease `owner` granted for an op sent at `sent`, arriving at
+    /// `now`. Units still held from an earlier grant of the same owner are
+    /// kept while its term runs (it then ends in the same window as the new
+    /// one); a lease whose term has ended, or one from another owner (the
+    /// ring changed), is replaced, and what it held is returned as unused:
+    /// kept, its units would be used past their term, in a window that did
+    /// not count them.
     pub fn grant(
         &self,
         rule: &Arc<str>,
@@ -102,6 +105,7 @@ impl Leases {
         owner: &str,
         lease: &Lease,
         sent: Nanos,
+        now: Nanos,
     ) -> Option<Unused> {
         let key = (rule.clone(), CompactString::new(hash_part));
         let expires = sent.saturating_add(lease.ttl_ns);
@@ -114,16 +118,19 @@ impl Leases {
             at: lease.at,
             renewing: false,
         });
-        let replaced = (h.owner != owner && h.units > 0).then(|| Unused {
+        let ends = h.owner != owner || now >= h.expires;
+        let replaced = (ends && h.units > 0).then(|| Unused {
             owner: h.owner.clone(),
             rule: rule.clone(),
             hash_part: CompactString::new(hash_part),
             units: h.units,
             at: h.at,
         });
+        if ends {
+            h.units = 0;
+        }
         if h.owner != owner {
             h.owner = owner.to_string();
-            h.units = 0;
         }
         h.units = h.units.saturating_add(lease.units);
         h.granted = lease.units;
@@ -208,7 +215,7 @@ mod tests {
     fn a_lease_decides_until_spent_or_ended_and_asks_again_at_half() {
         let (r, l) = (rule(), Leases::default());
         assert!(l.take(&r, "k", 1, 0).is_none(), "no lease: ask the owner");
-        assert!(l.grant(&r.name, "k", "o", &lease(10), 100).is_none());
+        assert!(l.grant(&r.name, "k", "o", &lease(10), 100, 100).is_none());
         let mut renewals = 0;
         for i in 0..10 {
             let t = l.take(&r, "k", 1, 500).expect("from the lease");
@@ -218,7 +225,7 @@ mod tests {
         }
         assert_eq!(renewals, 1, "one renewal at the half-used mark");
         assert!(l.take(&r, "k", 1, 500).is_none(), "spent");
-        l.grant(&r.name, "k", "o", &lease(4), 600);
+        l.grant(&r.name, "k", "o", &lease(4), 600, 600);
         assert!(l.take(&r, "k", 1, 600 + 1_000).is_none(), "its term ended");
         let back = l.ended(600 + 1_000);
         assert_eq!(back.len(), 1);
@@ -227,11 +234,36 @@ mod tests {
     }
 
     #[test]
+    fn units_of_a_lease_whose_term_ended_go_back_and_never_into_the_next() {
+        let (r, l) = (rule(), Leases::default());
+        l.grant(&r.name, "k", "o", &lease(10), 0, 0);
+        l.take(&r, "k", 2, 500).expect("from the lease");
+        // Still in its term: the next grant adds to what is left.
+        assert!(l.grant(&r.name, "k", "o", &lease(6), 900, 950).is_none());
+        assert_eq!(l.units(), 14);
+        // The term (from 900) ended at 1,900, before the next grant came
+        // back: what it left is returned against its own window, and only
+        // the new grant's units are held.
+        let next = Lease {
+            units: 5,
+            ttl_ns: 1_000,
+            at: 2_500,
+        };
+        let back = l
+            .grant(&r.name, "k", "o", &next, 1_800, 2_000)
+            .expect("the ended lease's units returned");
+        assert_eq!((back.owner.as_str(), back.units, back.at), ("o", 14, 7));
+        assert_eq!(l.units(), 5);
+        let t = l.take(&r, "k", 1, 2_100).expect("from the new lease");
+        assert_eq!(t.decision.remaining, 4);
+    }
+
+    #[test]
     fn a_grant_from_a_new_owner_returns_what_the_old_one_lent() {
         let (r, l) = (rule(), Leases::default());
-        l.grant(&r.name, "k", "old", &lease(10), 0);
+        l.grant(&r.name, "k", "old", &lease(10), 0, 0);
         let back = l
-            .grant(&r.name, "k", "new", &lease(6), 10)
+            .grant(&r.name, "k", "new", &lease(6), 10, 10)
             .expect("returned");
         assert_eq!((back.owner.as_str(), back.units), ("old", 10));
         assert_eq!(l.units(), 6);

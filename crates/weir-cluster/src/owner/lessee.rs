@@ -5,6 +5,7 @@ use std::sync::Arc;
 use weir_core::{Nanos, Rule};
 use weir_proto::weir::v1::Lease;
 
+use super::lease::leased;
 use super::leased::Unused;
 use super::peers::Reply;
 use super::remote::Remote;
@@ -15,7 +16,8 @@ use crate::wire;
 impl Remote {
     /// Decides `cost` of a hot key from a lease its owner granted; None
     /// when no lease covers it. Starts the next lease in the background
-    /// when this one is half used.
+    /// when this one is half used. A rule that is not leased costs no
+    /// clock read and no look-up.
     pub fn from_lease(
         self: &Arc<Self>,
         rule: &Arc<Rule>,
@@ -23,6 +25,9 @@ impl Remote {
         cost: u64,
         owner: &NodeIdentity,
     ) -> Option<weir_core::Decision> {
+        if !leased(rule) {
+            return None;
+        }
         let now = self.now();
         let taken = self.leases.take(rule, hash_part, cost, now)?;
         bump(&self.stats.lease_decisions, 1);
@@ -61,7 +66,8 @@ impl Remote {
         lease: &Lease,
         sent: Nanos,
     ) {
-        if let Some(unused) = self.leases.grant(rule, hash_part, owner, lease, sent) {
+        let now = self.now();
+        if let Some(unused) = self.leases.grant(rule, hash_part, owner, lease, sent, now) {
             self.give_back(unused);
         }
     }

@@ -107,7 +107,8 @@ impl Remote {
         owner: NodeIdentity,
         carried: bool,
     ) -> Result<(Decision, Via), CheckError> {
-        if !self.breakers.admit(&owner.id, self.now()) {
+        let now = self.now();
+        if !self.breakers.admit(&owner.id, now) {
             return self
                 .without_owner(rule, hash_part, cost, &owner, carried)
                 .await;
@@ -116,7 +117,10 @@ impl Remote {
             node: &owner,
             stand_in_for: None,
         };
-        match self.ask(&target, rule, hash_part, cost, carried).await? {
+        match self
+            .ask(&target, rule, hash_part, cost, carried, now)
+            .await?
+        {
             Some(d) => Ok((d, Via::Owner(owner))),
             None => {
                 self.without_owner(rule, hash_part, cost, &owner, carried)
@@ -125,8 +129,9 @@ impl Remote {
         }
     }
 
-    /// Asks `target` for a decision. Some(decision) from it or, when it is
-    /// only slow, from the fallback; None when it is lost.
+    /// Asks `target` for a decision, sending it at `now`. Some(decision)
+    /// from it or, when it is only slow, from the fallback; None when it
+    /// is lost.
     async fn ask(
         &self,
         target: &Target<'_>,
@@ -134,8 +139,8 @@ impl Remote {
         hash_part: &str,
         cost: u64,
         carried: bool,
+        now: Nanos,
     ) -> Result<Option<Decision>, CheckError> {
-        let now = self.now();
         let id = &target.node.id;
         let mut op = wire::consume(rule, hash_part, cost, carried);
         if let Some(owner) = target.stand_in_for {
@@ -266,12 +271,14 @@ impl Remote {
                     };
                     return Ok((d, via));
                 }
-                if self.breakers.admit(&holder.id, self.now()) {
+                let now = self.now();
+                if self.breakers.admit(&holder.id, now) {
                     let target = Target {
                         node: &holder,
                         stand_in_for: Some(&owner.id),
                     };
-                    if let Some(d) = self.ask(&target, rule, hash_part, cost, carried).await? {
+                    let asked = self.ask(&target, rule, hash_part, cost, carried, now);
+                    if let Some(d) = asked.await? {
                         bump(&self.stats.replica_decisions, 1);
                         let via = Via::Replica {
                             holder: Some(holder.clone()),

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use compact_str::CompactString;
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use tokio::sync::Notify;
 use weir_core::Nanos;
@@ -39,15 +40,19 @@ impl Replicator {
         self.on
     }
 
-    /// A counter this node owns changed at `now`.
+    /// A counter this node owns changed at `now`. Only a key not marked
+    /// yet wakes the loop: one already marked was announced when it was,
+    /// and is copied with this change (the copy is read after it is taken),
+    /// so a hot key costs no shared wake-up per check.
     pub fn mark(&self, rule: &Arc<str>, hash_part: &str, now: Nanos) {
         if !self.on {
             return;
         }
-        self.dirty
-            .entry((rule.clone(), CompactString::new(hash_part)))
-            .or_insert(now);
-        self.wake.notify_one();
+        let key = (rule.clone(), CompactString::new(hash_part));
+        if let Entry::Vacant(v) = self.dirty.entry(key) {
+            v.insert(now);
+            self.wake.notify_one();
+        }
     }
 
     /// Takes every marked key with the time it first changed; they count
@@ -99,6 +104,28 @@ impl Replicator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_fresh_mark_wakes_the_loop_and_a_marked_keys_change_does_not() {
+        use futures::FutureExt;
+        let r = Replicator::new(true);
+        let rule: Arc<str> = "r".into();
+        let wait = std::time::Duration::from_secs(5);
+        for round in 0..3 {
+            let (woken, ()) = tokio::join!(tokio::time::timeout(wait, r.changed()), async {
+                tokio::task::yield_now().await;
+                r.mark(&rule, "k", round);
+                r.mark(&rule, "k", round + 1);
+            });
+            woken.expect("a fresh mark wakes the loop");
+            assert!(
+                r.wake.notified().now_or_never().is_none(),
+                "the second change of a marked key left no wake-up behind"
+            );
+            assert_eq!(r.take(), [((rule.clone(), "k".into()), round)]);
+            r.copied(1);
+        }
+    }
 
     #[test]
     fn a_key_changed_twice_is_copied_once_from_its_first_change() {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{CheckError, Decision, InputField};
+use weir_core::{CheckError, Decision, InputField, Nanos, Rule};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
 use super::lease::Lessor;
@@ -105,32 +105,42 @@ impl OwnerService {
                 }
             }
         }
-        let rule: Arc<str> = Arc::from(op.rule.as_str());
+        // The rule as this node has it: its name is the interned one the
+        // hot-key summary and the replicator key on (no allocation per op),
+        // and a rule this node does not know has no counter to mark.
+        let rules = self.local.limiter().rules();
+        let rule = rules.get(&op.rule).map(|(_, r)| r);
         let consumed = match op.kind() {
             OpKind::Consume => match wire::carried_rule(op) {
                 Some(Ok(rule)) => self.local.consume_carried(&rule, &op.key, op.cost),
                 Some(Err(e)) => return Some(wire::error_to_wire(&e)),
                 None => {
-                    let now = self.local.limiter().now();
-                    self.lessor.hot.record(&rule, &op.key, from, op.cost, now);
+                    if let Some(rule) = rule {
+                        let now = self.local.limiter().now();
+                        self.lessor
+                            .hot
+                            .record(&rule.name, &op.key, from, op.cost, now);
+                    }
                     self.local.consume(&op.rule, &op.key, op.cost)
                 }
             },
             OpKind::Lease if self.local.is_leaving() => return None,
-            OpKind::Lease => return Some(self.lease(op, from)),
+            OpKind::Lease => return Some(self.lease(op, rule, from)),
             OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
-                self.local
-                    .limiter()
-                    .refund(&op.rule, &op.key, op.at, op.cost);
-                self.replicator
-                    .mark(&rule, &op.key, self.local.limiter().now());
+                let limiter = self.local.limiter();
+                limiter.refund(&op.rule, &op.key, op.at, op.cost);
+                if let Some(rule) = rule {
+                    self.replicator.mark(&rule.name, &op.key, limiter.now());
+                }
                 return Some(wire::refunded());
             }
             OpKind::Charge => {
                 let now = self.local.limiter().now();
                 if self.local.charge(&op.rule, &op.key, op.cost) {
-                    self.replicator.mark(&rule, &op.key, now);
+                    if let Some(rule) = rule {
+                        self.replicator.mark(&rule.name, &op.key, now);
+                    }
                 }
                 // When it was applied: copies taken later include it.
                 let applied = Decision::uncounted(0, 0, Duration::ZERO, now);
@@ -140,14 +150,15 @@ impl OwnerService {
         match consumed {
             Consumed::Decided(Ok(d)) => {
                 decided_here();
-                let d = match op.carried {
-                    None => self.leased_denial(&op.rule, &op.key, d),
-                    Some(_) => d,
+                // A known rule: consume refuses an unknown one.
+                let (Some(rule), None) = (rule, &op.carried) else {
+                    return Some(wire::decided(&d));
                 };
+                let d = self.lessor.shorten_denial(rule, &op.key, d);
                 let mut result = wire::decided(&d);
-                if d.allowed && op.carried.is_none() {
-                    self.replicator.mark(&rule, &op.key, d.at);
-                    result.lease = self.offer(&op.rule, &op.key, from, d.remaining, u64::MAX);
+                if d.allowed {
+                    self.replicator.mark(&rule.name, &op.key, d.at);
+                    result.lease = self.offer(rule, &op.key, from, d.remaining, d.at);
                 }
                 Some(result)
             }
@@ -156,45 +167,37 @@ impl OwnerService {
         }
     }
 
-    /// A denial of a hot key whose budget may sit in leases: see
-    /// [`Lessor::shorten_denial`].
-    fn leased_denial(&self, rule: &str, key: &str, d: Decision) -> Decision {
-        let rules = self.local.limiter().rules();
-        match rules.get(rule) {
-            Some((_, rule)) => self.lessor.shorten_denial(rule, key, d),
-            None => d,
-        }
-    }
-
     /// A lease for a hot key, if this node would grant one to `from`.
     fn offer(
         &self,
-        rule: &str,
+        rule: &Rule,
         key: &str,
         from: &Arc<str>,
         remaining: u64,
-        most: u64,
+        now: Nanos,
     ) -> Option<weir_proto::weir::v1::Lease> {
         if **from == *self.routing.me() {
             return None;
         }
-        let rules = self.local.limiter().rules();
-        let (_, rule) = rules.get(rule)?;
-        self.lessor.offer(rule, key, from, remaining, most)
+        self.lessor.offer(rule, key, from, remaining, now)
     }
 
     /// A gateway asking for the next lease of a hot key (it is half way
     /// through the last), with the units it decided from leases since it
     /// last asked: counted as the key's traffic (the owner no longer sees
     /// those checks), then a lease from what is left, or none.
-    fn lease(&self, op: &CounterOp, from: &Arc<str>) -> OpResult {
+    fn lease(&self, op: &CounterOp, rule: Option<&Arc<Rule>>, from: &Arc<str>) -> OpResult {
         let limiter = self.local.limiter();
         let now = limiter.now();
-        let rule: Arc<str> = Arc::from(op.rule.as_str());
-        self.lessor.hot.record(&rule, &op.key, from, op.cost, now);
-        let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
         let mut result = wire::decided(&Decision::uncounted(0, 0, Duration::ZERO, now));
-        result.lease = self.offer(&op.rule, &op.key, from, remaining, u64::MAX);
+        let Some(rule) = rule else {
+            return result;
+        };
+        self.lessor
+            .hot
+            .record(&rule.name, &op.key, from, op.cost, now);
+        let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
+        result.lease = self.offer(rule, &op.key, from, remaining, now);
         result
     }
 
