@@ -146,10 +146,11 @@ const REPLICATE_DEADLINE: Duration = Duration::from_secs(1);
 /// Pause after a failed Replicate call, so a holder that is down does not
 /// turn the loop into a busy one.
 const REPLICATE_BACKOFF: Duration = Duration::from_millis(50);
-/// How long the first change waits for others to ride the same call. A
-/// call per round trip sent a few keys each under load and cost two
-/// copies half the forwarding throughput of one; a millisecond gathers
-/// the changes of a thousand checks at 1M/s and adds that much to the lag.
+/// How long the first change waits for others to ride the same call:
+/// without it, each call carried what changed during one round trip, a
+/// few keys under load, and paid a call's overhead for them. It adds at
+/// most this much to the replication lag (docs/performance.md, "Two
+/// copies against one", for what two copies cost).
 const REPLICATE_LINGER: Duration = Duration::from_millis(1);
 
 /// Copies the counters this node owns to their replica holders as they

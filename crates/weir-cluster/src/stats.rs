@@ -162,7 +162,8 @@ pub struct Stats {
     pub lease_units_returned: AtomicU64,
     pub tier_decisions: AtomicU64,
     pub fallback_capped: AtomicU64,
-    /// Ops forwarded to other nodes, by rule (bounded by the rules in force).
+    /// Ops forwarded to other nodes, by rule (bounded by the rule names
+    /// installed since start: a removed rule keeps its count).
     pub forwarded: DashMap<Arc<str>, AtomicU64, foldhash::fast::RandomState>,
     pub admissions_reported: AtomicU64,
     pub admissions_recovered: AtomicU64,

@@ -22,8 +22,8 @@ pub struct OwnerStrategy {
     replicas: Arc<Replicas>,
     replicator: Arc<Replicator>,
     /// The ring holds this node alone: a change has no holder to be copied
-    /// to, so it is not marked (marking every admitted check cost a lone
-    /// node about a tenth of its batched throughput). When a member joins,
+    /// to, so it is not marked (marking is a map write per admitted
+    /// check, for nothing). When a member joins,
     /// `promote` marks every counter owned here.
     alone: AtomicBool,
 }
