@@ -100,21 +100,12 @@ impl MemoryNet {
         config: ClusterConfig,
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
-        let host = {
-            let mut s = self.state.lock();
-            s.hosts += 1;
-            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + s.hosts))
-        };
-        let gossip = SocketAddr::new(host, GOSSIP_PORT);
+        let datagrams = self.gossip_socket();
+        let gossip = datagrams.local_addr();
+        let host = gossip.ip();
         let identity = NodeIdentity::new(id, gossip, SocketAddr::new(host, GRPC_PORT));
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.state.lock().sockets.insert(gossip, tx);
         let transport = Transport {
-            datagrams: Arc::new(MemorySocket {
-                net: self.clone(),
-                local: gossip,
-                rx: tokio::sync::Mutex::new(rx),
-            }),
+            datagrams,
             link: Arc::new(MemoryLink {
                 net: self.clone(),
                 from: host,
@@ -137,6 +128,24 @@ impl MemoryNet {
         let handler = Arc::downgrade(cluster.handler());
         self.state.lock().handlers.insert(host, handler);
         Ok(cluster)
+    }
+
+    /// A gossip socket on a new host of its own, for a membership without
+    /// the rest of a member (peer calls to the host are refused).
+    pub fn gossip_socket(&self) -> Arc<dyn Datagrams> {
+        let host = {
+            let mut s = self.state.lock();
+            s.hosts += 1;
+            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + s.hosts))
+        };
+        let gossip = SocketAddr::new(host, GOSSIP_PORT);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.state.lock().sockets.insert(gossip, tx);
+        Arc::new(MemorySocket {
+            net: self.clone(),
+            local: gossip,
+            rx: tokio::sync::Mutex::new(rx),
+        })
     }
 
     /// Seed names that are not `ip:port` are resolved by `names`.

@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
+use foca::{
+    AccumulatingRuntime, Foca, Member as SwimMember, NoCustomBroadcast, OwnedNotification,
+    PostcardCodec, State as SwimState, Timer,
+};
 use rand_foca::rngs::SmallRng;
 use rand_foca::SeedableRng;
 use tokio::sync::mpsc;
@@ -63,6 +66,8 @@ pub(super) struct Driver {
     suspects: Vec<String>,
     epoch: u64,
     left: bool,
+    /// Set when foca renewed this node's identity; see `reraise_suspicions`.
+    rejoined: bool,
     out: Vec<u8>,
 }
 
@@ -97,6 +102,7 @@ impl Driver {
             suspects: Vec::new(),
             epoch: 0,
             left: false,
+            rejoined: false,
             out: Vec::with_capacity(2048),
         }
     }
@@ -223,20 +229,59 @@ impl Driver {
     /// Drains what foca queued: sends (awaited, so nothing is silently
     /// dropped on a full buffer), timers, notifications.
     async fn flush(&mut self) {
-        while let Some((dst, data)) = self.rt.to_send() {
-            self.send(dst.gossip, &data).await;
+        loop {
+            while let Some((dst, data)) = self.rt.to_send() {
+                self.send(dst.gossip, &data).await;
+            }
+            let now = Instant::now();
+            while let Some((after, timer)) = self.rt.to_schedule() {
+                self.timer_seq += 1;
+                self.timers.push(Reverse(Scheduled {
+                    at: now + after,
+                    seq: self.timer_seq,
+                    timer,
+                }));
+            }
+            while let Some(notification) = self.rt.to_notify() {
+                self.on_notification(notification);
+            }
+            if !std::mem::take(&mut self.rejoined) {
+                return;
+            }
+            self.reraise_suspicions();
         }
-        let now = Instant::now();
-        while let Some((after, timer)) = self.rt.to_schedule() {
-            self.timer_seq += 1;
-            self.timers.push(Reverse(Scheduled {
-                at: now + after,
-                seq: self.timer_seq,
-                timer,
-            }));
+    }
+
+    /// foca ties each suspicion's countdown to the identity that raised it,
+    /// so renewing the identity drops every countdown still running. A
+    /// member this node suspected while cut off would then stay "suspect"
+    /// here for good: the suspicion was gossiped into the cut, so the member
+    /// never heard it and never refuted it. Raising each suspicion again,
+    /// one incarnation up so that it counts as news, sends it out: a live
+    /// member refutes it at once, and a dead one fails its next probe,
+    /// which starts a fresh countdown to down.
+    fn reraise_suspicions(&mut self) {
+        let suspects: Vec<SwimMember<NodeIdentity>> = self
+            .foca
+            .iter_membership_state()
+            .filter(|m| m.state() == SwimState::Suspect)
+            .map(|m| {
+                let incarnation = m.incarnation().saturating_add(1);
+                SwimMember::new(m.id().clone(), incarnation, SwimState::Suspect)
+            })
+            .collect();
+        if suspects.is_empty() {
+            return;
         }
-        while let Some(notification) = self.rt.to_notify() {
-            self.on_notification(notification);
+        tracing::info!(
+            members = suspects.len(),
+            "rejoined: raising this node's suspicions again"
+        );
+        if let Err(error) = self
+            .foca
+            .apply_many(suspects.into_iter(), true, &mut self.rt)
+        {
+            tracing::debug!(%error, "re-raising suspicions failed");
         }
     }
 
@@ -274,6 +319,7 @@ impl Driver {
                 // foca already renewed the identity and told the cluster.
                 tracing::warn!(node = %new, "declared down by the cluster; rejoined");
                 *lock(&self.shared.identity) = new;
+                self.rejoined = true;
             }
             OwnedNotification::Defunct => {
                 if !self.left {
