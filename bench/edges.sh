@@ -9,7 +9,8 @@
 # its bare reference back to back, PAIRS times, which goes first alternating:
 #   RLS ShouldRateLimit and 1-item weir.v1 Check   h2load, C connections x M streams
 #   POST /v1/check                                  wrk, 64 connections; and 1 connection for p50
-#   100-item weir.v1 Check                          weir-bench (tonic client), 16 callers
+#   100-item weir.v1 Check                          weir-bench (tonic client), 16 callers,
+#                                                   against the plain and the counting reference
 # each allowed and denied. It prints every figure, the node/bare ratio of
 # each round (the sums over its pairs) and the worst and best round, the
 # servers' CPU per request, and the load average.
@@ -33,7 +34,7 @@ CONNS=${CONNS:-8}
 STREAMS=${STREAMS:-8}
 NODE_THREADS=${NODE_THREADS:-}
 ONLY=${ONLY:-}
-PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+12
+PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+13
 OUT=${OUT:-target/edges}
 
 cd "$(dirname "$0")/.."
@@ -63,6 +64,7 @@ NODE_GRPC=127.0.0.1:$((PORT + 1))
 BARE_HTTP=127.0.0.1:$((PORT + 10))
 BARE_GRPC=127.0.0.1:$((PORT + 11))
 BARE_RAW=127.0.0.1:$((PORT + 12))
+BARE_COUNTING=127.0.0.1:$((PORT + 13))
 
 threads=()
 [ -n "$NODE_THREADS" ] && threads=(--threads "$NODE_THREADS")
@@ -71,6 +73,7 @@ RUST_LOG=warn "$WEIR" serve --http "$NODE_HTTP" --grpc "$NODE_GRPC" \
     >"$OUT/node.log" 2>&1 &
 NODE=$!
 "$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
+    --grpc-counting "$BARE_COUNTING" \
     --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
 BARE=$!
 trap 'kill $NODE $BARE 2>/dev/null || true' EXIT
@@ -117,6 +120,7 @@ edges=(
     "gRPC Check 1 item, allowed|h2 $CHECK $REQ/check1-allow.bin $NODE_GRPC|h2 $CHECK $REQ/check1-allow.bin $BARE_GRPC"
     "gRPC Check 1 item, denied|h2 $CHECK $REQ/check1-deny.bin $NODE_GRPC|h2 $CHECK $REQ/check1-deny.bin $BARE_GRPC"
     "gRPC Check 100 items, allowed|bench100 $NODE_GRPC|bench100 $BARE_GRPC"
+    "gRPC Check 100 items vs counting|bench100 $NODE_GRPC|bench100 $BARE_COUNTING"
     "HTTP c=64, allowed|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_HTTP"
     "HTTP c=64, denied|wrk_rps 64 bench-deny 100 $NODE_HTTP|wrk_rps 64 bench-deny 100 $BARE_HTTP"
     "HTTP c=64 vs hand-written|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_RAW"

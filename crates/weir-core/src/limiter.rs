@@ -309,7 +309,7 @@ impl Limiter {
         // is looked up again by name.
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
-        self.decide_selected(&t, &sel, req)
+        self.decide_selected(&t, &sel, req, self.clock.now())
     }
 
     /// Like [`Limiter::check`], but only when every selected limit is
@@ -321,6 +321,18 @@ impl Limiter {
         req: &CheckRequest,
         here: impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
+        self.check_placed_at(req, self.clock.now(), here)
+    }
+
+    /// [`Limiter::check_placed`] at `now`, read from this limiter's clock
+    /// by the caller: a batch reads it once for all its requests, which
+    /// arrived together (a clock read was 1.7% of a 100-item call's CPU).
+    pub fn check_placed_at(
+        &self,
+        req: &CheckRequest,
+        now: Nanos,
+        here: impl Fn(&Rule, &str) -> bool,
+    ) -> Result<Placed, CheckError> {
         let t = self.tables.load();
         let sel = select_in(&t.rules, req)?;
         if !sel
@@ -329,7 +341,8 @@ impl Limiter {
         {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
-        self.decide_selected(&t, &sel, req).map(Placed::Decided)
+        self.decide_selected(&t, &sel, req, now)
+            .map(Placed::Decided)
     }
 
     fn decide_selected(
@@ -337,8 +350,9 @@ impl Limiter {
         t: &Tables,
         sel: &Selection,
         req: &CheckRequest,
+        now: Nanos,
     ) -> Result<Verdict, CheckError> {
-        let (cost, now) = (req.cost, self.clock.now());
+        let cost = req.cost;
         // A shadow rule never denies, so it never makes a caller wait either.
         let max_delay = |rule: &Rule| if rule.shadow { None } else { req.max_delay };
         let mut applied: Vec<Applied> = Vec::with_capacity(sel.len());

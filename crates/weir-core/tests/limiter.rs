@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir_core::{
-    CheckError, CheckRequest, FakeClock, InputField, Limiter, LimiterConfig, Placed, RuleSet,
-    Unavailable,
+    CheckError, CheckRequest, Clock, FakeClock, InputField, Limiter, LimiterConfig, Placed,
+    RuleSet, Unavailable,
 };
 
 const RULES: &str = r#"
@@ -431,4 +431,22 @@ fn a_global_rule_admits_only_what_both_its_share_and_its_counter_admit() {
         4,
         "given back on a counter refusal"
     );
+}
+
+#[test]
+fn a_check_placed_at_an_instant_is_decided_at_that_instant_not_the_clocks() {
+    let (l, clock) = limiter();
+    let ip = Some("203.0.113.4");
+    for c in ["a", "b", "c"] {
+        assert!(l.check(&req(c, ip)).unwrap().allowed);
+    }
+    // The IP's fixed window is spent at the clock's instant, but a batch
+    // stamped a window later is decided in that window.
+    let later = clock.now() + Duration::from_secs(60).as_nanos() as u64;
+    let at = |key: &str, now| match l.check_placed_at(&req(key, ip), now, |_, _| true) {
+        Ok(Placed::Decided(v)) => v.allowed,
+        other => panic!("every limit is here: {other:?}"),
+    };
+    assert!(!at("d", clock.now()), "the window the clock is in is spent");
+    assert!(at("e", later), "the next window is not");
 }

@@ -25,6 +25,9 @@ pub struct BareArgs {
     /// weir.v1.RateLimiter and Envoy's RateLimitService, on one port.
     #[arg(long, value_name = "ADDR")]
     pub grpc: Option<SocketAddr>,
+    /// weir.v1.RateLimiter bumping one DashMap counter per item.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_counting: Option<SocketAddr>,
     /// Worker threads [default: one per CPU, as `weir serve`].
     #[arg(long)]
     pub threads: Option<usize>,
@@ -74,11 +77,16 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
             tokio::spawn(raw_http::serve(bind(a).await?));
             println!("hand-written HTTP/1.1 on http://{a}");
         }
+        let grpc_bind = |a: SocketAddr| {
+            grpc::bind(loopback(a)?).map_err(|e| SimError::Usage(format!("cannot bind {a}: {e}")))
+        };
         if let Some(a) = args.grpc {
-            let incoming = grpc::bind(loopback(a)?)
-                .map_err(|e| SimError::Usage(format!("cannot bind {a}: {e}")))?;
-            tokio::spawn(grpc::serve(incoming));
+            tokio::spawn(grpc::serve(grpc_bind(a)?));
             println!("tonic RateLimiter and RLS on http://{a}");
+        }
+        if let Some(a) = args.grpc_counting {
+            tokio::spawn(grpc::serve_counting(grpc_bind(a)?));
+            println!("tonic RateLimiter, counting, on http://{a}");
         }
         tokio::time::sleep(Duration::from_secs(args.max_secs)).await;
         Ok(())

@@ -10,7 +10,6 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use dashmap::DashMap;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
@@ -27,7 +26,7 @@ struct Body<'a> {
     cost: Option<u64>,
 }
 
-type Counts = Arc<DashMap<String, u64>>;
+type Counts = Arc<super::Counts>;
 
 const LIMIT: u64 = 1_000_000_000;
 
@@ -36,17 +35,7 @@ async fn check(State(counts): State<Counts>, body: Bytes) -> Response {
         return StatusCode::BAD_REQUEST.into_response();
     };
     let cost = b.cost.unwrap_or(1);
-    let seen = match counts.get_mut(b.key.as_ref()) {
-        Some(mut c) => {
-            *c += cost;
-            *c
-        }
-        None => {
-            let mut c = counts.entry(b.key.into_owned()).or_insert(0);
-            *c += cost;
-            *c
-        }
-    };
+    let seen = counts.bump(&b.key, cost);
     if b.route.as_deref() == Some(DENY_DOMAIN) {
         return denied();
     }

@@ -1,4 +1,4 @@
-//! The bare tonic services: weir.v1.RateLimiter answering every item "allowed", and Envoy's RateLimitService answering every descriptor with weir's status fields, neither deciding.
+//! The bare tonic services: weir.v1.RateLimiter answering every item "allowed" (plainly, or after bumping the item's key counter), and Envoy's RateLimitService answering every descriptor with weir's status fields, none deciding.
 
 use std::net::SocketAddr;
 
@@ -17,11 +17,29 @@ use weir_proto::prost_types;
 use weir_proto::weir::v1::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use weir_proto::weir::v1::{CheckRequest, CheckResponse, CheckResult};
 
+use super::Counts;
+
 /// The RLS domain the bare responder answers OVER_LIMIT for, as the
 /// node's bench rules deny it (bench/requests/rules.toml).
 pub const DENY_DOMAIN: &str = "bench-deny";
 
 struct Bare;
+
+const LIMIT: u64 = 1_000_000_000;
+
+/// What the node answers for an admitted item of the bench rules.
+fn admitted(remaining: u64) -> CheckResult {
+    CheckResult {
+        allowed: true,
+        limit: LIMIT,
+        remaining,
+        reset_at_ms: 1_795_981_980_000,
+        rule: "bench".into(),
+        limited: true,
+        window_ms: 60_000,
+        ..Default::default()
+    }
+}
 
 #[tonic::async_trait]
 impl RateLimiter for Bare {
@@ -33,15 +51,30 @@ impl RateLimiter for Bare {
             .into_inner()
             .items
             .iter()
-            .map(|_| CheckResult {
-                allowed: true,
-                limit: 1_000_000_000,
-                remaining: 999_999_999,
-                reset_at_ms: 1_795_981_980_000,
-                rule: "bench".into(),
-                limited: true,
-                window_ms: 60_000,
-                ..Default::default()
+            .map(|_| admitted(LIMIT - 1))
+            .collect();
+        Ok(tonic::Response::new(CheckResponse { results }))
+    }
+}
+
+/// Bumps each item's key counter before answering, as the axum reference
+/// does: the cheapest honest check, deciding nothing.
+#[derive(Default)]
+struct Counting(Counts);
+
+#[tonic::async_trait]
+impl RateLimiter for Counting {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+        let results = request
+            .into_inner()
+            .items
+            .iter()
+            .map(|item| {
+                let seen = self.0.bump(&item.key, item.cost.unwrap_or(1));
+                admitted(LIMIT.saturating_sub(seen))
             })
             .collect();
         Ok(tonic::Response::new(CheckResponse { results }))
@@ -125,6 +158,15 @@ pub async fn serve(incoming: TcpIncoming) {
         .await;
 }
 
+/// The counting RateLimiter alone on `incoming`, with tonic's default
+/// server settings.
+pub async fn serve_counting(incoming: TcpIncoming) {
+    let _ = Server::builder()
+        .add_service(RateLimiterServer::new(Counting::default()))
+        .serve_with_incoming(incoming)
+        .await;
+}
+
 /// A listener on `addr` with TCP_NODELAY, as the node's.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpIncoming> {
     TcpIncoming::bind(addr)
@@ -144,6 +186,27 @@ pub async fn bare_grpc() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_counting_reference_spends_each_items_cost_on_its_key() {
+        let item = |key: &str, cost| weir_proto::weir::v1::CheckItem {
+            key: key.into(),
+            cost,
+            ..Default::default()
+        };
+        let counting = Counting::default();
+        let call = |items| counting.check(tonic::Request::new(CheckRequest { items }));
+        call(vec![item("a", Some(3)), item("b", None)])
+            .await
+            .unwrap();
+        let r = call(vec![item("a", None), item("b", Some(2))])
+            .await
+            .unwrap()
+            .into_inner();
+        let remaining: Vec<u64> = r.results.iter().map(|x| x.remaining).collect();
+        assert_eq!(remaining, [LIMIT - 4, LIMIT - 3]);
+        assert!(r.results.iter().all(|x| x.allowed));
+    }
 
     #[test]
     fn the_bare_answer_has_one_status_per_descriptor_and_denies_the_deny_domain() {
