@@ -30,12 +30,17 @@ fn engine(node: &TestNode, strategy: StrategyKind) -> Arc<Engine> {
 
 /// What a gossip node last heard its peers admit for `key`.
 fn heard(node: &TestNode, key: &str) -> u64 {
+    heard_for(node, "per-client", key)
+}
+
+/// What a gossip node last heard its peers admit for `key` under `rule`.
+fn heard_for(node: &TestNode, rule: &str, key: &str) -> u64 {
     let gossip = node
         .cluster
         .strategy()
         .as_any()
         .downcast_ref::<GossipStrategy>();
-    gossip.expect("a gossip node").heard("per-client", key)
+    gossip.expect("a gossip node").heard(rule, key)
 }
 
 /// Waits until `engine` enforces L/`n`: the ring changes before the
@@ -241,4 +246,46 @@ async fn gossip_keeps_a_sliding_counter_sliding_across_a_window_boundary() {
     // budget is back.
     tokio::time::advance(Duration::from_secs(9)).await;
     assert!(admitted(&engines[1], "edge", L).await >= L - 3);
+}
+
+/// Guard: a shadow limit's denials are not reported to peers as spend.
+/// They consumed nothing where they were decided; counted by peers, they
+/// made the shadow limit deny there before its limit was reached.
+#[tokio::test(start_paused = true)]
+async fn gossip_reports_what_a_shadow_limit_admitted_not_what_it_denied() {
+    let rules = r#"
+    [[rule]]
+    name = "per-client"
+    algorithm = "fixed_window"
+    limit = 20
+    window = "24h"
+
+    [[rule]]
+    name = "dark"
+    algorithm = "fixed_window"
+    limit = 5
+    window = "24h"
+    shadow = true
+    "#;
+    let (_net, nodes) = paused_members(2, rules, |c| {
+        c.strategy = StrategyKind::Gossip;
+        c.sync_interval = Duration::from_millis(100);
+    })
+    .await;
+    let engine = engine(&nodes[0], StrategyKind::Gossip);
+    // Four of cost 1, then one of cost 3 that the shadow limit would deny
+    // (4 + 3 > 5) and the enforcing one admits: 7 spent on per-client, 4
+    // on the shadow limit.
+    assert_eq!(admitted(&engine, "shady", 4).await, 4);
+    let heavy = CheckRequest {
+        cost: 3,
+        ..CheckRequest::new("shady", "GET /")
+    };
+    let v = engine.check(&heavy).await.unwrap();
+    assert!(v.allowed && v.shadow_denials().count() == 1, "{v:?}");
+    common::wait_until("node 2 hears node 1's seven", || {
+        heard(&nodes[1], "shady") == 7
+    })
+    .await;
+    assert_eq!(heard_for(&nodes[1], "dark", "shady"), 4);
 }

@@ -115,7 +115,10 @@ impl GossipStrategy {
                 a.decision = Decision::deny(a.decision.limit, Duration::from_nanos(end - now), now);
             }
             None => {
-                for a in &v.applied {
+                // A shadow limit's denial spent nothing here, so it is not
+                // reported as spend: peers would count it against the
+                // limit and their shadow verdicts would deny too early.
+                for a in v.applied.iter().filter(|a| a.decision.allowed) {
                     let w = window_ns(a);
                     self.counts
                         .admitted(&a.rule.name, &a.hash_part, a.decision.at, w, req.cost);
