@@ -156,7 +156,8 @@ pub struct Limiter {
     /// Limits carried by requests, all under one key ceiling.
     carried: Carried,
     /// Set once when the node takes part in global limits.
-    gate: OnceLock<Arc<dyn Gate>>,
+    /// Shared with the limiters made by [`Limiter::behind_gate_of`].
+    gate: Arc<OnceLock<Arc<dyn Gate>>>,
 }
 
 impl Limiter {
@@ -170,10 +171,22 @@ impl Limiter {
                 by_name: HashMap::new(),
             }),
             carried: Carried::new(config.max_keys_per_rule),
-            gate: OnceLock::new(),
+            gate: Arc::default(),
         };
         limiter.install(rules);
         limiter
+    }
+
+    /// A limiter with counters of its own under `main`'s rules, clock and
+    /// settings, behind `main`'s gate whether it is set already or later:
+    /// copies that decide for `main`'s keys (standing in for their owner)
+    /// must not admit a global rule past the share `main` would.
+    pub fn behind_gate_of(main: &Limiter) -> Limiter {
+        let own = Limiter::new((*main.rules()).clone(), main.clock.clone(), main.config);
+        Limiter {
+            gate: main.gate.clone(),
+            ..own
+        }
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {

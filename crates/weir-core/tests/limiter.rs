@@ -450,3 +450,32 @@ fn a_check_placed_at_an_instant_is_decided_at_that_instant_not_the_clocks() {
     assert!(!at("d", clock.now()), "the window the clock is in is spent");
     assert!(at("e", later), "the next window is not");
 }
+
+/// Guard: a limiter made behind another's gate (a node's copies of its
+/// peers' counters) takes a global rule's share from that gate, even one
+/// set after the copy was made, while keeping counters of its own.
+#[test]
+fn a_limiter_behind_anothers_gate_takes_its_share_set_later_and_counts_apart() {
+    let clock = Arc::new(FakeClock::at_secs(6_000.0));
+    let main = Limiter::new(
+        RuleSet::from_toml(GLOBAL).unwrap(),
+        clock,
+        LimiterConfig::default(),
+    );
+    let copy = Limiter::behind_gate_of(&main);
+    let share = Arc::new(Share::default());
+    *share.room.lock().unwrap() = 1;
+    assert!(main.set_gate(share.clone()));
+    let r = |ip: &str| CheckRequest {
+        ip: Some(ip.into()),
+        ..CheckRequest::new("k", "GET /")
+    };
+    assert!(copy.check(&r("10.0.0.1")).unwrap().allowed);
+    assert_eq!(*share.room.lock().unwrap(), 0, "the copy took main's share");
+    assert!(!copy.check(&r("10.0.0.2")).unwrap().allowed, "share spent");
+    // The counters are the copy's own: main's are untouched.
+    *share.room.lock().unwrap() = 1;
+    let v = main.check(&r("10.0.0.3")).unwrap();
+    assert!(v.allowed);
+    assert_eq!(v.applied[0].decision.remaining, 2);
+}

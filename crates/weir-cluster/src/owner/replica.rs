@@ -103,10 +103,12 @@ fn key(rule: &str, hash_part: &str) -> Key {
 }
 
 impl Replicas {
-    /// Copies kept under `main`'s rules, clock and key ceiling.
+    /// Copies kept under `main`'s rules, clock, key ceiling and region
+    /// gate: a copy standing in for its owner takes a global rule's share
+    /// as the owner would.
     pub fn new(main: &Limiter) -> Self {
         Replicas {
-            store: Limiter::new((*main.rules()).clone(), main.clock().clone(), main.config()),
+            store: Limiter::behind_gate_of(main),
             meta: DashMap::default(),
             bases: DashMap::default(),
         }
@@ -407,5 +409,53 @@ impl Replicas {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use weir_core::{FakeClock, Gate, LimiterConfig, Rule, RuleSet};
+
+    use super::*;
+
+    /// A region's share with no room left.
+    struct Spent;
+
+    impl Gate for Spent {
+        fn take(&self, _: &Rule, _: &str, _: u64, _: Nanos) -> Result<(), Duration> {
+            Err(Duration::from_millis(250))
+        }
+        fn give_back(&self, _: &Rule, _: &str, _: Nanos, _: u64) {}
+    }
+
+    /// Guard: a copy standing in for its owner takes a global rule's share
+    /// from this node's region gate, as the owner would have; without it a
+    /// stand-in admitted past the region's share during every failover.
+    #[test]
+    fn a_stand_in_on_a_global_rule_is_held_to_the_regions_share() {
+        let rules = RuleSet::from_toml(
+            r#"
+            [[rule]]
+            name = "g"
+            algorithm = "fixed_window"
+            limit = 10
+            window = "60s"
+            scope = "global"
+            "#,
+        )
+        .unwrap();
+        let main = Limiter::new(
+            rules,
+            Arc::new(FakeClock::at_secs(6_000.0)),
+            LimiterConfig::default(),
+        );
+        let replicas = Replicas::new(&main);
+        // The gate arrives once the node joins its regions, after the copies.
+        assert!(main.set_gate(Arc::new(Spent)));
+        let d = replicas.stand_in("owner-1", "g", "k", 1).unwrap();
+        assert!(!d.allowed, "{d:?}");
+        assert_eq!(d.retry_after, Duration::from_millis(250));
     }
 }
