@@ -72,7 +72,7 @@ RUST_LOG=warn "$WEIR" serve --http "$NODE_HTTP" --grpc "$NODE_GRPC" \
     --gossip "127.0.0.1:$((PORT + 2))" --rules "$REQ/rules.toml" --ui false "${threads[@]}" \
     >"$OUT/node.log" 2>&1 &
 NODE=$!
-"$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
+RUST_LOG=warn "$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
     --grpc-counting "$BARE_COUNTING" \
     --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
 BARE=$!

@@ -88,24 +88,25 @@ impl Gateway {
         &self,
         reqs: impl Iterator<Item = &'r CheckRequest>,
     ) -> Vec<Result<Placed, CheckError>> {
-        let ring = self.routing.routing_ring();
         let me = self.routing.me();
         let limiter = self.local.limiter();
         let now = limiter.now();
-        self.local.guarded(|leaving| {
-            reqs.map(|req| {
-                if leaving {
-                    limiter.check_placed_at(req, now, |_, _| false)
-                } else {
-                    // A sharded or local-tier rule is never its key's
-                    // owner's to decide whole.
-                    limiter.check_placed_at(req, now, |rule, h| {
-                        matches!(rule.hot, Hot::Off | Hot::Lease)
-                            && ring.owner_id(h).is_none_or(|o| o == me)
-                    })
-                }
+        self.routing.with_routing_ring(|ring| {
+            self.local.guarded(|leaving| {
+                reqs.map(|req| {
+                    if leaving {
+                        limiter.check_placed_at(req, now, |_, _| false)
+                    } else {
+                        // A sharded or local-tier rule is never its key's
+                        // owner's to decide whole.
+                        limiter.check_placed_at(req, now, |rule, h| {
+                            matches!(rule.hot, Hot::Off | Hot::Lease)
+                                && ring.owner_id(h).is_none_or(|o| o == me)
+                        })
+                    }
+                })
+                .collect()
             })
-            .collect()
         })
     }
 

@@ -40,6 +40,17 @@ impl Routing {
         }
     }
 
+    /// Runs `f` on the routing ring without taking a reference to it: a
+    /// check decided in place would otherwise bump the ring's count, one
+    /// cache line that every core's checks share.
+    pub fn with_routing_ring<R>(&self, f: impl FnOnce(&Ring) -> R) -> R {
+        let leaving = self.after_leave.load();
+        match &*leaving {
+            Some(r) => f(r),
+            None => f(&self.ring.load()),
+        }
+    }
+
     /// Installs the ring of a new member view; returns the one it replaces.
     pub fn install(&self, ring: Arc<Ring>) -> Arc<Ring> {
         self.ring.swap(ring)
