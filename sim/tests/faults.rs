@@ -100,8 +100,12 @@ fn partition_in_network_namespaces_is_detected_and_heals() {
         f.detected_after_s.is_some(),
         "the cut node was never seen down: {f:?}"
     );
+    // Seen down about 3 s after the cut, whole again about 1 s after the
+    // heal (3.3-4.4 s from the cut in every run measured, busy or not); a
+    // rejoined node that kept its stale suspicions took up to 33 s.
+    let healed = f.recovered_after_s.expect("the cluster never healed");
     assert!(
-        f.recovered_after_s.is_some(),
-        "the cluster never healed: {f:?}"
+        healed < 15.0,
+        "whole again only {healed:.1}s after the cut: {f:?}"
     );
 }
