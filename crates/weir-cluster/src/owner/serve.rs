@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{CheckError, Decision, InputField, Nanos, Rule};
+use weir_core::{CheckError, Decision, InputField, Nanos, Rule, RuleSet};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
 use super::lease::Lessor;
@@ -12,6 +12,7 @@ use super::peers::{Peers, Reply};
 use super::replica::Replicas;
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
+use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
 use crate::wire;
@@ -34,7 +35,10 @@ pub struct OwnerService {
 impl OwnerService {
     /// Answers one Decide call: `results[i]` answers `ops[i]`.
     pub async fn decide(&self, req: DecideRequest) -> DecideResponse {
-        let mine = self.local.limiter().rules().version();
+        // One snapshot of the rules and the ring for the whole call, not one
+        // per op: each is an Arc whose count every core's calls share.
+        let rules = self.local.limiter().rules();
+        let mine = rules.version();
         let ring = self.routing.ring();
         if req.rules_version > mine {
             if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
@@ -45,7 +49,7 @@ impl OwnerService {
         let mut moved = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
         for (i, op) in req.ops.iter().enumerate() {
-            let result = self.decide_op(op, &from, || {
+            let result = self.decide_op(op, &from, (&rules, &ring), || {
                 // The sender's ring is behind ours: decide anyway (bouncing
                 // could loop between two stale views) and sweep the counter
                 // to its owner shortly.
@@ -85,6 +89,7 @@ impl OwnerService {
         &self,
         op: &CounterOp,
         from: &Arc<str>,
+        (rules, ring): (&RuleSet, &Ring),
         decided_here: impl FnOnce(),
     ) -> Option<OpResult> {
         if op.key.is_empty() && op.kind() != OpKind::Refund {
@@ -98,7 +103,6 @@ impl OwnerService {
         // key here as its new owner: it is decided on the copy, which has
         // the owner's counts, until this node's ring promotes it.
         if op.carried.is_none() && matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
-            let ring = self.routing.ring();
             if let Some(owner) = ring.owner_id(&op.key).filter(|o| *o != self.routing.me()) {
                 if self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(owner) {
                     return Some(self.stand_in(op, owner));
@@ -108,7 +112,6 @@ impl OwnerService {
         // The rule as this node has it: its name is the interned one the
         // hot-key summary and the replicator key on (no allocation per op),
         // and a rule this node does not know has no counter to mark.
-        let rules = self.local.limiter().rules();
         let rule = rules.get(&op.rule).map(|(_, r)| r);
         let consumed = match op.kind() {
             OpKind::Consume => match wire::carried_rule(op) {
