@@ -23,7 +23,21 @@ use super::Counts;
 /// node's bench rules deny it (bench/requests/rules.toml).
 pub const DENY_DOMAIN: &str = "bench-deny";
 
-struct Bare;
+/// weir.v1.RateLimiter answering every item "allowed", plainly or, with
+/// `counts`, after bumping the item's key counter as the axum reference
+/// does: the cheapest honest check, deciding nothing.
+#[derive(Default)]
+struct Bare {
+    counts: Option<Counts>,
+}
+
+impl Bare {
+    fn counting() -> Self {
+        Bare {
+            counts: Some(Counts::default()),
+        }
+    }
+}
 
 const LIMIT: u64 = 1_000_000_000;
 
@@ -51,30 +65,11 @@ impl RateLimiter for Bare {
             .into_inner()
             .items
             .iter()
-            .map(|_| admitted(LIMIT - 1))
-            .collect();
-        Ok(tonic::Response::new(CheckResponse { results }))
-    }
-}
-
-/// Bumps each item's key counter before answering, as the axum reference
-/// does: the cheapest honest check, deciding nothing.
-#[derive(Default)]
-struct Counting(Counts);
-
-#[tonic::async_trait]
-impl RateLimiter for Counting {
-    async fn check(
-        &self,
-        request: tonic::Request<CheckRequest>,
-    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
-        let results = request
-            .into_inner()
-            .items
-            .iter()
             .map(|item| {
-                let seen = self.0.bump(&item.key, item.cost.unwrap_or(1));
-                admitted(LIMIT.saturating_sub(seen))
+                admitted(match &self.counts {
+                    Some(c) => LIMIT.saturating_sub(c.bump(&item.key, item.cost.unwrap_or(1))),
+                    None => LIMIT - 1,
+                })
             })
             .collect();
         Ok(tonic::Response::new(CheckResponse { results }))
@@ -152,7 +147,7 @@ impl RateLimitService for BareRls {
 /// with tonic's default server settings.
 pub async fn serve(incoming: TcpIncoming) {
     let _ = Server::builder()
-        .add_service(RateLimiterServer::new(Bare))
+        .add_service(RateLimiterServer::new(Bare::default()))
         .add_service(RateLimitServiceServer::new(BareRls))
         .serve_with_incoming(incoming)
         .await;
@@ -162,7 +157,7 @@ pub async fn serve(incoming: TcpIncoming) {
 /// server settings.
 pub async fn serve_counting(incoming: TcpIncoming) {
     let _ = Server::builder()
-        .add_service(RateLimiterServer::new(Counting::default()))
+        .add_service(RateLimiterServer::new(Bare::counting()))
         .serve_with_incoming(incoming)
         .await;
 }
@@ -194,7 +189,7 @@ mod tests {
             cost,
             ..Default::default()
         };
-        let counting = Counting::default();
+        let counting = Bare::counting();
         let call = |items| counting.check(tonic::Request::new(CheckRequest { items }));
         call(vec![item("a", Some(3)), item("b", None)])
             .await
