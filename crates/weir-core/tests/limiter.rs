@@ -382,8 +382,9 @@ limit = 1
 window = "60s"
 "#;
 
-#[test]
-fn a_global_rule_admits_only_what_both_its_share_and_its_counter_admit() {
+/// A limiter of [`GLOBAL`] and a share with `room` units, not yet set as
+/// its gate.
+fn global(room: u64) -> (Limiter, Arc<Share>) {
     let clock = Arc::new(FakeClock::at_secs(6_000.0));
     let l = Limiter::new(
         RuleSet::from_toml(GLOBAL).unwrap(),
@@ -391,20 +392,30 @@ fn a_global_rule_admits_only_what_both_its_share_and_its_counter_admit() {
         LimiterConfig::default(),
     );
     let share = Arc::new(Share::default());
-    *share.room.lock().unwrap() = 2;
-    assert!(l.set_gate(share.clone()));
-    let r = |ip: &str| CheckRequest {
+    *share.room.lock().unwrap() = room;
+    (l, share)
+}
+
+/// A check of key "k" from `ip`, which both of [`GLOBAL`]'s rules meet.
+fn from_ip(ip: &str) -> CheckRequest {
+    CheckRequest {
         ip: Some(ip.into()),
         ..CheckRequest::new("k", "GET /")
-    };
-    assert!(l.check(&r("10.0.0.1")).unwrap().allowed);
+    }
+}
+
+#[test]
+fn a_global_rule_admits_only_what_both_its_share_and_its_counter_admit() {
+    let (l, share) = global(2);
+    assert!(l.set_gate(share.clone()));
+    assert!(l.check(&from_ip("10.0.0.1")).unwrap().allowed);
     assert_eq!(*share.room.lock().unwrap(), 1);
     // Refused by the other limit: the share's unit comes back.
-    assert!(!l.check(&r("10.0.0.1")).unwrap().allowed);
+    assert!(!l.check(&from_ip("10.0.0.1")).unwrap().allowed);
     assert_eq!(*share.room.lock().unwrap(), 1, "given back");
-    assert!(l.check(&r("10.0.0.2")).unwrap().allowed);
+    assert!(l.check(&from_ip("10.0.0.2")).unwrap().allowed);
     // The share is spent: refused though the counter (3) has room.
-    let v = l.check(&r("10.0.0.3")).unwrap();
+    let v = l.check(&from_ip("10.0.0.3")).unwrap();
     assert!(!v.allowed);
     assert_eq!(
         v.applied[0].decision.retry_after,
@@ -456,26 +467,18 @@ fn a_check_placed_at_an_instant_is_decided_at_that_instant_not_the_clocks() {
 /// set after the copy was made, while keeping counters of its own.
 #[test]
 fn a_limiter_behind_anothers_gate_takes_its_share_set_later_and_counts_apart() {
-    let clock = Arc::new(FakeClock::at_secs(6_000.0));
-    let main = Limiter::new(
-        RuleSet::from_toml(GLOBAL).unwrap(),
-        clock,
-        LimiterConfig::default(),
-    );
+    let (main, share) = global(1);
     let copy = Limiter::behind_gate_of(&main);
-    let share = Arc::new(Share::default());
-    *share.room.lock().unwrap() = 1;
     assert!(main.set_gate(share.clone()));
-    let r = |ip: &str| CheckRequest {
-        ip: Some(ip.into()),
-        ..CheckRequest::new("k", "GET /")
-    };
-    assert!(copy.check(&r("10.0.0.1")).unwrap().allowed);
+    assert!(copy.check(&from_ip("10.0.0.1")).unwrap().allowed);
     assert_eq!(*share.room.lock().unwrap(), 0, "the copy took main's share");
-    assert!(!copy.check(&r("10.0.0.2")).unwrap().allowed, "share spent");
+    assert!(
+        !copy.check(&from_ip("10.0.0.2")).unwrap().allowed,
+        "share spent"
+    );
     // The counters are the copy's own: main's are untouched.
     *share.room.lock().unwrap() = 1;
-    let v = main.check(&r("10.0.0.3")).unwrap();
+    let v = main.check(&from_ip("10.0.0.3")).unwrap();
     assert!(v.allowed);
     assert_eq!(v.applied[0].decision.remaining, 2);
 }
