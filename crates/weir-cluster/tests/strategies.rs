@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{cluster, paused_members, TestNode};
+use weir_cluster::memory::MemoryNet;
 use weir_cluster::strategy::gossip::GossipStrategy;
 use weir_cluster::{Engine, StrategyKind};
 use weir_core::CheckRequest;
@@ -195,6 +196,16 @@ async fn gossip_keeps_its_own_counters_when_the_ring_changes() {
     assert_eq!(nodes[0].cluster.stats().keys_moved_out, 0);
 }
 
+/// Two gossip members on the in-memory network under a paused clock,
+/// syncing every 100 ms.
+async fn gossip_pair(rules: &str) -> (MemoryNet, Vec<TestNode>) {
+    paused_members(2, rules, |c| {
+        c.strategy = StrategyKind::Gossip;
+        c.sync_interval = Duration::from_millis(100);
+    })
+    .await
+}
+
 /// Guard: the gossip strategy weighs a sliding window counter's previous
 /// window in, peers' counts included. Counting the current window alone
 /// made it a fixed window at every boundary: L on one node just before,
@@ -208,11 +219,7 @@ async fn gossip_keeps_a_sliding_counter_sliding_across_a_window_boundary() {
     limit = 20
     window = "10s"
     "#;
-    let (_net, nodes) = paused_members(2, rules, |c| {
-        c.strategy = StrategyKind::Gossip;
-        c.sync_interval = Duration::from_millis(100);
-    })
-    .await;
+    let (_net, nodes) = gossip_pair(rules).await;
     let engines: Vec<_> = nodes
         .iter()
         .map(|n| engine(n, StrategyKind::Gossip))
@@ -267,11 +274,7 @@ async fn gossip_reports_what_a_shadow_limit_admitted_not_what_it_denied() {
     window = "24h"
     shadow = true
     "#;
-    let (_net, nodes) = paused_members(2, rules, |c| {
-        c.strategy = StrategyKind::Gossip;
-        c.sync_interval = Duration::from_millis(100);
-    })
-    .await;
+    let (_net, nodes) = gossip_pair(rules).await;
     let engine = engine(&nodes[0], StrategyKind::Gossip);
     // Four of cost 1, then one of cost 3 that the shadow limit would deny
     // (4 + 3 > 5) and the enforcing one admits: 7 spent on per-client, 4
