@@ -66,8 +66,8 @@ pub struct Busy(Arc<Activity>);
 impl Drop for Busy {
     /// The last request in flight notes the time before it stops counting,
     /// so the watch never sees none in flight with an older time; the
-    /// others end without reading the clock (two reads a request were 1%
-    /// of an RLS request's CPU).
+    /// others end without reading the clock (a profile of RLS requests put
+    /// the node's clock reads, two of them here, at 1% of its CPU).
     fn drop(&mut self) {
         let a = &self.0;
         let mut n = a.in_flight.load(Ordering::Relaxed);
