@@ -87,8 +87,11 @@ async fn suspicions_raised_while_cut_off_do_not_outlive_the_heal() {
             && sees(&c, &["a", "b"], MemberState::Suspect)
     })
     .await;
-    // Long enough for every transmission of c's suspicions to go into the cut.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Every transmission of c's suspicions has gone into the cut.
+    wait_until("c has sent on all it knows", || {
+        c.stats().updates_backlog == 0
+    })
+    .await;
     assert!(sees(&c, &["a", "b"], MemberState::Suspect));
 
     net.heal();

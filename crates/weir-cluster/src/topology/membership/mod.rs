@@ -95,6 +95,9 @@ pub struct MembershipStats {
     pub stale_dropped: u64,
     /// Authentic, fresh datagrams received a second time (a replay).
     pub replayed_dropped: u64,
+    /// Member updates still to be sent on (each goes out a few times): 0
+    /// once the node has told what it knows as often as it will.
+    pub updates_backlog: u64,
 }
 
 /// Who may speak gossip to this node.
@@ -139,6 +142,8 @@ struct Counters {
     send_errors: AtomicU64,
     stale_dropped: AtomicU64,
     replayed_dropped: AtomicU64,
+    /// A gauge, set as the member list is published.
+    updates_backlog: AtomicU64,
 }
 
 impl Counters {
@@ -297,6 +302,7 @@ impl Membership {
             send_errors: get(&c.send_errors),
             stale_dropped: get(&c.stale_dropped),
             replayed_dropped: get(&c.replayed_dropped),
+            updates_backlog: get(&c.updates_backlog),
         }
     }
 

@@ -331,6 +331,11 @@ impl Driver {
 
     /// Publishes the member list and, if the live set changed, a new view.
     fn publish(&mut self) {
+        let backlog = self.foca.updates_backlog() as u64;
+        self.shared
+            .stats
+            .updates_backlog
+            .store(backlog, std::sync::atomic::Ordering::Relaxed);
         let me = self.foca.identity().clone();
         let mut members = Vec::with_capacity(self.foca.iter_membership_state().len() + 1);
         members.push(Member {
