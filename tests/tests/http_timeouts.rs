@@ -122,3 +122,45 @@ async fn a_silent_grpc_connection_gives_its_slot_back() {
     let closed = tokio::time::timeout(DEADLINE, silent.read_to_end(&mut rest)).await;
     assert!(closed.is_ok(), "the silent connection was closed");
 }
+
+/// The node sends no pings of its own: a client that keeps its connection
+/// alive with pings but starts no request is closed after the idle timeout,
+/// and its slot serves the next client.
+#[tokio::test]
+async fn an_idle_grpc_connection_gives_its_slot_back() {
+    use tonic::transport::Endpoint;
+    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
+    use weir_proto::weir::v1::{CheckItem, CheckRequest};
+    let node = TestNode::start(RULES, |c| {
+        c.limits.idle_timeout = TIMEOUT;
+        c.limits.max_connections = 1;
+    })
+    .await;
+    let url = format!("http://{}", node.node().grpc_addr());
+    let request = || CheckRequest {
+        items: vec![CheckItem {
+            key: "k".into(),
+            ..CheckItem::default()
+        }],
+    };
+    let idle = Endpoint::from_shared(url.clone())
+        .unwrap()
+        .http2_keep_alive_interval(Duration::from_millis(50))
+        .keep_alive_while_idle(true)
+        .connect()
+        .await
+        .unwrap();
+    let mut idle = RateLimiterClient::new(idle);
+    assert!(idle.check(request()).await.unwrap().into_inner().results[0].allowed);
+    // The only slot is held by `idle` until the node closes it.
+    let next = async {
+        let mut client = RateLimiterClient::connect(url).await?;
+        let r = client.check(request()).await?;
+        Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
+    };
+    let allowed = tokio::time::timeout(DEADLINE, next)
+        .await
+        .expect("served once the idle connection is closed")
+        .expect("a verdict");
+    assert!(allowed);
+}

@@ -83,17 +83,13 @@ pub async fn serve(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The HTTP/1 head timeout runs from when the connection is ready for a
     // request, so it also ends a kept-alive connection left idle. HTTP/2
-    // gets pings (a vanished client is found) and the connection watch
-    // (`accept/watch.rs`: a late start, or no request for the idle timeout).
+    // has the connection watch (`accept/watch.rs`: a late start, or no
+    // request for the idle timeout), and no pings, as on the gRPC port.
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(crate::grpc::KEEPALIVE_INTERVAL))
-        .keep_alive_timeout(crate::grpc::KEEPALIVE_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     while let Some(conn) = conns.recv().await {
         let activity = conn.activity();
