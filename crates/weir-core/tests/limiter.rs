@@ -462,6 +462,30 @@ fn a_check_placed_at_an_instant_is_decided_at_that_instant_not_the_clocks() {
     assert!(at("e", later), "the next window is not");
 }
 
+/// A batch is decided in order from one snapshot: each request sees what
+/// the ones before it spent, and one whose limit is placed elsewhere comes
+/// back undecided, consuming nothing.
+#[test]
+fn a_batch_is_placed_and_decided_in_order() {
+    let (l, clock) = limiter();
+    let ip = Some("203.0.113.9");
+    let batch: Vec<CheckRequest> = ["a", "elsewhere", "b", "c", "d"]
+        .iter()
+        .map(|k| req(k, ip))
+        .collect();
+    let here = |_: &weir_core::Rule, hash_part: &str| !hash_part.contains("elsewhere");
+    let out: Vec<Option<bool>> = l
+        .check_placed_all_at(&batch, clock.now(), here)
+        .into_iter()
+        .map(|p| match p.unwrap() {
+            Placed::Decided(v) => Some(v.allowed),
+            Placed::Elsewhere(..) => None,
+        })
+        .collect();
+    // per-ip allows 3 a minute; "elsewhere" spent none of them.
+    assert_eq!(out, [Some(true), None, Some(true), Some(true), Some(false)]);
+}
+
 /// Guard: a limiter made behind another's gate (a node's copies of its
 /// peers' counters) takes a global rule's share from that gate, even one
 /// set after the copy was made, while keeping counters of its own.

@@ -93,19 +93,13 @@ impl Gateway {
         let now = limiter.now();
         self.routing.with_routing_ring(|ring| {
             self.local.guarded(|leaving| {
-                reqs.map(|req| {
-                    if leaving {
-                        limiter.check_placed_at(req, now, |_, _| false)
-                    } else {
-                        // A sharded or local-tier rule is never its key's
-                        // owner's to decide whole.
-                        limiter.check_placed_at(req, now, |rule, h| {
-                            matches!(rule.hot, Hot::Off | Hot::Lease)
-                                && ring.owner_id(h).is_none_or(|o| o == me)
-                        })
-                    }
+                limiter.check_placed_all_at(reqs, now, |rule, h| {
+                    // A sharded or local-tier rule is never its key's
+                    // owner's to decide whole.
+                    !leaving
+                        && matches!(rule.hot, Hot::Off | Hot::Lease)
+                        && ring.owner_id(h).is_none_or(|o| o == me)
                 })
-                .collect()
             })
         })
     }

@@ -137,7 +137,10 @@ mod tests {
         let sock = SockRef::from(accepted.tcp());
         assert!(sock.keepalive().unwrap());
         assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(30));
-        assert_eq!(sock.tcp_keepalive_interval().unwrap(), Duration::from_secs(10));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(10)
+        );
         assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
     }
 

@@ -5,7 +5,9 @@ pub mod envoy_map;
 mod ratelimiter;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use tokio::net::TcpListener;
@@ -135,16 +137,12 @@ struct Counted<S>(S);
 impl<S, B> tower::Service<http::Request<B>> for Counted<S>
 where
     S: tower::Service<http::Request<B>>,
-    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+    type Future = CountedFuture<S::Future>;
 
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.0.poll_ready(cx)
     }
 
@@ -153,11 +151,30 @@ where
             .extensions()
             .get::<accept::ConnInfo>()
             .map(|c| c.activity.begin());
-        let answer = self.0.call(req);
-        Box::pin(async move {
-            let out = answer.await;
-            drop(busy);
-            out
-        })
+        CountedFuture {
+            answer: self.0.call(req),
+            busy,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, in flight on its connection until it is ready.
+    /// Not boxed: this wraps every gRPC request.
+    struct CountedFuture<F> {
+        #[pin]
+        answer: F,
+        busy: Option<accept::Busy>,
+    }
+}
+
+impl<F: Future> Future for CountedFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.answer.poll(cx));
+        this.busy.take();
+        Poll::Ready(out)
     }
 }
