@@ -358,7 +358,7 @@ impl Limiter {
         now: Nanos,
         here: impl Fn(&Rule, &str) -> bool,
     ) -> Vec<Result<Placed, CheckError>> {
-        let t = self.tables.load_full();
+        let t = self.tables.load();
         reqs.into_iter()
             .map(|req| self.placed_in(&t, req, now, &here))
             .collect()
