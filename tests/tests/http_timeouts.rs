@@ -164,3 +164,88 @@ async fn an_idle_grpc_connection_gives_its_slot_back() {
         .expect("a verdict");
     assert!(allowed);
 }
+
+/// Frames of a gRPC request that never sends its body: the preface, an
+/// empty SETTINGS, and HEADERS (literal fields, no Huffman, END_HEADERS
+/// without END_STREAM) for stream 1.
+fn stalled_grpc_request() -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/weir.v1.RateLimiter/Check"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        // Literal header field without indexing, new name (RFC 7541 6.2.2).
+        block.push(0x00);
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&frame(0x4, 0, 0, &[]));
+    out.extend_from_slice(&frame(0x1, 0x4, 1, &block));
+    out
+}
+
+/// One HTTP/2 frame (RFC 9113 4.1).
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A request opened and never finished holds its connection's slot only
+/// for the stall timeout (`--body-read-timeout`), though the client keeps
+/// pinging.
+#[tokio::test]
+async fn a_grpc_request_whose_body_never_comes_gives_its_slot_back() {
+    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
+    use weir_proto::weir::v1::{CheckItem, CheckRequest};
+    let node = TestNode::start(RULES, |c| {
+        // The watch's first look comes at the head deadline; by then the
+        // request is in flight, so the idle timeout (60 s) never applies.
+        c.limits.header_read_timeout = Duration::from_secs(1);
+        c.limits.body_read_timeout = TIMEOUT;
+        c.limits.max_connections = 1;
+    })
+    .await;
+    let addr = node.node().grpc_addr();
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(&stalled_grpc_request()).await.unwrap();
+    let (mut from_node, mut to_node) = stalled.into_split();
+    // Pings keep bytes coming from the client; they are not progress.
+    let pinger = tokio::spawn(async move {
+        for _ in 0..300 {
+            let ping = frame(0x6, 0, 0, &[0; 8]);
+            if to_node.write_all(&ping).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let check = async {
+        let mut client = RateLimiterClient::connect(format!("http://{addr}")).await?;
+        let items = vec![CheckItem {
+            key: "k".into(),
+            ..CheckItem::default()
+        }];
+        let r = client.check(CheckRequest { items }).await?;
+        Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
+    };
+    let allowed = tokio::time::timeout(DEADLINE, check)
+        .await
+        .expect("served once the stalled connection is closed")
+        .expect("a verdict");
+    assert!(allowed);
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(DEADLINE, from_node.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the stalled connection was closed");
+    pinger.abort();
+}

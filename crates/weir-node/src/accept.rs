@@ -24,11 +24,14 @@ use watch::Watch;
 pub use watch::{Activity, Busy};
 
 /// How long a connection may take and sit: `head` for a TLS handshake and
-/// for an HTTP/2 client's preface and SETTINGS, `idle` with no request.
+/// for an HTTP/2 client's preface and SETTINGS, `idle` with no request,
+/// `stall` with requests in flight of which none ends (checked from one
+/// timer firing to the next, so a stall is found after one to two of it).
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub head: Duration,
     pub idle: Duration,
+    pub stall: Duration,
 }
 
 /// One accepted connection, holding its slot until dropped.
@@ -97,7 +100,7 @@ pub fn incoming(
             );
             // The clock starts at accept: the handshake's time counts
             // against the head timeout of the HTTP/2 start as well.
-            let watch = Watch::new(timeouts.head, timeouts.idle);
+            let watch = Watch::new(timeouts);
             let Some(acceptor) = tls.clone() else {
                 let conn = Conn {
                     io: Io::Plain(stream),

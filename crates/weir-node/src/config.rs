@@ -119,6 +119,9 @@ impl InputLimits {
         crate::accept::Timeouts {
             head: self.header_read_timeout,
             idle: self.idle_timeout,
+            // A request whose body never comes. Twice the body timeout,
+            // so that on the HTTP port its 408 is always sent first.
+            stall: self.body_read_timeout.saturating_mul(2),
         }
     }
 }

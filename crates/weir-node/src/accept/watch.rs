@@ -1,4 +1,4 @@
-//! How long a connection may hold its slot: until its HTTP/2 start (preface and SETTINGS) is late, or until it has sat with no request for the idle timeout.
+//! How long a connection may hold its slot: until its HTTP/2 start (preface and SETTINGS) is late, until it has sat with no request for the idle timeout, or until its requests in flight have stalled for the stall timeout.
 //!
 //! An HTTP/2 client can hold a connection open forever by answering pings
 //! and sending nothing, and a raw socket that sends the 24-byte preface
@@ -6,17 +6,21 @@
 //! watched from its reads: the client's first frame, SETTINGS, must follow
 //! the preface within the head timeout, and a connection that has not
 //! started a request for the idle timeout (none in flight) reads as closed,
-//! which ends it and frees its slot. Requests are counted by the servers
-//! (`Activity::begin`), whatever the protocol.
+//! which ends it and frees its slot. So does one whose requests in flight
+//! have not moved (none ended) for the stall timeout: a client can open a
+//! request, never send its body, and answer pings forever. Requests are
+//! counted by the servers (`Activity::begin`), whatever the protocol.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
+
+use super::Timeouts;
 
 /// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n` (RFC 9113 section 3.4).
 pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -24,22 +28,34 @@ pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER: usize = 9;
 const SETTINGS: u8 = 0x4;
 
-/// Requests under way on one connection, and when the last one began.
+/// Requests under way on one connection, how many have ended, and when
+/// the last one in flight ended.
 pub struct Activity {
     opened: Instant,
     /// Milliseconds from `opened` to when the last request in flight ended
     /// (or to the connection's HTTP/2 start).
     last_ms: AtomicU64,
-    in_flight: AtomicUsize,
+    /// Requests in flight in the low half, requests ended (wrapping) in the
+    /// high half: one word, so a request's end is still one atomic.
+    requests: AtomicU64,
 }
+
+const IN_FLIGHT: u64 = 0xFFFF_FFFF;
+const ENDED_SHIFT: u32 = 32;
 
 impl Activity {
     fn new() -> Self {
         Activity {
             opened: Instant::now(),
             last_ms: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
         }
+    }
+
+    /// Requests in flight, and how many have ended (wrapping).
+    fn requests(&self, order: Ordering) -> (u64, u32) {
+        let r = self.requests.load(order);
+        (r & IN_FLIGHT, (r >> ENDED_SHIFT) as u32)
     }
 
     fn touch(&self) {
@@ -51,7 +67,7 @@ impl Activity {
     /// Nothing is timed here: while a request is in flight the connection
     /// has no idle deadline, and the last one to end sets it.
     pub fn begin(self: &Arc<Self>) -> Busy {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         Busy(self.clone())
     }
 
@@ -70,17 +86,20 @@ impl Drop for Busy {
     /// the node's clock reads, two of them here, at 1% of its CPU).
     fn drop(&mut self) {
         let a = &self.0;
-        let mut n = a.in_flight.load(Ordering::Relaxed);
+        let mut r = a.requests.load(Ordering::Relaxed);
         loop {
-            if n == 1 {
+            if r & IN_FLIGHT == 1 {
                 a.touch();
             }
+            // One fewer in flight, one more ended: the low half's borrow
+            // is the high half's carry.
+            let next = r.wrapping_add((1 << ENDED_SHIFT) - 1);
             match a
-                .in_flight
-                .compare_exchange_weak(n, n - 1, Ordering::Release, Ordering::Relaxed)
+                .requests
+                .compare_exchange_weak(r, next, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => return,
-                Err(now) => n = now,
+                Err(now) => r = now,
             }
         }
     }
@@ -104,6 +123,10 @@ pub struct Watch {
     activity: Arc<Activity>,
     head_timeout: Duration,
     idle_timeout: Duration,
+    stall_timeout: Duration,
+    /// How many requests had ended when the timer last found some in
+    /// flight; None when it found none.
+    in_flight_at: Option<u32>,
     start: Start,
     timer: Pin<Box<Sleep>>,
     /// The waker the timer last took, while the timer is armed with it.
@@ -112,13 +135,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(head_timeout: Duration, idle_timeout: Duration) -> Self {
+    pub fn new(timeouts: Timeouts) -> Self {
         let activity = Arc::new(Activity::new());
-        let first = activity.opened + head_timeout;
+        let first = activity.opened + timeouts.head;
         Watch {
             activity,
-            head_timeout,
-            idle_timeout,
+            head_timeout: timeouts.head,
+            idle_timeout: timeouts.idle,
+            stall_timeout: timeouts.stall,
+            in_flight_at: None,
             start: Start::Head {
                 seen: [0; 24 + FRAME_HEADER],
                 n: 0,
@@ -142,7 +167,7 @@ impl Watch {
             }
             // Acquire: pairs with the last request's release, so its time
             // is seen whenever its end is.
-            Start::Done if self.activity.in_flight.load(Ordering::Acquire) > 0 => None,
+            Start::Done if self.activity.requests(Ordering::Acquire).0 > 0 => None,
             Start::Done => Some(self.activity.last() + self.idle_timeout),
         }
     }
@@ -180,19 +205,33 @@ impl Watch {
                 }
                 Poll::Ready(()) => {
                     let now = Instant::now();
-                    match self.deadline() {
+                    let at = match self.deadline() {
                         Some(d) if d <= now => {
                             self.expired = true;
                             tracing::debug!("connection idle or slow to start; closing");
                             return true;
                         }
-                        // The deadline moved on while the timer ran, or a
-                        // request is in flight (look again an idle timeout on).
-                        d => {
-                            let at = d.unwrap_or(now + self.idle_timeout);
-                            self.timer.as_mut().reset(at);
+                        // The deadline moved on while the timer ran.
+                        Some(d) => {
+                            self.in_flight_at = None;
+                            d
                         }
-                    }
+                        // Requests are in flight. If none has ended since
+                        // the timer last found some in flight, they are
+                        // stuck: a request whose body never comes holds
+                        // the connection's slot, whatever else it sends.
+                        None => {
+                            let ended = self.activity.requests(Ordering::Acquire).1;
+                            if self.in_flight_at == Some(ended) {
+                                self.expired = true;
+                                tracing::debug!("requests in flight made no progress; closing");
+                                return true;
+                            }
+                            self.in_flight_at = Some(ended);
+                            now + self.stall_timeout
+                        }
+                    };
+                    self.timer.as_mut().reset(at);
                 }
             }
         }
@@ -249,6 +288,8 @@ impl Watch {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
 
     fn settings(len: usize) -> Vec<u8> {
@@ -268,13 +309,22 @@ mod tests {
         f
     }
 
+    /// Head and idle timeouts in seconds; a 10 s stall timeout.
+    fn secs(head: u64, idle: u64) -> Timeouts {
+        Timeouts {
+            head: Duration::from_secs(head),
+            idle: Duration::from_secs(idle),
+            stall: Duration::from_secs(10),
+        }
+    }
+
     fn noop() -> Context<'static> {
         Context::from_waker(futures::task::noop_waker_ref())
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_preface_alone_does_not_start_a_connection() {
-        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let mut w = Watch::new(secs(2, 60));
         w.saw(H2_PREFACE);
         tokio::time::advance(Duration::from_millis(2_001)).await;
         assert!(
@@ -285,7 +335,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_started_connection_lives_while_requests_come_and_closes_when_idle() {
-        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let mut w = Watch::new(secs(2, 60));
         let bytes = settings(12);
         // In pieces, as TCP may deliver them.
         w.saw(&bytes[..10]);
@@ -308,7 +358,7 @@ mod tests {
     /// flight notes nothing and closes nothing.
     #[tokio::test(start_paused = true)]
     async fn the_idle_time_counts_from_the_last_request_to_end() {
-        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let mut w = Watch::new(secs(2, 60));
         w.saw(&settings(0));
         let a = w.activity().begin();
         let b = w.activity().begin();
@@ -321,6 +371,50 @@ mod tests {
         assert!(!w.expired(&mut noop()), "b ended 59 s ago");
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(w.expired(&mut noop()), "b ended 61 s ago");
+    }
+
+    /// Guard: requests in flight that none of them ends (a body that never
+    /// comes) close the connection, though it is never idle.
+    #[tokio::test(start_paused = true)]
+    async fn requests_that_never_end_close_the_connection() {
+        let mut w = Watch::new(secs(2, 60));
+        w.saw(&settings(0));
+        let _stuck = w.activity().begin();
+        // The idle timer finds it in flight, then one stall timeout on,
+        // finds nothing ended.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(!w.expired(&mut noop()), "in flight, first look");
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(!w.expired(&mut noop()));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(w.expired(&mut noop()), "nothing ended in 10 s");
+    }
+
+    /// A connection with a request in flight throughout stays open while
+    /// other requests keep ending.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_request_beside_others_that_end_is_not_stuck() {
+        let mut w = Watch::new(secs(2, 60));
+        w.saw(&settings(0));
+        let _long = w.activity().begin();
+        for _ in 0..30 {
+            drop(w.activity().begin());
+            tokio::time::advance(Duration::from_secs(5)).await;
+            assert!(!w.expired(&mut noop()));
+        }
+    }
+
+    /// The ended count rides above the in-flight count in one word.
+    #[test]
+    fn ends_are_counted_beside_the_requests_in_flight() {
+        let a = Arc::new(Activity::new());
+        let (x, y) = (a.begin(), a.begin());
+        assert_eq!(a.requests(Ordering::Relaxed), (2, 0));
+        drop(x);
+        assert_eq!(a.requests(Ordering::Relaxed), (1, 1));
+        drop(y);
+        drop(a.begin());
+        assert_eq!(a.requests(Ordering::Relaxed), (0, 3));
     }
 
     /// Counts its wakes.
@@ -342,7 +436,7 @@ mod tests {
     /// changed waker is never woken to close.
     #[tokio::test(start_paused = true)]
     async fn the_timer_wakes_the_task_that_read_last() {
-        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let mut w = Watch::new(secs(2, 60));
         w.saw(&settings(0));
         let (first, first_waker) = counting();
         let (second, second_waker) = counting();
@@ -362,7 +456,7 @@ mod tests {
     /// from the start, though the timer was armed for the head deadline.
     #[tokio::test(start_paused = true)]
     async fn an_idle_deadline_earlier_than_the_head_one_is_kept() {
-        let mut w = Watch::new(Duration::from_secs(10), Duration::from_secs(2));
+        let mut w = Watch::new(secs(10, 2));
         assert!(!w.expired(&mut noop()), "armed for the head deadline");
         w.saw(&settings(0));
         assert!(!w.expired(&mut noop()));
@@ -372,7 +466,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn http1_bytes_leave_the_start_to_the_http1_server() {
-        let mut w = Watch::new(Duration::from_secs(2), Duration::from_secs(60));
+        let mut w = Watch::new(secs(2, 60));
         w.saw(b"GET / HTTP/1.1\r\n");
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(!w.expired(&mut noop()));

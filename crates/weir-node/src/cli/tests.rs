@@ -95,6 +95,8 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.drain_timeout, Duration::from_secs(2));
     assert_eq!(c.limits.header_read_timeout, Duration::from_secs(3));
     assert_eq!(c.limits.body_read_timeout, Duration::from_secs(4));
+    // Twice the body timeout: on the HTTP port its 408 always comes first.
+    assert_eq!(c.limits.timeouts().stall, Duration::from_secs(8));
     assert!(!c.ui);
 }
 
