@@ -18,7 +18,8 @@ use compact_str::CompactString;
 use weir_core::rules::{shard_name, Hot};
 use weir_core::rules::{Selected, Selection};
 use weir_core::{
-    Applied, CheckError, CheckRequest, Decision, Placed, Rule, RuleSet, Unavailable, Verdict,
+    Applied, CheckError, CheckRequest, Decision, Limiter, Nanos, Placed, Rule, RuleSet,
+    Unavailable, Verdict,
 };
 
 use super::deny_cache::DenyCache;
@@ -88,12 +89,27 @@ impl Gateway {
         &self,
         reqs: impl Iterator<Item = &'r CheckRequest>,
     ) -> Vec<Result<Placed, CheckError>> {
+        self.placing(|limiter, now, here| limiter.check_placed_all_at(reqs, now, here))
+    }
+
+    /// [`Gateway::check_here`] for one request, with no vector around it.
+    pub fn check_one_here(&self, req: &CheckRequest) -> Result<Placed, CheckError> {
+        self.placing(|limiter, now, here| limiter.check_placed_at(req, now, here))
+    }
+
+    /// Runs `place` on this node's limiter, at its clock's now, with what
+    /// says whether a limit is this node's to decide, inside one ring
+    /// snapshot and one in-flight mark.
+    fn placing<T>(
+        &self,
+        place: impl FnOnce(&Limiter, Nanos, &dyn Fn(&Rule, &str) -> bool) -> T,
+    ) -> T {
         let me = self.routing.me();
         let limiter = self.local.limiter();
         let now = limiter.now();
         self.routing.with_routing_ring(|ring| {
             self.local.guarded(|leaving| {
-                limiter.check_placed_all_at(reqs, now, |rule, h| {
+                place(limiter, now, &|rule: &Rule, h: &str| {
                     // A sharded or local-tier rule is never its key's
                     // owner's to decide whole.
                     !leaving

@@ -19,13 +19,46 @@ pub enum Consumed {
     Moved,
 }
 
+/// In-flight marks, a slot per thread (threads share a slot past
+/// [`SLOTS`]), each on its own cache line: a mark per check on one shared
+/// count had both cores taking its line from each other on every check.
+///
+/// Still exact for the leave: every access is SeqCst, so a mark's
+/// increment and its reading of `leaving` sit in one total order with the
+/// leave's store of `leaving` and its reading of each slot. A mark that
+/// read `leaving` false was counted before the store, so the leave reads
+/// its slot after the increment and waits for the decrement; a mark
+/// counted after the leave read its slot reads `leaving` true.
+#[derive(Default)]
+struct InFlight([Slot; SLOTS]);
+
+const SLOTS: usize = 16;
+
+#[derive(Default)]
+#[repr(align(128))]
+struct Slot(AtomicUsize);
+
+impl InFlight {
+    fn mine(&self) -> &AtomicUsize {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
+        }
+        &self.0[INDEX.with(|i| *i)].0
+    }
+
+    fn any(&self) -> bool {
+        self.0.iter().any(|s| s.0.load(Ordering::SeqCst) > 0)
+    }
+}
+
 /// The counters this node owns, and the leave handshake around them.
 pub struct Local {
     limiter: Arc<Limiter>,
     leaving: AtomicBool,
     /// Consumes under way; a leave waits for them before taking the
     /// counters, so none lands after the take.
-    inflight: AtomicUsize,
+    inflight: InFlight,
     /// Fires once a leaving node has handed its counters over; ops for its
     /// keys wait for it, so the new owner never decides a key before it
     /// holds the key's spent budget.
@@ -42,7 +75,7 @@ impl Local {
         Local {
             limiter,
             leaving: AtomicBool::new(false),
-            inflight: AtomicUsize::new(0),
+            inflight: InFlight::default(),
             handed_over: rx.shared(),
             hand_over: Mutex::new(Some(tx)),
             strays: AtomicBool::new(false),
@@ -62,9 +95,12 @@ impl Local {
     /// leave sees this work in flight and waits for it, or this sees the
     /// leave and decides nothing here.
     pub fn guarded<T>(&self, f: impl FnOnce(bool) -> T) -> T {
-        self.inflight.fetch_add(1, Ordering::SeqCst);
+        // `f` does not await, so the mark is taken and dropped on one
+        // thread, in that thread's slot.
+        let slot = self.inflight.mine();
+        slot.fetch_add(1, Ordering::SeqCst);
         let out = f(self.leaving.load(Ordering::SeqCst));
-        self.inflight.fetch_sub(1, Ordering::SeqCst);
+        slot.fetch_sub(1, Ordering::SeqCst);
         out
     }
 
@@ -109,7 +145,7 @@ impl Local {
     /// the consumes already under way have finished.
     pub async fn begin_leave(&self) {
         self.leaving.store(true, Ordering::SeqCst);
-        while self.inflight.load(Ordering::SeqCst) > 0 {
+        while self.inflight.any() {
             YieldNow(false).await;
         }
     }
@@ -168,6 +204,44 @@ mod tests {
         assert!(matches!(l.consume("r", "k", 1), Consumed::Moved));
         let rule = Rule::carried("o", 1, std::time::Duration::from_secs(1)).unwrap();
         assert!(matches!(l.consume_carried(&rule, "k", 1), Consumed::Moved));
+    }
+
+    /// Guard: the leave reads every thread's slot, not its own.
+    #[test]
+    fn a_leave_waits_for_marks_taken_on_other_threads() {
+        let l = Arc::new(local());
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let worker = {
+            let l = l.clone();
+            std::thread::spawn(move || {
+                l.guarded(|leaving| {
+                    entered_tx.send(()).unwrap();
+                    released.recv().unwrap();
+                    leaving
+                })
+            })
+        };
+        entered.recv().unwrap();
+        let mut leave = Box::pin(l.begin_leave());
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        for _ in 0..10 {
+            assert!(
+                leave.as_mut().poll(&mut cx).is_pending(),
+                "a mark is in flight on another thread"
+            );
+        }
+        release.send(()).unwrap();
+        assert!(
+            !worker.join().unwrap(),
+            "the mark was taken before the leave"
+        );
+        futures::executor::block_on(leave);
+        let later = {
+            let l = l.clone();
+            std::thread::spawn(move || l.guarded(|leaving| leaving))
+        };
+        assert!(later.join().unwrap(), "a mark after the leave sees it");
     }
 
     #[test]

@@ -113,8 +113,7 @@ impl Strategy for OwnerStrategy {
         if let Some(rule) = &req.limit {
             return Decided::Later(Box::pin(self.gateway.check_carried(req, rule)));
         }
-        let placed = self.gateway.check_here(std::iter::once(req)).pop();
-        match placed.expect("one answer per request") {
+        match self.gateway.check_one_here(req) {
             Ok(Placed::Decided(v)) => {
                 self.changed(&v);
                 Decided::Now(Ok(v))

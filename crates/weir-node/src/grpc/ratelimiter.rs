@@ -1,9 +1,10 @@
 //! weir.v1.RateLimiter/Check: a batch of checks, one verdict (or item error) per item.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, CheckRequest};
+use weir_core::{CheckError, CheckRequest, Verdict};
 use weir_proto::convert;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckRequest as CheckCall, CheckResponse, CheckResult};
@@ -42,6 +43,25 @@ impl RateLimiter for RateLimiterService {
             )));
         }
 
+        // One item skips the batch machinery (the slot vectors, the label
+        // tally), as a lone RLS descriptor does.
+        if items.len() == 1 {
+            let item = items.into_iter().next().expect("one item");
+            let (outcome, elapsed) = match convert::request(item) {
+                Ok(req) => {
+                    let started = tokio::time::Instant::now();
+                    let outcome = self.state.engine.check(&req).await;
+                    (outcome, started.elapsed())
+                }
+                Err(e) => (Err(e), Duration::ZERO),
+            };
+            if let Ok(v) = &outcome {
+                metrics.record_verdict(v, elapsed);
+            }
+            let results = vec![self.answer(&outcome, elapsed)];
+            return Ok(Response::new(CheckResponse { results }));
+        }
+
         // An item whose carried limit cannot limit is refused alone, like
         // any other bad item; the rest are decided together.
         let (requests, refused): (Vec<CheckRequest>, Vec<Option<CheckError>>) = items
@@ -54,11 +74,7 @@ impl RateLimiter for RateLimiterService {
             .unzip();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
-        // One item skips the batch machinery, as a lone RLS descriptor does.
-        let mut verdicts = match requests.as_slice() {
-            [one] => vec![self.state.engine.check(one).await],
-            many => self.state.engine.check_many(many).await,
-        };
+        let mut verdicts = self.state.engine.check_many(&requests).await;
         for (v, e) in verdicts.iter_mut().zip(refused) {
             if let Some(e) = e {
                 *v = Err(e);
@@ -76,26 +92,32 @@ impl RateLimiter for RateLimiterService {
         }
 
         metrics.record_verdicts(verdicts.iter().filter_map(|o| o.as_ref().ok()), per_item);
-        let jitter = self.state.config.retry_jitter;
         let results = verdicts
             .iter()
-            .map(|outcome| match outcome {
-                Ok(v) => {
-                    let answer = v.response();
-                    let mut result = convert::result(&answer);
-                    // Each denied item draws its own wait, so the callers
-                    // behind one batch do not come back together either.
-                    if let Some(ms) = jittered_ms(&answer, jitter) {
-                        result.retry_after_ms = ms;
-                    }
-                    result
-                }
-                Err(f) => {
-                    metrics.record_failure(f, per_item);
-                    convert::error_result(f)
-                }
-            })
+            .map(|outcome| self.answer(outcome, per_item))
             .collect::<Vec<CheckResult>>();
         Ok(Response::new(CheckResponse { results }))
+    }
+}
+
+impl RateLimiterService {
+    /// One item's result; a failure is counted here, a verdict by the caller.
+    fn answer(&self, outcome: &Result<Verdict, CheckError>, took: Duration) -> CheckResult {
+        match outcome {
+            Ok(v) => {
+                let answer = v.response();
+                let mut result = convert::result(&answer);
+                // Each denied item draws its own wait, so the callers
+                // behind one batch do not come back together either.
+                if let Some(ms) = jittered_ms(&answer, self.state.config.retry_jitter) {
+                    result.retry_after_ms = ms;
+                }
+                result
+            }
+            Err(f) => {
+                self.state.metrics.record_failure(f, took);
+                convert::error_result(f)
+            }
+        }
     }
 }
