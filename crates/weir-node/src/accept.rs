@@ -25,8 +25,8 @@ pub use watch::{Activity, Busy};
 
 /// How long a connection may take and sit: `head` for a TLS handshake and
 /// for an HTTP/2 client's preface and SETTINGS, `idle` with no request,
-/// `stall` with requests in flight of which none ends (checked from one
-/// timer firing to the next, so a stall is found after one to two of it).
+/// `stall` with requests in flight of which none ends (checked from the
+/// watch's next timer firing, at most `idle` away, to one `stall` later).
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub head: Duration,
