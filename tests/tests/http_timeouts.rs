@@ -1,9 +1,12 @@
 //! A slow client loses its connection: request heads, bodies, TLS handshakes and gRPC prefaces each have a deadline.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
+use weir_proto::weir::v1::{CheckItem, CheckRequest};
 use weir_tests::{TestNode, DEADLINE};
 
 const RULES: &str = r#"
@@ -93,8 +96,6 @@ async fn a_stalled_tls_handshake_is_disconnected() {
 
 #[tokio::test]
 async fn a_silent_grpc_connection_gives_its_slot_back() {
-    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-    use weir_proto::weir::v1::{CheckItem, CheckRequest};
     let node = TestNode::start(RULES, |c| {
         c.limits.header_read_timeout = TIMEOUT;
         c.limits.max_connections = 1;
@@ -104,23 +105,45 @@ async fn a_silent_grpc_connection_gives_its_slot_back() {
     // Takes the only slot and sends half a preface.
     let mut silent = TcpStream::connect(addr).await.unwrap();
     silent.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
-    let check = async {
-        let mut client = RateLimiterClient::connect(format!("http://{addr}")).await?;
-        let items = vec![CheckItem {
+    assert!(
+        served(addr)
+            .await
+            .expect("served once the silent connection is dropped"),
+        "allowed"
+    );
+    assert!(
+        closes(&mut silent).await,
+        "the silent connection was closed"
+    );
+}
+
+/// One item for key "k".
+fn one_check() -> CheckRequest {
+    CheckRequest {
+        items: vec![CheckItem {
             key: "k".into(),
             ..CheckItem::default()
-        }];
-        let r = client.check(CheckRequest { items }).await?;
+        }],
+    }
+}
+
+/// Whether a new client's check at `addr` is allowed; an error if it is not
+/// answered within [`DEADLINE`] (the only slot stays taken) or fails.
+async fn served(addr: SocketAddr) -> Result<bool, Box<dyn std::error::Error>> {
+    let check = async {
+        let mut client = RateLimiterClient::connect(format!("http://{addr}")).await?;
+        let r = client.check(one_check()).await?;
         Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
     };
-    let allowed = tokio::time::timeout(DEADLINE, check)
-        .await
-        .expect("served once the silent connection is dropped")
-        .expect("a verdict");
-    assert!(allowed);
+    tokio::time::timeout(DEADLINE, check).await?
+}
+
+/// Whether the node closes the connection `from_node` reads within [`DEADLINE`].
+async fn closes(from_node: &mut (impl AsyncRead + Unpin)) -> bool {
     let mut rest = Vec::new();
-    let closed = tokio::time::timeout(DEADLINE, silent.read_to_end(&mut rest)).await;
-    assert!(closed.is_ok(), "the silent connection was closed");
+    tokio::time::timeout(DEADLINE, from_node.read_to_end(&mut rest))
+        .await
+        .is_ok()
 }
 
 /// The node sends no pings of its own: a client that keeps its connection
@@ -129,21 +152,13 @@ async fn a_silent_grpc_connection_gives_its_slot_back() {
 #[tokio::test]
 async fn an_idle_grpc_connection_gives_its_slot_back() {
     use tonic::transport::Endpoint;
-    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-    use weir_proto::weir::v1::{CheckItem, CheckRequest};
     let node = TestNode::start(RULES, |c| {
         c.limits.idle_timeout = TIMEOUT;
         c.limits.max_connections = 1;
     })
     .await;
-    let url = format!("http://{}", node.node().grpc_addr());
-    let request = || CheckRequest {
-        items: vec![CheckItem {
-            key: "k".into(),
-            ..CheckItem::default()
-        }],
-    };
-    let idle = Endpoint::from_shared(url.clone())
+    let addr = node.node().grpc_addr();
+    let idle = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .http2_keep_alive_interval(Duration::from_millis(50))
         .keep_alive_while_idle(true)
@@ -151,18 +166,14 @@ async fn an_idle_grpc_connection_gives_its_slot_back() {
         .await
         .unwrap();
     let mut idle = RateLimiterClient::new(idle);
-    assert!(idle.check(request()).await.unwrap().into_inner().results[0].allowed);
+    assert!(idle.check(one_check()).await.unwrap().into_inner().results[0].allowed);
     // The only slot is held by `idle` until the node closes it.
-    let next = async {
-        let mut client = RateLimiterClient::connect(url).await?;
-        let r = client.check(request()).await?;
-        Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
-    };
-    let allowed = tokio::time::timeout(DEADLINE, next)
-        .await
-        .expect("served once the idle connection is closed")
-        .expect("a verdict");
-    assert!(allowed);
+    assert!(
+        served(addr)
+            .await
+            .expect("served once the idle connection is closed"),
+        "allowed"
+    );
 }
 
 /// Frames of a gRPC request that never sends its body: the preface, an
@@ -206,8 +217,6 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 /// pinging.
 #[tokio::test]
 async fn a_grpc_request_whose_body_never_comes_gives_its_slot_back() {
-    use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-    use weir_proto::weir::v1::{CheckItem, CheckRequest};
     let node = TestNode::start(RULES, |c| {
         // The watch's first look comes at the head deadline; by then the
         // request is in flight, so the idle timeout (60 s) never applies.
@@ -230,22 +239,15 @@ async fn a_grpc_request_whose_body_never_comes_gives_its_slot_back() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    let check = async {
-        let mut client = RateLimiterClient::connect(format!("http://{addr}")).await?;
-        let items = vec![CheckItem {
-            key: "k".into(),
-            ..CheckItem::default()
-        }];
-        let r = client.check(CheckRequest { items }).await?;
-        Ok::<_, Box<dyn std::error::Error>>(r.into_inner().results[0].allowed)
-    };
-    let allowed = tokio::time::timeout(DEADLINE, check)
-        .await
-        .expect("served once the stalled connection is closed")
-        .expect("a verdict");
-    assert!(allowed);
-    let mut rest = Vec::new();
-    let closed = tokio::time::timeout(DEADLINE, from_node.read_to_end(&mut rest)).await;
-    assert!(closed.is_ok(), "the stalled connection was closed");
+    assert!(
+        served(addr)
+            .await
+            .expect("served once the stalled connection is closed"),
+        "allowed"
+    );
+    assert!(
+        closes(&mut from_node).await,
+        "the stalled connection was closed"
+    );
     pinger.abort();
 }

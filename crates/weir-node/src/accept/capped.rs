@@ -126,12 +126,17 @@ impl AsyncWrite for CappedStream {
 mod tests {
     use super::*;
 
+    /// A listener of one slot on loopback, and its address.
+    async fn one_slot() -> (CappedListener, SocketAddr) {
+        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = inner.local_addr().unwrap();
+        (CappedListener::new(inner, 1), addr)
+    }
+
     /// Guard: every accepted connection has the kernel's keepalive probes.
     #[tokio::test]
     async fn accepted_connections_are_probed_by_the_kernel() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let mut listener = CappedListener::new(inner, 1);
+        let (mut listener, addr) = one_slot().await;
         let _client = TcpStream::connect(addr).await.unwrap();
         let (accepted, _) = listener.accept().await;
         let sock = SockRef::from(accepted.tcp());
@@ -146,9 +151,7 @@ mod tests {
 
     #[tokio::test]
     async fn second_connection_waits_until_the_first_closes() {
-        let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = inner.local_addr().unwrap();
-        let mut listener = CappedListener::new(inner, 1);
+        let (mut listener, addr) = one_slot().await;
         let _c1 = TcpStream::connect(addr).await.unwrap();
         let (first, _) = listener.accept().await;
         // The handshake completes in the kernel, so an uncapped accept would
