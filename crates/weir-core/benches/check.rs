@@ -14,7 +14,10 @@
 //!   so every check refills or rolls and is admitted.
 //! - `decide_only`: the algorithm on a state outside any map, against
 //!   governor's direct limiter, limit 1000/s: the arithmetic without the store.
-//! - `limiter_check`: the whole `Limiter::check` on the hot key, two rules.
+//! - `limiter_check`: the whole `Limiter::check` on the hot key, two rules;
+//!   `hot_two_threads` splits the checks between two threads on one key, on
+//!   the system clock, as two server cores do under a single caller: what
+//!   the key's shared cache lines cost when they cross between cores.
 //!
 //! `governor_keyed` is governor's `DashMapStateStore<String>`, the store of
 //! `DefaultKeyedRateLimiter<String>`, on the shared tick: the reference.
@@ -30,7 +33,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
@@ -43,7 +46,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use weir_core::store::Counters;
-use weir_core::{AlgorithmKind, CheckRequest, Limiter, LimiterConfig, Policy, RuleSet};
+use weir_core::{
+    AlgorithmKind, CheckRequest, Limiter, LimiterConfig, Policy, RuleSet, SystemClock,
+};
 
 /// Fake time advanced per check: 10 ms, so the hot key sees 100 checks/s.
 const STEP: u64 = 10_000_000;
@@ -305,6 +310,14 @@ limit = 1000
 window = "1s"
 "#;
 
+const ADMIT_ALL: &str = r#"
+[[rule]]
+name = "per-client"
+algorithm = "sliding_window_counter"
+limit = 1000000000
+window = "60s"
+"#;
+
 /// The whole `Limiter::check`: validation, rule selection and both consumes.
 fn limiter_check(c: &mut Criterion) {
     let rules = RuleSet::from_toml(RULES).expect("bench rules parse");
@@ -326,6 +339,29 @@ fn limiter_check(c: &mut Criterion) {
         })
     });
     tally.report("limiter_check", "hot_two_rules");
+
+    // Every check admitted, as in bench/requests/rules.toml: the real
+    // clock would otherwise deny almost all of them.
+    let limiter = Limiter::new(
+        RuleSet::from_toml(ADMIT_ALL).expect("bench rules parse"),
+        Arc::new(SystemClock::new()),
+        LimiterConfig::default(),
+    );
+    g.bench_function("hot_two_threads", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    s.spawn(|| {
+                        for _ in 0..iters.div_ceil(2) {
+                            black_box(limiter.check(black_box(&req)).expect("valid"));
+                        }
+                    });
+                }
+            });
+            start.elapsed()
+        })
+    });
     g.finish();
 }
 

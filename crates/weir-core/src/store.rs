@@ -112,7 +112,13 @@ impl Ceiling {
 
     /// A key's state changed and comes to rest at `at`.
     pub(crate) fn rests_at(&self, at: Nanos) {
-        self.earliest_rest.fetch_min(at, Ordering::Relaxed);
+        // A key's rest mostly moves later as it is spent, so the bound
+        // rarely drops. Read first: fetch_min is a compare-and-swap loop
+        // that writes the line on every decision, and this line is shared
+        // by every key of the rule.
+        if at < self.earliest_rest.load(Ordering::Relaxed) {
+            self.earliest_rest.fetch_min(at, Ordering::Relaxed);
+        }
     }
 
     /// Before a new key: Ok when there is room, after dropping keys at rest

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, CheckResponse, Verdict};
+
+use weir_core::{CheckError, CheckRequest, CheckResponse, Verdict};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
@@ -18,6 +20,38 @@ pub struct EnvoyRls {
 impl EnvoyRls {
     pub fn new(state: Arc<NodeState>) -> Self {
         EnvoyRls { state }
+    }
+
+    /// Counts descriptor `i`'s outcome in the metrics; a failure comes
+    /// back as the status the request is answered with.
+    fn record(
+        &self,
+        i: usize,
+        check: &CheckRequest,
+        outcome: Result<Verdict, CheckError>,
+        took: Duration,
+    ) -> Result<Verdict, Status> {
+        let metrics = &self.state.metrics;
+        match outcome {
+            Ok(v) if check.limit.is_some() => {
+                metrics.record_override_verdict(&v, took);
+                Ok(v)
+            }
+            Ok(v) => {
+                metrics.record_verdict(&v, took);
+                Ok(v)
+            }
+            Err(f) => {
+                metrics.record_failure(&f, took);
+                Err(failure_status(i, &f))
+            }
+        }
+    }
+
+    fn respond(&self, verdicts: &[Verdict]) -> Response<RateLimitResponse> {
+        let jitter = self.state.config.retry_jitter;
+        let wait = |answer: &CheckResponse| jittered_ms(answer, jitter);
+        Response::new(envoy_map::to_response(verdicts, wait))
     }
 
     fn refuse(&self, e: MapError) -> Status {
@@ -63,36 +97,28 @@ impl RateLimitService for EnvoyRls {
         // Latency is for metrics only, never for a decision.
         let started = tokio::time::Instant::now();
         // A lone descriptor (most Envoy routes send one) skips the batch
-        // machinery: decided here, it needs no future and no slot vectors.
-        let outcomes = match checks.as_slice() {
-            [one] => vec![engine.check(one).await],
-            many => engine.check_many(many).await,
-        };
+        // machinery: decided here, it needs no future, no slot vectors and
+        // no vector of outcomes.
+        if let [one] = checks.as_slice() {
+            let outcome = engine.check(one).await;
+            let verdict = self.record(0, one, outcome, started.elapsed())?;
+            return Ok(self.respond(std::slice::from_ref(&verdict)));
+        }
+        let outcomes = engine.check_many(&checks).await;
         let per_item = started.elapsed() / u32::try_from(checks.len()).unwrap_or(u32::MAX);
-
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(outcomes.len());
         let mut failed = None;
         for (i, (o, c)) in outcomes.into_iter().zip(&checks).enumerate() {
-            match o {
-                Ok(v) => {
-                    if c.limit.is_some() {
-                        self.state.metrics.record_override_verdict(&v, per_item);
-                    } else {
-                        self.state.metrics.record_verdict(&v, per_item);
-                    }
-                    verdicts.push(v);
-                }
-                Err(f) => {
-                    self.state.metrics.record_failure(&f, per_item);
-                    failed.get_or_insert((i, f));
+            match self.record(i, c, o, per_item) {
+                Ok(v) => verdicts.push(v),
+                Err(status) => {
+                    failed.get_or_insert(status);
                 }
             }
         }
-        if let Some((i, f)) = failed {
-            return Err(failure_status(i, &f));
+        if let Some(status) = failed {
+            return Err(status);
         }
-        let jitter = self.state.config.retry_jitter;
-        let wait = |answer: &CheckResponse| jittered_ms(answer, jitter);
-        Ok(Response::new(envoy_map::to_response(&verdicts, wait)))
+        Ok(self.respond(&verdicts))
     }
 }

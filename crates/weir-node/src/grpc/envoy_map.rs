@@ -168,15 +168,23 @@ fn descriptor_check(
 /// `domain|k=v|k=v`: every distinct descriptor gets its own counter even
 /// without a client entry. None when it would exceed the core's key bound.
 fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
-    let mut key = domain.to_string();
+    // Sized once: pushing onto the domain alone reallocated it two or
+    // three times per descriptor.
+    let len = domain.len()
+        + d.entries
+            .iter()
+            .map(|e| 2 + e.key.len() + e.value.len())
+            .sum::<usize>();
+    if len > MAX_KEY_LEN {
+        return None;
+    }
+    let mut key = String::with_capacity(len);
+    key.push_str(domain);
     for e in &d.entries {
         key.push('|');
         key.push_str(&e.key);
         key.push('=');
         key.push_str(&e.value);
-        if key.len() > MAX_KEY_LEN {
-            return None;
-        }
     }
     Some(key)
 }
