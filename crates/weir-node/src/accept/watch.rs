@@ -183,8 +183,15 @@ impl Watch {
         // later (see below), and the start, which may move it earlier,
         // disarms it; so there is nothing to look at. Polling the timer
         // instead registered the waker again on every read (1% of the
-        // node's samples in a perf profile of RLS requests).
-        if !self.timer.is_elapsed() && self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+        // node's samples in a perf profile of RLS requests). The one
+        // exception: a timer armed for a stall look, one stall timeout
+        // on, is later than the idle deadline the last request's end sets
+        // when the idle timeout is the shorter one.
+        let stall_look_may_be_late =
+            self.in_flight_at.is_some() && self.stall_timeout > self.idle_timeout;
+        if !self.timer.is_elapsed()
+            && !stall_look_may_be_late
+            && self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
         {
             return false;
         }
@@ -416,6 +423,22 @@ mod tests {
             waited += Duration::from_secs(1);
         }
         assert!(waited >= t.stall, "closed after {waited:?}");
+    }
+
+    /// Guard: with an idle timeout shorter than the stall timeout, the
+    /// last request's end while the timer waits for a stall look still
+    /// closes the connection one idle timeout later, not at that look.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timeout_shorter_than_the_stall_one_holds_after_a_request() {
+        let mut w = started(secs(2, 3));
+        assert!(!w.expired(&mut noop()));
+        let busy = w.activity().begin();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(!w.expired(&mut noop()), "in flight: a stall look 10 s on");
+        drop(busy);
+        assert!(!w.expired(&mut noop()), "ended just now");
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(w.expired(&mut noop()), "idle 4 s of a 3 s timeout");
     }
 
     /// A connection with a request in flight throughout stays open while
