@@ -1,10 +1,9 @@
 //! envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit: Envoy's RLS on weir's check path.
 
 use std::sync::Arc;
-
 use std::time::Duration;
-use tonic::{Request as GrpcRequest, Response, Status};
 
+use tonic::{Request as GrpcRequest, Response, Status};
 use weir_core::{CheckError, CheckRequest, CheckResponse, Verdict};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
