@@ -10,6 +10,7 @@
 //! tower-call numbers; a filter argument picks `loopback` or `tower_call`.
 
 use std::convert::Infallible;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,13 +70,15 @@ struct Targets {
     rows: Vec<(&'static str, SocketAddr)>,
     remote_layer: RateLimitLayer,
     _node: Node,
+    /// The node's rules file, removed when the targets go.
+    _rules: tempfile::NamedTempFile,
 }
 
 async fn targets(http: &HttpClient<HttpConnector, Empty<Bytes>>) -> Targets {
-    let rules = std::env::temp_dir().join(format!("weir-bench-{}.toml", std::process::id()));
-    std::fs::write(&rules, RULES).unwrap();
+    let mut rules = tempfile::NamedTempFile::new().unwrap();
+    rules.write_all(RULES.as_bytes()).unwrap();
     let mut config = ServeConfig::ephemeral();
-    config.rules_file = Some(rules);
+    config.rules_file = Some(rules.path().to_path_buf());
     let node = Node::start(config).await.unwrap();
     // A deadline far above loopback latency under load: a check that timed
     // out would fail open and flatter the remote row.
@@ -139,6 +142,7 @@ async fn targets(http: &HttpClient<HttpConnector, Empty<Bytes>>) -> Targets {
         ],
         remote_layer,
         _node: node,
+        _rules: rules,
     }
 }
 

@@ -7,15 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{closed_port, per_client, rules_file};
+use tempfile::TempPath;
 use tokio::net::TcpListener;
 use weir_client::{CheckRequest, Client, ClientError};
 use weir_node::{Node, ServeConfig};
 use weir_proto::weir::v1::rate_limiter_server::RateLimiterServer;
 
-async fn node_with(rules: Option<&str>) -> Node {
+/// A node on ephemeral ports, and its rules file, which lives as long as
+/// the caller keeps it.
+async fn node_with(rules: Option<&str>) -> (Node, Option<TempPath>) {
     let mut config = ServeConfig::ephemeral();
-    config.rules_file = rules.map(rules_file);
-    Node::start(config).await.expect("node starts")
+    let file = rules.map(rules_file);
+    config.rules_file = file.as_ref().map(|f| f.to_path_buf());
+    (Node::start(config).await.expect("node starts"), file)
 }
 
 /// The node's own gRPC service, served again on another port behind an
@@ -45,7 +49,7 @@ async fn counted_grpc(node: &Node) -> (String, Arc<AtomicU64>) {
 // two threads happened to interleave.
 #[tokio::test]
 async fn concurrent_checks_share_grpc_calls_and_each_gets_its_own_answer() {
-    let node = node_with(Some(&per_client(100))).await;
+    let (node, _rules) = node_with(Some(&per_client(100))).await;
     let (url, calls) = counted_grpc(&node).await;
     let client = Client::builder()
         .deadline(Duration::from_secs(5))
@@ -162,7 +166,7 @@ async fn closed_port_is_unavailable_not_a_timeout() {
 
 #[tokio::test]
 async fn grpc_and_http_read_the_same_denial() {
-    let node = node_with(Some(&per_client(1))).await;
+    let (node, _rules) = node_with(Some(&per_client(1))).await;
     let grpc = Client::builder()
         .deadline(Duration::from_secs(2))
         .grpc(&format!("http://{}", node.grpc_addr()))
@@ -191,7 +195,7 @@ async fn grpc_and_http_read_the_same_denial() {
 
 #[tokio::test]
 async fn invalid_arguments_name_the_field() {
-    let node = node_with(None).await;
+    let (node, _rules) = node_with(None).await;
     let grpc = Client::builder()
         .deadline(Duration::from_secs(2))
         .grpc(&format!("http://{}", node.grpc_addr()))
@@ -245,7 +249,7 @@ async fn unlimited_check_is_allowed_without_a_rule() {
         limit     = 1
         window    = "60s"
     "#;
-    let node = node_with(Some(rules)).await;
+    let (node, _rules) = node_with(Some(rules)).await;
     for client in [
         Client::grpc(&format!("http://{}", node.grpc_addr())).unwrap(),
         Client::http(&format!("http://{}", node.http_addr())).unwrap(),

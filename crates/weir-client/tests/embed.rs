@@ -16,9 +16,10 @@ use weir_node::{Node, ServeConfig};
 
 #[tokio::test]
 async fn embedded_node_serves_checks_and_backs_the_layer_with_the_same_counters() {
+    let rules = rules_file(&per_client(3));
     let node = NodeBuilder::new()
         .node_id("embedded")
-        .rules_file(rules_file(&per_client(3)))
+        .rules_file(rules.to_path_buf())
         .start()
         .await
         .unwrap();
@@ -118,7 +119,7 @@ async fn embedded_node_joins_a_cluster_of_served_nodes_and_owns_keys() {
         .cluster_secret(SECRET)
         .gossip_profile(GossipProfile::Fast)
         .owner_deadline(Duration::from_secs(1))
-        .rules_file(&rules)
+        .rules_file(rules.to_path_buf())
         .start()
         .await
         .unwrap();

@@ -87,7 +87,8 @@ async fn the_layer_holds_a_shaped_request_for_its_delay_and_refuses_one_past_its
 #[tokio::test]
 async fn the_client_reports_the_delay_and_sends_its_maximum_over_both_transports() {
     let mut config = ServeConfig::ephemeral();
-    config.rules_file = Some(rules_file(PACED));
+    let rules = rules_file(PACED);
+    config.rules_file = Some(rules.to_path_buf());
     let node = Node::start(config).await.unwrap();
     let clients = [
         (

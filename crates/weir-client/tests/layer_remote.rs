@@ -28,7 +28,8 @@ async fn status(http: &reqwest::Client, addr: std::net::SocketAddr) -> reqwest::
 #[tokio::test]
 async fn remote_denial_is_a_429_with_headers_and_never_reaches_the_service() {
     let mut config = ServeConfig::ephemeral();
-    config.rules_file = Some(rules_file(&per_client(2)));
+    let rules = rules_file(&per_client(2));
+    config.rules_file = Some(rules.to_path_buf());
     let node = Node::start(config).await.unwrap();
     let layer = RateLimitLayer::new(
         client(&format!("http://{}", node.grpc_addr())),

@@ -206,7 +206,7 @@ fn split(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
 /// per-check costs the cluster model (docs/performance.md) is fed.
 pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), SimError> {
     let dir = std::env::temp_dir().join(format!("weir-bench-fwd-{}", std::process::id()));
-    rt.block_on(async {
+    let measured = rt.block_on(async {
         // One copy per counter first: the costs of forwarding alone.
         let one = start(bin, &dir, 1).await?;
         let (local, remote) = split_keys(&one);
@@ -297,7 +297,12 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
             us(copied.gateway + copied.owners - sat.gateway - sat.owners),
         );
         Ok(())
-    })
+    });
+    // The nodes' logs are kept when a run fails, for what they say.
+    if measured.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    measured
 }
 
 #[cfg(test)]

@@ -2,14 +2,15 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
+use tempfile::TempPath;
 use tokio::net::TcpListener;
 use weir_core::{Limiter, LimiterConfig, RuleSet, SystemClock};
 
@@ -35,14 +36,17 @@ pub fn per_client(limit: u64) -> String {
     )
 }
 
-/// A rules file no other test shares.
-pub fn rules_file(text: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let path =
-        std::env::temp_dir().join(format!("weir-client-test-{}-{n}.toml", std::process::id()));
-    std::fs::write(&path, text).expect("temp dir is writable");
-    path
+/// A rules file no other test shares, removed when the returned path is
+/// dropped: keep it bound for as long as a node may read it.
+pub fn rules_file(text: &str) -> TempPath {
+    let mut file = tempfile::Builder::new()
+        .prefix("weir-client-test-")
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp dir is writable");
+    file.write_all(text.as_bytes())
+        .expect("temp dir is writable");
+    file.into_temp_path()
 }
 
 /// An axum hello-world whose handler counts how often it runs.
