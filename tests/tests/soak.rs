@@ -106,7 +106,18 @@ impl NodeProcess {
 }
 
 impl Drop for NodeProcess {
+    /// Closes the node's stdin so it ends by itself and removes its rules
+    /// directory (a killed process leaves it behind); killed only if it has
+    /// not ended within the deadline.
     fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(Some(_)) | Err(_) => break,
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

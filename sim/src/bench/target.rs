@@ -66,6 +66,8 @@ pub struct Targets {
     /// Held for its drop, which kills the node.
     _spawned: Option<Cluster>,
     in_process: Option<weir_node::Node>,
+    /// The in-process node's rules file, removed with the node.
+    _rules_dir: Option<tempfile::TempDir>,
 }
 
 impl Targets {
@@ -76,9 +78,11 @@ impl Targets {
             list: Vec::new(),
             _spawned: None,
             in_process: None,
+            _rules_dir: None,
         };
-        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
         if let Some(bin) = &args.spawn {
+            // Kept after the run: the node's log is named on stderr.
+            let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
             let cluster = gen_rt.block_on(spawn(bin, &dir))?;
             t.list.push(Target {
                 name: "weir serve (separate process)".into(),
@@ -99,8 +103,11 @@ impl Targets {
                 pid: None,
             });
         } else {
+            let rules_dir = tempfile::tempdir()
+                .map_err(|e| SimError::io("creating a directory for the rules", e))?;
             let mut config = weir_node::ServeConfig::ephemeral();
-            config.rules_file = Some(rules::write_file(&dir, RULES)?);
+            config.rules_file = Some(rules::write_file(rules_dir.path(), RULES)?);
+            t._rules_dir = Some(rules_dir);
             let node = server_rt
                 .block_on(weir_node::Node::start(config))
                 .expect("start the node");
