@@ -113,25 +113,25 @@ pub enum HttpClientKind {
 
 /// The cluster model's inputs: CPU microseconds per check, op or call.
 /// The defaults are the medians, input by input, of three `--forwarded`
-/// runs (docs/performance.md, "Past one machine").
+/// runs on a quiet machine (docs/performance.md, "Past one machine").
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Cores per node.
     #[arg(long, default_value_t = 2.0)]
     pub cores: f64,
     /// The edge (HTTP) and a local decision, per check received.
-    #[arg(long, default_value_t = 11.3)]
+    #[arg(long, default_value_t = 9.5)]
     pub edge_us: f64,
-    #[arg(long, default_value_t = 29.9)]
+    #[arg(long, default_value_t = 0.0)]
     pub gateway_call_us: f64,
-    #[arg(long, default_value_t = 12.5)]
+    #[arg(long, default_value_t = 15.3)]
     pub gateway_op_us: f64,
-    #[arg(long, default_value_t = 59.2)]
+    #[arg(long, default_value_t = 33.1)]
     pub owner_call_us: f64,
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.9)]
     pub owner_op_us: f64,
     /// The second copy of a counter, per admitted check.
-    #[arg(long, default_value_t = 18.5)]
+    #[arg(long, default_value_t = 8.5)]
     pub copy_us: f64,
     /// Decide call time under load.
     #[arg(long, default_value_t = 1000.0)]
