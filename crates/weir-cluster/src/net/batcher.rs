@@ -54,8 +54,10 @@ struct Pending {
     /// None for fire-and-forget ops (refunds, charges), which are sent even
     /// when nobody waits for the answer.
     reply: Option<oneshot::Sender<Answer>>,
-    /// Told when the op leaves in a call; None for fire-and-forget ops.
-    sent: Option<oneshot::Sender<()>>,
+    /// Given the instant the op leaves in a call; None for fire-and-forget
+    /// ops. Read by the caller only once its deadline has passed, so
+    /// leaving wakes nobody.
+    sent: Option<oneshot::Sender<Instant>>,
     queued_at: Instant,
 }
 
@@ -65,7 +67,7 @@ impl Pending {
     /// both (so a caller told "not sent" knows nothing was consumed).
     fn leave(&mut self) -> bool {
         match self.sent.take() {
-            Some(sent) => sent.send(()).is_ok(),
+            Some(sent) => sent.send(Instant::now()).is_ok(),
             None => true,
         }
     }
@@ -153,27 +155,32 @@ impl Peers for Batchers {
             if !queued {
                 return Reply::Failed(PeerFailure::Overloaded);
             }
-            match tokio::time::timeout(deadline, &mut left).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    return Reply::Failed(PeerFailure::Unreachable("batcher stopped".into()))
-                }
+            // Most answers come within the deadline from queueing: one clock,
+            // and no wake-up when the op leaves the queue.
+            let answered = match tokio::time::timeout(deadline, &mut answer).await {
+                Ok(answered) => answered,
                 Err(_) => {
                     // Closed first, then read: the batcher either sent before
                     // this (and the op is in flight) or can no longer send it.
                     left.close();
-                    if left.try_recv().is_err() {
+                    let Ok(sent_at) = left.try_recv() else {
                         return Reply::Failed(PeerFailure::Queued(deadline));
+                    };
+                    // Sent: the answer has a deadline of its own, from the send.
+                    match tokio::time::timeout_at(sent_at + deadline, &mut answer).await {
+                        Ok(answered) => answered,
+                        Err(_) => {
+                            return Reply::Late(LateAnswer(Box::pin(async move {
+                                answer.await.ok().and_then(Result::ok)
+                            })))
+                        }
                     }
                 }
-            }
-            match tokio::time::timeout(deadline, &mut answer).await {
-                Ok(Ok(Ok(result))) => Reply::Answered(result),
-                Ok(Ok(Err(failure))) => Reply::Failed(failure),
-                Ok(Err(_)) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
-                Err(_) => Reply::Late(LateAnswer(Box::pin(async move {
-                    answer.await.ok().and_then(Result::ok)
-                }))),
+            };
+            match answered {
+                Ok(Ok(result)) => Reply::Answered(result),
+                Ok(Err(failure)) => Reply::Failed(failure),
+                Err(_) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
             }
         })
     }
@@ -314,3 +321,6 @@ async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+//! The batcher's two clocks on a paused runtime: an op still queued at its
+//! deadline is never sent; a sent op's answer has a deadline of its own,
+//! counted from the send; a later answer still reaches the reconciler.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use weir_core::{LimiterConfig, RuleSet, SystemClock};
+use weir_proto::weir::v1::{
+    DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
+    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
+    SyncRequest, SyncResponse,
+};
+
+use super::*;
+
+/// An owner whose Decide calls take the listed times, one per call in
+/// order, and that records the keys of every call it was sent.
+struct SlowOwner {
+    takes: Mutex<VecDeque<Duration>>,
+    calls: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Link for SlowOwner {
+    fn decide(
+        &self,
+        _to: &NodeIdentity,
+        req: DecideRequest,
+        _deadline: Duration,
+    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+        let takes = self.takes.lock().unwrap().pop_front().unwrap_or_default();
+        let keys = req.ops.iter().map(|o| o.key.clone()).collect();
+        self.calls.lock().unwrap().push(keys);
+        let results = vec![OpResult::default(); req.ops.len()];
+        Box::pin(async move {
+            tokio::time::sleep(takes).await;
+            Ok(DecideResponse {
+                results,
+                rules_version: 0,
+            })
+        })
+    }
+
+    fn handoff(
+        &self,
+        _: &NodeIdentity,
+        _: HandoffRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn push_rules(
+        &self,
+        _: &NodeIdentity,
+        _: WireRuleSet,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn pull_rules(
+        &self,
+        _: &NodeIdentity,
+        _: u64,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn sync_counts(
+        &self,
+        _: &NodeIdentity,
+        _: SyncRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn members(
+        &self,
+        _: &NodeIdentity,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn replicate(
+        &self,
+        _: &NodeIdentity,
+        _: ReplicateRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn retain(&self, _: &dyn Fn(&str) -> bool) {}
+
+    fn summary(
+        &self,
+        _: &NodeIdentity,
+        _: SummaryRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+}
+
+/// Batchers to one owner whose calls take `takes`, one call in flight at a
+/// time so a second op waits in the queue; and what the owner was sent.
+fn one_call_at_a_time(takes: &[u64]) -> (Batchers, Arc<Mutex<Vec<Vec<String>>>>) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let link = SlowOwner {
+        takes: Mutex::new(takes.iter().map(|&ms| Duration::from_millis(ms)).collect()),
+        calls: calls.clone(),
+    };
+    let ctx = Ctx {
+        link: Arc::new(link),
+        me: "gateway".into(),
+        limiter: Arc::new(Limiter::new(
+            RuleSet::from_toml("").unwrap(),
+            Arc::new(SystemClock::new()),
+            LimiterConfig::default(),
+        )),
+        hints: Arc::new(RulesHints::new().0),
+        stats: Arc::new(Stats::default()),
+        late_window: Duration::from_secs(1),
+    };
+    let config = BatchConfig {
+        max_in_flight: 1,
+        ..BatchConfig::default()
+    };
+    (Batchers::new(ctx, config), calls)
+}
+
+fn owner() -> NodeIdentity {
+    NodeIdentity::new(
+        "owner",
+        "127.0.0.1:7946".parse().unwrap(),
+        "127.0.0.1:50051".parse().unwrap(),
+    )
+}
+
+fn op(key: &str) -> CounterOp {
+    CounterOp {
+        key: key.into(),
+        cost: 1,
+        ..CounterOp::default()
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Lets the batcher run until the owner has been sent `n` calls, so an op
+/// queued next waits for a free slot instead of joining a call.
+async fn until_sent(calls: &Mutex<Vec<Vec<String>>>, n: usize) {
+    for _ in 0..1000 {
+        if calls.lock().unwrap().len() >= n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the batcher did not send call {n}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_op_still_queued_at_its_deadline_is_refused_and_never_sent() {
+    let (batchers, calls) = one_call_at_a_time(&[10]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let queued = batchers.decide(&owner(), op("queued"), ms(5));
+    let (first, queued) = tokio::join!(first, queued);
+    assert!(matches!(first, Reply::Answered(_)));
+    assert!(
+        matches!(queued, Reply::Failed(PeerFailure::Queued(d)) if d == ms(5)),
+        "the op waited behind a 10 ms call with a 5 ms deadline"
+    );
+    // Long after the first call ended and freed its slot.
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(*calls.lock().unwrap(), vec![vec!["first".to_string()]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sent_op_has_its_deadline_again_from_when_it_left_the_queue() {
+    // Queued 4 ms behind the first call, then answered 4 ms after leaving:
+    // 8 ms from queueing, 4 from the send, with a 5 ms deadline.
+    let (batchers, calls) = one_call_at_a_time(&[4, 4]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let second = batchers.decide(&owner(), op("second"), ms(5));
+    let (_, second) = tokio::join!(first, second);
+    assert!(matches!(second, Reply::Answered(_)));
+    assert_eq!(calls.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sent_op_answered_past_its_deadline_is_late_and_its_answer_still_arrives() {
+    let (batchers, _) = one_call_at_a_time(&[10]);
+    let started = Instant::now();
+    let Reply::Late(late) = batchers.decide(&owner(), op("slow"), ms(5)).await else {
+        panic!("a 10 ms call with a 5 ms deadline is late");
+    };
+    assert_eq!(started.elapsed(), ms(5), "the caller hears at its deadline");
+    assert!(late.0.await.is_some(), "the answer reaches the reconciler");
+    assert_eq!(started.elapsed(), ms(10));
+}
