@@ -120,18 +120,18 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 2.0)]
     pub cores: f64,
     /// The edge (HTTP) and a local decision, per check received.
-    #[arg(long, default_value_t = 9.5)]
+    #[arg(long, default_value_t = 10.0)]
     pub edge_us: f64,
     #[arg(long, default_value_t = 0.0)]
     pub gateway_call_us: f64,
-    #[arg(long, default_value_t = 15.3)]
+    #[arg(long, default_value_t = 13.1)]
     pub gateway_op_us: f64,
-    #[arg(long, default_value_t = 33.1)]
+    #[arg(long, default_value_t = 31.6)]
     pub owner_call_us: f64,
-    #[arg(long, default_value_t = 3.9)]
+    #[arg(long, default_value_t = 3.4)]
     pub owner_op_us: f64,
     /// The second copy of a counter, per admitted check.
-    #[arg(long, default_value_t = 8.5)]
+    #[arg(long, default_value_t = 7.8)]
     pub copy_us: f64,
     /// Decide call time under load.
     #[arg(long, default_value_t = 1000.0)]
