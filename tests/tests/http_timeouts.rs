@@ -105,16 +105,7 @@ async fn a_silent_grpc_connection_gives_its_slot_back() {
     // Takes the only slot and sends half a preface.
     let mut silent = TcpStream::connect(addr).await.unwrap();
     silent.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
-    assert!(
-        served(addr)
-            .await
-            .expect("served once the silent connection is dropped"),
-        "allowed"
-    );
-    assert!(
-        closes(&mut silent).await,
-        "the silent connection was closed"
-    );
+    gives_its_slot_back(addr, &mut silent, "silent").await;
 }
 
 /// One item for key "k".
@@ -138,12 +129,17 @@ async fn served(addr: SocketAddr) -> Result<bool, Box<dyn std::error::Error>> {
     tokio::time::timeout(DEADLINE, check).await?
 }
 
-/// Whether the node closes the connection `from_node` reads within [`DEADLINE`].
-async fn closes(from_node: &mut (impl AsyncRead + Unpin)) -> bool {
-    let mut rest = Vec::new();
-    tokio::time::timeout(DEADLINE, from_node.read_to_end(&mut rest))
+/// The only slot, held by the `what` connection (read from `held`), is
+/// given back: a new client at `addr` is served and the held connection is
+/// closed, each within [`DEADLINE`].
+async fn gives_its_slot_back(addr: SocketAddr, held: &mut (impl AsyncRead + Unpin), what: &str) {
+    let allowed = served(addr)
         .await
-        .is_ok()
+        .unwrap_or_else(|e| panic!("served once the {what} connection is closed: {e}"));
+    assert!(allowed, "allowed");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(DEADLINE, held.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the {what} connection was closed");
 }
 
 /// The node sends no pings of its own: a client that keeps its connection
@@ -239,15 +235,6 @@ async fn a_grpc_request_whose_body_never_comes_gives_its_slot_back() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    assert!(
-        served(addr)
-            .await
-            .expect("served once the stalled connection is closed"),
-        "allowed"
-    );
-    assert!(
-        closes(&mut from_node).await,
-        "the stalled connection was closed"
-    );
+    gives_its_slot_back(addr, &mut from_node, "stalled").await;
     pinger.abort();
 }
