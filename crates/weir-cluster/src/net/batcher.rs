@@ -62,12 +62,13 @@ struct Pending {
 }
 
 impl Pending {
-    /// Takes the op into a call unless its caller gave up while it was
-    /// queued: the caller hears that it was sent, or the op stays out, never
-    /// both (so a caller told "not sent" knows nothing was consumed).
-    fn leave(&mut self) -> bool {
+    /// Takes the op into a call leaving `at` unless its caller gave up
+    /// while it was queued: the caller hears that it was sent, or the op
+    /// stays out, never both (so a caller told "not sent" knows nothing was
+    /// consumed).
+    fn leave(&mut self, at: Instant) -> bool {
         match self.sent.take() {
-            Some(sent) => sent.send(Instant::now()).is_ok(),
+            Some(sent) => sent.send(at).is_ok(),
             None => true,
         }
     }
@@ -232,27 +233,31 @@ async fn run(
             return;
         };
         let mut batch = Vec::with_capacity(config.max_items.min(64));
+        // One clock read for the ops that leave together, not one per op.
+        let mut now = Instant::now();
         let mut first = first;
-        if first.leave() {
+        if first.leave(now) {
             batch.push(first);
         }
         if !config.linger.is_zero() {
-            let until = tokio::time::Instant::now() + config.linger;
+            let until = now + config.linger;
             while batch.len() < config.max_items {
                 tokio::select! {
                     biased;
                     next = rx.recv() => match next {
-                        Some(mut p) => if p.leave() { batch.push(p) },
+                        Some(mut p) => if p.leave(Instant::now()) { batch.push(p) },
                         None => break,
                     },
                     _ = tokio::time::sleep_until(until) => break,
                 }
             }
+            // What is drained below leaves after the linger.
+            now = Instant::now();
         }
         while batch.len() < config.max_items {
             match rx.try_recv() {
                 Ok(mut p) => {
-                    if p.leave() {
+                    if p.leave(now) {
                         batch.push(p)
                     }
                 }
