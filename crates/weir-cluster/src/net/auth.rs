@@ -98,13 +98,21 @@ impl PeerToken {
         if !keys::fresh(at, now_ms) {
             return false;
         }
-        // Held only to compare (and once a second to compute): nothing else
-        // is reached under it.
-        let mut checked = self.checked.lock();
-        if checked.0 != at {
-            *checked = (at, self.hex_mac(at));
+        {
+            // Held only to compare.
+            let checked = self.checked.lock();
+            if checked.0 == at {
+                return bool::from(mac.as_bytes().ct_eq(checked.1.as_bytes()));
+            }
         }
-        bool::from(mac.as_bytes().ct_eq(checked.1.as_bytes()))
+        // Computed with no lock held, and kept only when a token carried
+        // it: forged stamps cannot evict the one the peers are sending.
+        let expected = self.hex_mac(at);
+        let ok = bool::from(mac.as_bytes().ct_eq(expected.as_bytes()));
+        if ok {
+            *self.checked.lock() = (at, expected);
+        }
+        ok
     }
 }
 
@@ -252,6 +260,27 @@ mod tests {
             assert!(auth.call(forged(at)).is_err(), "forged token at {at}");
         }
         assert_eq!(unauthenticated(&stats), 4);
+    }
+
+    /// Guard: a token that fails leaves the kept MAC alone, so a sender of
+    /// forged stamps cannot make every peer call compute the MAC again.
+    #[test]
+    fn a_refused_token_does_not_replace_the_mac_kept() {
+        let right = PeerToken::new(b"s3cret").unwrap();
+        let wrong = PeerToken::new(b"other").unwrap();
+        let mut auth = PeerAuth::new(Some(right.clone()), false, Arc::new(Stats::default()));
+        let now = keys::unix_ms() / 1000 * 1000;
+        let kept = || right.checked.lock().0;
+        assert!(auth.call(request_with(Some(right.token_at(now)))).is_ok());
+        assert_eq!(kept(), now);
+        assert!(auth
+            .call(request_with(Some(wrong.token_at(now - 1000))))
+            .is_err());
+        assert_eq!(kept(), now, "the forged stamp was not kept");
+        assert!(auth
+            .call(request_with(Some(right.token_at(now - 1000))))
+            .is_ok());
+        assert_eq!(kept(), now - 1000, "a valid stamp is kept");
     }
 
     #[test]
