@@ -1,4 +1,4 @@
-//! An axum hello-world protected by weir the way seed section 13 orders it: a per-IP limit, then authentication, then a per-client limit.
+//! An axum hello-world protected by weir in this order: a per-IP limit, then authentication, then a per-client limit.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};

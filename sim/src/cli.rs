@@ -1,4 +1,4 @@
-//! The `weir-sim` command line (DESIGN section 6).
+//! The `weir-sim` command line.
 
 use std::path::PathBuf;
 use std::time::Duration;

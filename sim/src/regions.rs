@@ -26,7 +26,7 @@ use crate::workloads::Figures;
 
 pub const REGIONS: [&str; 3] = ["east", "eu", "west"];
 /// One-way delay between two regions: US-East to Europe 75 ms, California
-/// to Europe 150 ms (seed section 3), US-East to California 75 ms.
+/// to Europe 150 ms, US-East to California 75 ms.
 fn delay(a: &str, b: &str) -> Duration {
     match (a.min(b), a.max(b)) {
         ("eu", "west") => Duration::from_millis(150),

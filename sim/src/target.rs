@@ -141,7 +141,7 @@ async fn http_check(client: &reqwest::Client, url: &str, key: &str, route: &str)
         return Outcome::Failed;
     };
     let status = res.status().as_u16();
-    // Retry-After is the client contract (whole seconds, DESIGN section 5);
+    // Retry-After is the client contract (whole seconds);
     // it is what a client that retries actually reads.
     let retry_after_s = res
         .headers()

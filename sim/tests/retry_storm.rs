@@ -1,4 +1,4 @@
-//! Seed 9's retry storm on a real cluster: the herd's peak against full jitter's, and what server jitter does.
+//! The retry storm on a real cluster: the herd's peak against full jitter's, and what server jitter does.
 
 mod common;
 
@@ -37,7 +37,7 @@ fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_j
     }
     let retry_after_ms = 1000.0 * figure(none, "max_retry_after_s");
     assert_eq!(retry_after_ms, 1000.0, "Retry-After should round up to 1 s");
-    // Seed 9: the herd fires within its width w, full jitter spreads it over
+    // The herd fires within its width w, full jitter spreads it over
     // Retry-After, so the peaks differ by Retry-After / w. The width is this
     // machine's (how fast 500 refusals go out), never below one 10 ms bucket.
     let width_ms = figure(none, "retry_width_ms").max(10.0);

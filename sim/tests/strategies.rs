@@ -1,4 +1,4 @@
-//! The seed's section 8 numbers, measured on real `weir serve` clusters: divide (8A), gossip (8C), owner (8D).
+//! The strategies' predicted numbers (docs/cluster.md), measured on real `weir serve` clusters: divide, gossip, owner.
 
 mod common;
 
@@ -63,7 +63,7 @@ fn gossip_burst_admits_well_above_l_never_above_n_l_and_halving_sync_keeps_it() 
     let _one = one_at_a_time();
     let n = 4;
     // Every node sees 2L for one key within a few ms, before any sync
-    // lands: each admits up to L on its own (seed 8C), and no more, since
+    // lands: each admits up to L on its own, and no more, since
     // 2 x N x L were sent and only N x L may pass.
     let (mean, max) = gossip_burst("200ms", n);
     assert!(

@@ -20,7 +20,7 @@ fn grants(budget: &RetryBudget, attempts: usize) -> usize {
     (0..attempts).filter(|_| budget.try_retry()).count()
 }
 
-// ---- RetryBudget: the seed's assertions ----
+// ---- RetryBudget: its guards, exercised ----
 
 #[test]
 fn outage_budget_spends_only_its_seed() {

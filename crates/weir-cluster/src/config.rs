@@ -10,9 +10,9 @@ pub enum StrategyKind {
     /// Forward each check to the key's owner; exact at steady state.
     #[default]
     Owner,
-    /// Count locally, broadcast deltas every sync interval (seed 8C).
+    /// Count locally, broadcast deltas every sync interval.
     Gossip,
-    /// Enforce limit/N alone, N = live members (seed 8A).
+    /// Enforce limit/N alone, N = live members.
     Divide,
 }
 
@@ -139,10 +139,10 @@ pub struct ClusterConfig {
     /// Gossip strategy: how often counts go to every peer.
     pub sync_interval: Duration,
     /// How long a gateway waits for an owner's answer before applying
-    /// `on_owner_failure`. One LAN hop is ~0.5 ms (seed 8B) and a batch of
+    /// `on_owner_failure`. One LAN hop is ~0.5 ms and a batch of
     /// 256 ops adds well under a millisecond, so the default 5 ms is ~10x the
     /// expected answer: an owner that has not answered by then has spent
-    /// the check's whole latency budget (5 ms, seed).
+    /// the check's whole latency budget (5 ms).
     pub owner_deadline: Duration,
     pub on_owner_failure: OwnerFailure,
     pub batch: BatchConfig,
@@ -205,7 +205,7 @@ impl Default for ClusterConfig {
             replicas: 2,
             insecure_open: false,
             hot_key_rate: 100,
-            // Seed 11's fail-open local bucket.
+            // The fail-open local bucket: one node's share of 100,000 req/s over 20 nodes.
             fallback_cap: 5_000,
             region: None,
         }

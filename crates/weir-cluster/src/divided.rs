@@ -1,6 +1,6 @@
 //! Every limit divided by the member count: what one node of N enforces alone (the divide strategy, and the fallback when an owner is lost).
 //!
-//! Seed 8A: each of N nodes enforcing L/N admits about L in all when
+//! Each of N nodes enforcing L/N admits about L in all when
 //! traffic spreads evenly, and up to L/N x (nodes a caller reaches) when it
 //! does not. The limiter is rebuilt whenever the rules or N change, and a
 //! resize keeps what callers spent (counting algorithms), so a join or a

@@ -1,6 +1,6 @@
-//! The weaker strategies against their seed numbers: divide admits L/N on one
-//! node (seed 8A), gossip admits up to N x L in a burst before a sync and
-//! converges after one (seed 8C).
+//! The weaker strategies against their predicted numbers: divide admits L/N on
+//! one node, gossip admits up to N x L in a burst before a sync and
+//! converges after one.
 
 mod common;
 

@@ -26,7 +26,7 @@ pub const MAX_TIER_LEN: usize = 64;
 /// An IPv6 address with a zone fits well within this.
 pub const MAX_IP_LEN: usize = 64;
 
-/// One rate-limit check as a caller asks it (DESIGN section 5: the body of
+/// One rate-limit check as a caller asks it (the body of
 /// `POST /v1/check`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckRequest {
@@ -180,7 +180,7 @@ impl CheckResponse {
     }
 
     /// Retry-After in whole seconds: rounded up and at least 1 on a denial,
-    /// because rounding down guarantees the first retry is rejected too (seed 9).
+    /// because rounding down guarantees the first retry is rejected too.
     pub fn retry_after_secs(&self) -> u64 {
         if self.allowed {
             return 0;

@@ -12,8 +12,8 @@ pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// The only source of time the algorithms read.
 ///
 /// Window algorithms need epoch-aligned time so every node agrees where a
-/// window starts (seed 6.5); the token bucket needs time that never steps
-/// backwards (seed 6.1). [`SystemClock`] gives both; each algorithm also
+/// window starts; the token bucket needs time that never steps
+/// backwards. [`SystemClock`] gives both; each algorithm also
 /// clamps per key, so a clock that does step back freezes a window instead of
 /// resetting it.
 pub trait Clock: Send + Sync + 'static {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::clock::{Nanos, NANOS_PER_MS};
 
-/// What a caller is told (seed section 4): the verdict and the numbers a
+/// What a caller is told: the verdict and the numbers a
 /// well-behaved client needs to pace itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
@@ -86,7 +86,7 @@ impl Decision {
     }
 
     /// Retry-After in whole seconds: rounded up and at least 1 on a denial,
-    /// because rounding down guarantees the first retry is rejected too (seed 9).
+    /// because rounding down guarantees the first retry is rejected too.
     pub fn retry_after_secs(&self) -> u64 {
         if self.allowed {
             return 0;

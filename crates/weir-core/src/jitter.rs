@@ -1,4 +1,4 @@
-//! Randomised waits, so clients rejected together do not return together (seed sections 9 and 13).
+//! Randomised waits, so clients rejected together do not return together.
 
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub fn honor_retry_after<R: Rng + ?Sized>(retry_after: Duration, rng: &mut R) ->
 /// What a server should send as Retry-After: `base + uniform[0, base)`.
 ///
 /// The server jitters too because it cannot make every client on the
-/// internet call [`honor_retry_after`] (seed section 13); clients that obey
+/// internet call [`honor_retry_after`]; clients that obey
 /// literally still spread over `[base, 2 * base)`. Saturates at `Duration::MAX`.
 pub fn server_jitter<R: Rng + ?Sized>(base: Duration, rng: &mut R) -> Duration {
     base.saturating_add(uniform_below(base.as_nanos(), rng))

@@ -7,7 +7,7 @@ use compact_str::CompactString;
 
 /// One counter: a rule applied to one caller (a client id or an IP).
 ///
-/// Displayed as `{cust_42}:charges-per-client`, the chapter's Redis hash tag
+/// Displayed as `{cust_42}:charges-per-client`, a Redis Cluster hash tag
 /// layout: only the text inside the braces is hashed onto the ring, so every
 /// counter of one caller lives on one owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,4 +1,4 @@
-//! The `weir` command line (DESIGN section 6): `weir serve` and `weir check`.
+//! The `weir` command line (docs/configuration.md): `weir serve` and `weir check`.
 
 use std::error::Error;
 use std::net::SocketAddr;

@@ -56,7 +56,7 @@ impl Default for InputLimits {
     }
 }
 
-/// The options of `weir serve` (DESIGN section 6).
+/// The options of `weir serve` (docs/configuration.md).
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     /// Defaults to the HTTP address when absent.
@@ -80,7 +80,7 @@ pub struct ServeConfig {
     /// How the node decides with its peers: strategy, seeds, secret,
     /// owner deadline and failure policy, gossip timings.
     pub cluster: ClusterConfig,
-    /// Server-side jitter of a denial's wait on every edge (seed 9: base + uniform(0, base)).
+    /// Server-side jitter of a denial's wait on every edge (base + uniform(0, base)).
     pub retry_jitter: bool,
     pub limits: InputLimits,
     pub max_keys_per_rule: usize,

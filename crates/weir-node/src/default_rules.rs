@@ -3,7 +3,7 @@
 
 use weir_core::RuleSet;
 
-/// 100 per minute per client on the sliding window counter (the chapter's
+/// 100 per minute per client on the sliding window counter (a sound
 /// default, 5% typical error at L = 100), and a generous per-IP floor.
 pub const DEFAULT_RULES_TOML: &str = r#"
 [[rule]]

@@ -3,7 +3,7 @@
 use weir_core::jitter::jittered_retry_after_ms;
 use weir_core::CheckResponse;
 
-/// Server-side jitter (seed 9): base + uniform(0, base) in milliseconds,
+/// Server-side jitter: base + uniform(0, base) in milliseconds,
 /// for a denial when `jitter` is on; None otherwise (the bare wait stands).
 /// In milliseconds, so clients that read `retry_after_ms` spread out too,
 /// not only over whole seconds; a `Retry-After` header is the same wait

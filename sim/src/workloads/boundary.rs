@@ -1,4 +1,4 @@
-//! Bursts either side of a fixed-window boundary (seed 6.3): the fixed window admits 2L in moments, the sliding counter about L.
+//! Bursts either side of a fixed-window boundary: the fixed window admits 2L in moments, the sliding counter about L.
 
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ pub fn peak_in_window(times: &mut [u64], window: Duration) -> usize {
 }
 
 /// The largest count admitted in any window-long span, per rule, as a
-/// multiple of L: the count bound of seed 6.3 (2 for the fixed window).
+/// multiple of L: the count bound (2 for the fixed window).
 pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let mut f = Figures::default();
     let mut notes = Vec::new();

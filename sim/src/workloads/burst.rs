@@ -1,4 +1,4 @@
-//! A synchronized burst: every node receives twice the limit for the same key at the same instant (seed 8C's worst case).
+//! A synchronized burst: every node receives twice the limit for the same key at the same instant (gossip's worst case).
 
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub fn plan(p: &Params) -> Plan {
     plan.finish()
 }
 
-/// Admitted per key as a multiple of L; gossip's bound is N (seed 8C).
+/// Admitted per key as a multiple of L; gossip's bound is N.
 pub fn figures(plan: &Plan, records: &[Record], reference: &[bool]) -> Figures {
     let x = |v: Vec<u64>| -> Vec<f64> { v.iter().map(|&n| n as f64 / LIMIT as f64).collect() };
     let a = x(admitted_per_key(plan, records));

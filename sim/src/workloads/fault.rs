@@ -19,7 +19,7 @@ pub fn rule() -> RuleSpec {
 }
 
 pub fn plan(p: &Params) -> Plan {
-    // Long enough for SWIM to notice a dead node (about 6-7 s, DESIGN 8)
+    // Long enough for SWIM to notice a dead node (about 6-7 s)
     // and for traffic to meet the keys' new owners afterwards.
     let duration = p.duration_or(Duration::from_secs(15));
     let mut rng = p.rng(Workload::Fault);

@@ -185,7 +185,7 @@ pub struct Planned {
 pub enum Retry {
     /// Give up.
     Never,
-    /// Sleep exactly Retry-After, then retry once (the herd of seed 9).
+    /// Sleep exactly Retry-After, then retry once (which builds the herd).
     Literal,
     /// Sleep uniform in [0, Retry-After), then retry once.
     FullJitter,

@@ -1,4 +1,4 @@
-//! The retry storm (seed 9): clients rejected together come back after Retry-After, with and without jitter.
+//! The retry storm: clients rejected together come back after Retry-After, with and without jitter.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use crate::target::Outcome;
 const LIMIT: u64 = 1;
 const WINDOW: Duration = Duration::from_secs(1);
 pub const CLIENTS: usize = 500;
-/// Seed 9 measures arrivals in 10 ms buckets (timer resolution plus skew).
+/// Arrivals are measured in 10 ms buckets (timer resolution plus skew).
 pub const BUCKET: Duration = Duration::from_millis(10);
 const BOUNDARY_AT: Duration = Duration::from_millis(100);
 const FIRST_AT: Duration = Duration::from_millis(150);

@@ -1,4 +1,4 @@
-//! One client per node, each on one long-lived connection: all of its traffic lands on one node (seed 8A).
+//! One client per node, each on one long-lived connection: all of its traffic lands on one node.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Clients that round-robin every check over all nodes: the case divide was designed for (seed 8A).
+//! Clients that round-robin every check over all nodes: the case divide was designed for.
 
 use std::time::Duration;
 

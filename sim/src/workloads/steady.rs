@@ -1,4 +1,4 @@
-//! Steady Poisson traffic over many keys, most clients at 30% of their limit (seed 3.1).
+//! Steady Poisson traffic over many keys, most clients at 30% of their limit.
 
 use std::time::Duration;
 
@@ -11,9 +11,9 @@ use crate::rules::RuleSpec;
 const LIMIT: u64 = 10;
 const WINDOW: Duration = Duration::from_secs(2);
 const KEYS: usize = 300;
-/// One client in ten is heavy; the rest are the seed's median client.
+/// One client in ten is heavy; the rest are median clients.
 const HEAVY_EVERY: usize = 10;
-/// Seed 3.1: the median client uses 30 of its allowed 100.
+/// The median client uses 30 of its allowed 100.
 const LIGHT_SHARE: f64 = 0.3;
 const HEAVY_SHARE: f64 = 2.0;
 

@@ -1,4 +1,4 @@
-//! One whale key carrying most of the traffic from every node, cold keys beside it, under each of the chapter's relief valves (seed 10).
+//! One whale key carrying most of the traffic from every node, cold keys beside it, under each of the relief valves of docs/cluster.md ("Hot keys").
 //!
 //! Four plans, one per rule: `off` (every check to the whale's owner),
 //! `lease` (the owner leases slices of the budget to the gateways),
@@ -150,7 +150,7 @@ fn parts(plan: &Plan) -> Option<u32> {
     }
 }
 
-/// The chapter's error for a budget split into `k` parts of L/k, each
+/// The expected error for a budget split into `k` parts of L/k, each
 /// check going to one part at random: when L checks have arrived (the
 /// moment an exact counter runs out), part i has seen X_i ~ Bin(L, 1/k)
 /// with mean L/k, and denied max(0, X_i - L/k) of them. Summed over the
@@ -160,10 +160,10 @@ pub fn expected_shortfall(limit: f64, k: u32) -> f64 {
     k * binomial_spread(limit, k) / (2.0 * std::f64::consts::PI).sqrt()
 }
 
-/// What the chapter predicts for the valves that split the budget: k
+/// What binomial arithmetic predicts for the valves that split the budget: k
 /// sub-counters (shard) or N gateways (local), each taking a random share
 /// of the whale's checks, fill unevenly; the spread of one part's count is
-/// sqrt(n (1/k) (1 - 1/k)) for n checks over k parts (seed 8A, 10).
+/// sqrt(n (1/k) (1 - 1/k)) for n checks over k parts.
 pub fn binomial_spread(checks: f64, parts: f64) -> f64 {
     let q = 1.0 / parts;
     (checks * q * (1.0 - q)).sqrt()

@@ -19,7 +19,7 @@ use http::HttpTransport;
 
 /// 50 ms: a limiter check sits on every request's path, so a caller that
 /// cannot get an answer quickly is better off failing open or closed than
-/// adding latency (seed 3.4: the check must fit the latency budget).
+/// adding latency (the check must fit the latency budget).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 /// Items per gRPC call; well under a node's default ceiling of 1000.
 pub const DEFAULT_MAX_BATCH: usize = 256;

@@ -19,7 +19,7 @@ pub enum KeyExtractor {
     /// authentication middleware in front of this layer has set. A request
     /// without it is refused with 400 naming the header.
     Header(HeaderName),
-    /// The peer's IP address, for the pre-authentication limit (seed 13).
+    /// The peer's IP address, for the pre-authentication limit.
     /// Read from axum's `ConnectInfo<SocketAddr>`, tonic's `TcpConnectInfo`
     /// or a bare `SocketAddr` extension; it is also sent as the check's `ip`
     /// so `by = "ip"` rules apply.

@@ -5,7 +5,7 @@
 //! it takes `http::Request<B>` and answers `http::Response<Either<ResBody,
 //! Full<Bytes>>>`, the left side being the service's own body. A denied
 //! request gets a 429 from the layer and never reaches the service; a
-//! rejection must cost less than an acceptance (seed 13).
+//! rejection must cost less than an acceptance.
 
 mod decider;
 mod key;
@@ -45,7 +45,7 @@ pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1);
 pub enum FailureMode {
     /// Serve the request unchecked. The default: a limiter outage should not
     /// become a service outage, and each instance still protects itself by
-    /// its own capacity (seed 11, fail open).
+    /// its own capacity.
     #[default]
     Open,
     /// Refuse with 503 (never 429: the caller is not over its limit).
@@ -132,14 +132,14 @@ impl RateLimitLayer {
         self.edit(|c| c.route = Some(Arc::new(f)))
     }
 
-    /// Retry-After becomes base + uniform[0, base) (seed 9), for callers
+    /// Retry-After becomes base + uniform[0, base), for callers
     /// that obey it literally and would otherwise return together.
     pub fn jitter_retry_after(self, on: bool) -> Self {
         self.edit(|c| c.jitter = on)
     }
 
-    /// The rate-limit headers an admitted response carries: all eight of
-    /// DESIGN section 5 (the default), or only the IETF `RateLimit-Policy`
+    /// The rate-limit headers an admitted response carries: all eight
+    /// (the default), or only the IETF `RateLimit-Policy`
     /// and `RateLimit`. A denial always carries every header.
     pub fn allowed_headers(self, set: HeaderSet) -> Self {
         self.edit(|c| c.allowed_headers = set)

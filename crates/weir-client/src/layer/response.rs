@@ -57,7 +57,7 @@ pub fn is_grpc(h: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/grpc"))
 }
 
-/// The denial: 429, every header of DESIGN section 5 and a problem body
+/// The denial: 429, every rate-limit header and a problem body
 /// with the verdict, exactly as a node sends it (gRPC callers get
 /// RESOURCE_EXHAUSTED with the same headers). `retry_after_ms` replaces the
 /// answer's own wait when the layer jitters it.

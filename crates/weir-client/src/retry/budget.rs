@@ -31,7 +31,7 @@ pub enum BudgetError {
 /// Shared through `&self` (an atomic counter), so one budget can sit behind
 /// an `Arc` for every task calling the same dependency.
 ///
-/// The balance is unbounded by default, as in the seed: a long quiet period
+/// The balance is unbounded by default: a long quiet period
 /// of successes then banks an arbitrarily large balance, which a later
 /// outage can spend as an unbounded storm. Production callers should set
 /// [`with_max`](Self::with_max).
@@ -91,7 +91,7 @@ impl RetryBudget {
 }
 
 impl Default for RetryBudget {
-    /// The seed's defaults: ratio 0.1 (1.1x steady state), seed 10 (1.0001x in an outage).
+    /// The defaults: ratio 0.1 (1.1x steady state), seed 10 (1.0001x in an outage).
     fn default() -> Self {
         Self {
             deposit: ONE / 10,

@@ -24,7 +24,7 @@ pub trait Classify {
 
 impl<B> Classify for Response<B> {
     /// 429 is rate limited, 502/503/504 transient, anything else final.
-    /// 429 is not 503 (seed section 9): one says "you are over quota", the
+    /// 429 is not 503: one says "you are over quota", the
     /// other "the service is over capacity".
     fn class(&self) -> Attempt {
         match self.status() {

@@ -1,4 +1,4 @@
-//! Client retry discipline: jittered waits, a success-funded budget, one designated retrier (seed section 9).
+//! Client retry discipline: jittered waits, a success-funded budget, one designated retrier.
 
 mod budget;
 mod classify;

@@ -29,7 +29,7 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// The seed's 0.5 s base and 30 s cap; not the designated retrier, so a
+    /// A 0.5 s base and a 30 s cap; not the designated retrier, so a
     /// layer must opt in to retrying 429s.
     fn default() -> Self {
         Self {

@@ -111,7 +111,7 @@ pub fn header<'a>(res: &'a reqwest::Response, name: &str) -> Option<&'a str> {
     res.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The RateLimit headers every limited response carries (DESIGN section 5).
+/// The RateLimit headers every limited response carries.
 pub const RATE_LIMIT_HEADERS: [&str; 8] = [
     "ratelimit-limit",
     "ratelimit-remaining",

@@ -1,4 +1,4 @@
-//! The deny cache (seed, "The deny cache"): "denied until T" per counter, answered with no round trip.
+//! The deny cache (docs/cluster.md, "The deny cache"): "denied until T" per counter, answered with no round trip.
 //!
 //! It holds denials only, so it can never over-admit. A denial can be
 //! caused by budget that a refund gives back a moment later (a check that

@@ -1,6 +1,6 @@
 //! The owner-failure policy: what a gateway decides for a limit whose owner is slow, or lost with no replica to stand in.
 //!
-//! Seed section 11: failing closed turns an owner's blip into an outage the
+//! Failing closed turns an owner's blip into an outage the
 //! limiter caused, so the default is to fail open to a local limit. A lost
 //! owner's keys are decided from what this gateway last heard about them
 //! (its share, `remaining / N`, of what the owner had left) or, for a key
@@ -71,8 +71,8 @@ impl Fallback {
 
     /// An admission decided without its owner, if the node-wide cap has
     /// room for it; a denial until it has otherwise. The cap bounds what
-    /// an outage can let through whatever the keys (seed 11's local
-    /// bucket of about 5,000 req/s per node).
+    /// an outage can let through whatever the keys (by default a local
+    /// bucket of 5,000 req/s per node).
     fn capped(&self, d: Decision, rule: &Rule, cost: u64) -> Decision {
         if !d.allowed {
             return d;

@@ -1,4 +1,4 @@
-//! The divide strategy (seed 8A): each node enforces limit/N alone, N = live members, with no communication.
+//! The divide strategy (docs/cluster.md): each node enforces limit/N alone, N = live members, with no communication.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The gossip strategy (seed 8C): decide on this node's counts plus what peers last reported, and report ours every sync interval.
+//! The gossip strategy (docs/cluster.md): decide on this node's counts plus what peers last reported, and report ours every sync interval.
 //!
 //! Between syncs each of the N nodes can admit up to the limit minus what
 //! it last heard, so right after a sync that reported zero the fleet can
@@ -38,7 +38,7 @@ const EPS: f64 = 1e-9;
 
 /// What the peers spent of an applied limit, as its algorithm counts. A
 /// sliding window counter weighs their previous window in as it weighs its
-/// own (seed 6.5: `prev * (1 - f) + curr`): counting only the current
+/// own (`prev * (1 - f) + curr`): counting only the current
 /// window would make it a fixed window at every boundary, admitting 2 L
 /// across one. Every other algorithm is counted in aligned windows.
 fn peers_spent(a: &Applied, heard: HeardCounts) -> f64 {

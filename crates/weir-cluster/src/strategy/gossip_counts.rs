@@ -1,7 +1,7 @@
-//! The gossip strategy's bookkeeping (seed 8C): this node's counts per window, and what each peer last reported.
+//! The gossip strategy's bookkeeping (docs/cluster.md): this node's counts per window, and what each peer last reported.
 //!
 //! Each node decides from its own count plus the last counts its peers sent
-//! it, per rule, key and window (`now / window`: the chapter's model counts
+//! it, per rule, key and window (`now / window`: gossip counts
 //! in aligned windows), the previous window's counts kept beside the
 //! current ones so a sliding window counter can weigh them in as its own
 //! counter does. Every `--sync-interval` a node sends each peer the counts

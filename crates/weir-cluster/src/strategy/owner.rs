@@ -1,4 +1,4 @@
-//! The owner strategy (seed 8D): every limit decided by its key's owner on the ring; exact at steady state.
+//! The owner strategy (docs/cluster.md): every limit decided by its key's owner on the ring; exact at steady state.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

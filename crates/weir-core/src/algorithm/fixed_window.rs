@@ -1,4 +1,4 @@
-//! Fixed window (seed 6.3): one counter per epoch-aligned window.
+//! Fixed window (docs/algorithms.md): one counter per epoch-aligned window.
 //!
 //! The cheapest algorithm and the one with the worst worst case: L = 5 admits
 //! 5 at 12:00:59.7 and 5 more at 12:01:00.1, ten inside 400 ms. The count

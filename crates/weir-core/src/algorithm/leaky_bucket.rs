@@ -1,15 +1,15 @@
-//! Leaky bucket in its GCRA counter form (seed 6.2): one timestamp of state.
+//! Leaky bucket in its GCRA counter form (docs/algorithms.md): one timestamp of state.
 //!
 //! Emission interval `T = window / limit`; `tat` is the theoretical arrival
 //! time, the instant the bucket would be empty again. A request of cost n
 //! moves it to `max(tat, now) + n*T`. It conforms while that stays within
 //! `now + burst*T`: with burst 1 (the default) requests must be at least T
-//! apart, the perfectly smooth output of the chapter's leaking bucket.
+//! apart, the perfectly smooth output of a queueing leaky bucket.
 //!
 //! With `queue = q` the bucket schedules instead of rejecting: a request that
 //! does not conform yet is admitted while the backlog ahead of it is at most
 //! q requests, and told to wait `delay` until its conforming instant. Nothing
-//! is held in memory, so the chapter's 2 GB of queued stubs become 8 bytes;
+//! is held in memory, so a queue of held requests becomes 8 bytes per key;
 //! the caller does the waiting. Send times are then spaced T apart, so the
 //! output never exceeds the rate.
 

@@ -1,6 +1,6 @@
 //! The five algorithms: pure functions of (state, now, cost) -> decision.
 //!
-//! Each lives in its own file with its derivation from the chapter. A
+//! Each lives in its own file with its derivation. A
 //! [`Policy`] is one validated, configured algorithm; the store applies it to
 //! a key's [`State`] under that key's lock.
 
@@ -29,7 +29,7 @@ use crate::decision::Decision;
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;
 /// Largest limit of a sliding_window_log rule. The log keeps one entry per
 /// admitted request, so this is the per-key memory ceiling: 16 B x 100,000 =
-/// 1.6 MB. Larger limits are what the counter algorithms are for (seed 6.6).
+/// 1.6 MB. Larger limits are what the counter algorithms are for.
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 /// Longest window: a little over a year, enough for yearly quotas.
 pub const MAX_WINDOW: Duration = Duration::from_secs(400 * 24 * 3600);
@@ -47,7 +47,7 @@ pub(crate) trait Algorithm {
     /// Gives back `cost` consumed by a decision taken at `at`.
     fn refund(&self, s: &mut Self::State, at: Nanos, cost: u64);
     /// True once the state says no more than a fresh one, so dropping it
-    /// loses nothing (the chapter's TTLs, computed instead of set).
+    /// loses nothing (a TTL, computed instead of set).
     fn is_idle(&self, s: &Self::State, now: Nanos) -> bool;
     /// The instant from which the state says no more than a fresh one if
     /// no request comes first: `is_idle` holds from then on.

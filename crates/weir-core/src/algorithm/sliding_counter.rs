@@ -1,4 +1,4 @@
-//! Sliding window counter (seed 6.5): `est = prev * (1 - f) + curr`.
+//! Sliding window counter (docs/algorithms.md): `est = prev * (1 - f) + curr`.
 //!
 //! Two counts per key. Unbiased under Poisson traffic with standard deviation
 //! `sqrt(p f (1-f))`: 5 requests at L = 100, 22% of the limit at L = 5, which
@@ -24,7 +24,7 @@ pub struct SlidingCounter {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SlidingCounterState {
     /// The highest time ever seen for this key; the window index derives
-    /// from it. Clamping to it is the chapter's `max(now, self.high)`: a
+    /// from it. Clamping to it is `max(now, self.high)`: a
     /// backwards step freezes the window instead of zeroing both counts and
     /// handing out a second budget.
     pub(crate) high: Nanos,
@@ -58,7 +58,7 @@ impl SlidingCounter {
         s.prev as f64 * (1.0 - f) + s.curr as f64
     }
 
-    /// Smallest wait after which the estimate admits `cost` (seed 9).
+    /// Smallest wait after which the estimate admits `cost`.
     ///
     /// `est(f)` falls linearly as f grows, so solve
     /// `prev * (1 - f') + curr <= limit - cost` for f'. When even a zero

@@ -1,9 +1,9 @@
-//! Sliding window log (seed 6.4): the timestamps of admitted requests only.
+//! Sliding window log (docs/algorithms.md): the timestamps of admitted requests only.
 //!
 //! Exact at any alignment: no interval of length W ever holds more than L
 //! admitted. Only admissions are logged, so a key never holds more than L
 //! entries and its memory is set by configuration, not by the sender's rate
-//! (the chapter's 210 MB per attacker-window is what logging rejections costs).
+//! (logging rejections too would let an attacker set that memory instead).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -54,7 +54,7 @@ impl SlidingLog {
     }
 
     /// Exact wait until `cost` fits: the instant enough of the oldest entries
-    /// have left the window (seed 6.4: oldest + W - now).
+    /// have left the window (oldest + W - now).
     fn wait_for(&self, s: &SlidingLogState, now: Nanos, cost: u64) -> Nanos {
         let mut must_free = (s.used + cost).saturating_sub(self.limit);
         for &(t, c) in &s.entries {

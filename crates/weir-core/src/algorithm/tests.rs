@@ -1,4 +1,4 @@
-//! The chapter's numbers, pinned. Each test fails if its guard or formula is removed.
+//! The numbers of docs/algorithms.md, pinned. Each test fails if its guard or formula is removed.
 
 use std::time::Duration;
 
@@ -29,11 +29,11 @@ fn burst(p: &Policy, s: &mut State, now: Nanos, n: usize) -> usize {
         .count()
 }
 
-// --- token bucket (seed 6.1) ---
+// --- token bucket ---
 
 #[test]
 fn token_bucket_admits_capacity_at_once_then_denies() {
-    // Seed guard 1: C = 3, r = 1/s, four calls at one instant.
+    // The limiter still limits: C = 3, r = 1/s, four calls at one instant.
     let p = Policy::new(
         AlgorithmKind::TokenBucket,
         1,
@@ -51,7 +51,7 @@ fn token_bucket_admits_capacity_at_once_then_denies() {
 
 #[test]
 fn token_bucket_admits_100_at_once_and_200_within_60s() {
-    // C = 100, r = 100/60 s: A(60) = C + r*60 = 200 (seed 6.1).
+    // C = 100, r = 100/60 s: A(60) = C + r*60 = 200.
     let p = policy(AlgorithmKind::TokenBucket, 100, 60);
     let mut s = p.fresh();
     let t0 = 1_000 * SEC;
@@ -88,7 +88,7 @@ fn token_bucket_backwards_clock_hands_out_nothing() {
     assert_eq!(burst(&p, &mut s, t, 10), 0);
 }
 
-// --- leaky bucket / GCRA (seed 6.2) ---
+// --- leaky bucket / GCRA ---
 
 #[test]
 fn gcra_rejects_early_arrivals_with_exact_retry() {
@@ -200,7 +200,7 @@ proptest! {
     }
 }
 
-// --- fixed window (seed 6.3) ---
+// --- fixed window ---
 
 #[test]
 fn fixed_window_admits_ten_inside_400ms_across_a_boundary() {
@@ -224,7 +224,7 @@ fn fixed_window_is_aligned_to_the_epoch() {
     assert_eq!(d.reset_at, 180_000, "window [120 s, 180 s) ends at 180 s");
 }
 
-// --- sliding window log (seed 6.4) ---
+// --- sliding window log ---
 
 #[test]
 fn sliding_log_retry_after_is_exact() {
@@ -277,7 +277,7 @@ proptest! {
     }
 }
 
-// --- sliding window counter (seed 6.5 and 9) ---
+// --- sliding window counter ---
 
 fn counter_state(p: &Policy, high: Nanos, prev: u64, curr: u64) -> State {
     let Policy::SlidingCounter(_) = p else {
@@ -322,7 +322,7 @@ fn sliding_counter_estimates_107_5_denies_and_says_6_seconds() {
 
 #[test]
 fn sliding_counter_never_resets_on_backwards_clock() {
-    // Seed 6.5: 300 requests 10 ms apart at L = 100, NTP steps back two
+    // 300 requests 10 ms apart at L = 100, NTP steps back two
     // minutes, 300 more. Without the clamp this admits 200.
     let p = policy(AlgorithmKind::SlidingWindowCounter, 100, 60);
     let mut s = p.fresh();
@@ -370,7 +370,7 @@ fn poisson_arrivals(rng: &mut impl Rng, start: Nanos, end: Nanos, rate: f64) -> 
 #[test]
 fn sliding_counter_error_is_unbiased_with_binomial_spread() {
     // Poisson traffic at L per window; query at f = 0.5. Error = estimate -
-    // true trailing count; seed 6.5: mean 0, std sqrt(L f (1-f)) = 5.
+    // true trailing count; expected: mean 0, std sqrt(L f (1-f)) = 5.
     let (l, w) = (100u64, 60 * SEC);
     let p = policy(AlgorithmKind::SlidingWindowCounter, 1_000_000, 60);
     let Policy::SlidingCounter(alg) = p else {
@@ -506,7 +506,7 @@ fn idle(p: &Policy, s: &State, now: Nanos) -> bool {
 #[test]
 fn idle_exactly_when_state_is_as_good_as_fresh() {
     let t = 60_000 * SEC; // a window boundary for W = 60 s
-                          // (kind, still busy at, idle at): the chapter's TTLs.
+                          // (kind, still busy at, idle at): each kind's TTL.
     let cases = [
         (AlgorithmKind::TokenBucket, t + 59 * SEC, t + 60 * SEC), // C / r
         (AlgorithmKind::LeakyBucket, t + 59 * SEC, t + 60 * SEC),

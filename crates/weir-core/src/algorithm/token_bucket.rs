@@ -1,4 +1,4 @@
-//! Token bucket (seed 6.1): capacity C, refill r = limit/window, refilled lazily on read.
+//! Token bucket (docs/algorithms.md): capacity C, refill r = limit/window, refilled lazily on read.
 //!
 //! `tokens = min(C, tokens + (now - last) * r)` at the moment a request
 //! arrives; no timer per key. Over any interval T it admits at most
@@ -25,14 +25,14 @@ pub struct TokenBucket {
 pub struct TokenBucketState {
     tokens: f64,
     /// Highest time seen. Refill uses `now - ts` saturating, so a clock that
-    /// steps back hands out nothing instead of negative tokens (seed 6.1).
+    /// steps back hands out nothing instead of negative tokens.
     ts: Nanos,
 }
 
 impl TokenBucket {
     fn refill(&self, s: &mut TokenBucketState, now: Nanos) {
         if now > s.ts {
-            // Multiply before dividing: exact for the chapter's numbers.
+            // Multiply before dividing: exact for the tests' 100 per 60 s.
             let dripped = nanos_f64(now - s.ts) * self.limit as f64 / self.window as f64;
             s.tokens = (s.tokens + dripped).min(self.capacity as f64);
             s.ts = now;

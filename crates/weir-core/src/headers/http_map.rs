@@ -23,7 +23,7 @@ const STATE: HeaderName = HeaderName::from_static("ratelimit");
 /// Which rate-limit headers a response carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HeaderSet {
-    /// Both families and the IETF structured fields (DESIGN section 5).
+    /// Both families (`RateLimit-*`, `X-RateLimit-*`) and the IETF fields.
     #[default]
     All,
     /// Only the IETF draft's `RateLimit-Policy` and `RateLimit`, which say

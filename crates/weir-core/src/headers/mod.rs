@@ -1,4 +1,4 @@
-//! The rate-limit response headers (seed 9) for one applied limit.
+//! The rate-limit response headers for one applied limit.
 
 use std::fmt::Write;
 use std::sync::Arc;

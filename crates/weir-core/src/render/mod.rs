@@ -37,7 +37,7 @@ impl Rendered {
 
 /// The answer to a decided check: 200 (`application/json`) or 429
 /// (`application/problem+json` whose extension members are the decision),
-/// with DESIGN section 5's headers on both. `retry_after_ms` replaces the
+/// with the rate-limit headers on both. `retry_after_ms` replaces the
 /// answer's own wait on a denial (server-side jitter): the body carries it
 /// and `Retry-After` is it rounded up to whole seconds. `allowed_headers`
 /// picks the headers of an admitted answer; a denial carries them all.
@@ -89,7 +89,7 @@ pub fn answer(
 
 /// The refusal of a check that got no verdict: 400 naming the field, or 503
 /// when the limiter cannot decide (never 429: the caller is not over its
-/// limit, seed 9).
+/// limit).
 pub fn failure(e: &CheckError) -> Rendered {
     Problem::of_check(e).render()
 }

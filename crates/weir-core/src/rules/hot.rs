@@ -1,4 +1,4 @@
-//! What a cluster does with a rule's hot keys: the chapter's relief valves (section 10) as a per-rule choice.
+//! What a cluster does with a rule's hot keys: the relief valves of docs/cluster.md ("Hot keys") as a per-rule choice.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,9 +22,9 @@ pub enum Hot {
     /// default for the counting algorithms.
     Lease,
     /// k sub-counters of L/k (summing to L), each on the owner of its own
-    /// key, each check to one at random: the chapter's "shard the counter".
+    /// key, each check to one at random: "shard the counter".
     Shard(u32),
-    /// Every gateway decides alone against L/N: the chapter's dedicated
+    /// Every gateway decides alone against L/N: a dedicated
     /// whale tier, for keys whose traffic really spreads over every node.
     Local,
 }
@@ -32,7 +32,7 @@ pub enum Hot {
 impl Hot {
     /// What a rule does when it does not say: lease for the counting
     /// algorithms; nothing for the sliding log, which is exact and kept for
-    /// small limits (seed 10), nor for a leaky bucket that schedules (a
+    /// small limits, nor for a leaky bucket that schedules (a
     /// `queue`), whose delays only its owner can space.
     pub fn default_for(algorithm: AlgorithmKind, queue: Option<u64>) -> Hot {
         if leasable(algorithm, queue) {

@@ -1,4 +1,4 @@
-//! The rule model (DESIGN section 3): which limits a request meets.
+//! The rule model (docs/configuration.md, "The rules file"): which limits a request meets.
 
 mod hot;
 mod parse;

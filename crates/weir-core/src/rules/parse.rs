@@ -377,7 +377,7 @@ fn text(v: Field<'_>, max: usize) -> Result<String, String> {
 
 /// A whole number >= `min`. Written `!(f >= min)` style on floats so that NaN,
 /// which fails every comparison, is refused instead of slipping through
-/// (seed 6.1: `nan <= 0` is false).
+/// (`nan <= 0` is false).
 fn whole(v: Field<'_>, min: u64) -> Result<u64, String> {
     let n = match v {
         Field::Int(i) => i128::from(i),
@@ -403,7 +403,7 @@ fn duration(v: Field<'_>) -> Result<Duration, String> {
             .map_err(|e| format!("is not a duration like \"60s\" or \"1m\" ({e}): \"{s}\""))?,
         Field::Int(i) if i > 0 => Duration::from_secs(i as u64),
         Field::Int(i) => return Err(format!("must be longer than zero, got {i}")),
-        // NaN fails every comparison, so test for it by name (seed 6.1).
+        // NaN fails every comparison, so test for it by name.
         Field::Float(f) if f.is_nan() || f <= 0.0 => {
             return Err(format!(
                 "must be a positive number of seconds, got {}",

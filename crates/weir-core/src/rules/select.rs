@@ -1,6 +1,6 @@
 //! Rule selection: the most specific matching rule of each `by` dimension.
 //!
-//! Precedence (seed 4): client+route > client > tier+route > tier > route
+//! Precedence: client+route > client > tier+route > tier > route
 //! alone > global default. Within a rank an exact route beats a wildcard, a
 //! pattern pinning more characters beats one pinning fewer, and a rule naming
 //! a tier beats one that does not. Rules still tied are refused at load.

@@ -1,4 +1,4 @@
-//! Rules files: every bad rule refused by name and field; precedence as DESIGN section 3.
+//! Rules files: every bad rule refused by name and field; precedence as docs/configuration.md states it.
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ fn counters(kind: AlgorithmKind, limit: u64, max_keys: usize) -> Counters {
 
 #[test]
 fn concurrent_spenders_admit_exactly_the_capacity() {
-    // Seed guard 4: 16 threads x 1,500 calls against a capacity of 500.
+    // The lock: 16 threads x 1,500 calls against a capacity of 500.
     for kind in [
         AlgorithmKind::TokenBucket,
         AlgorithmKind::SlidingWindowCounter,
