@@ -39,6 +39,16 @@ impl Bare {
     }
 }
 
+/// The bare RateLimiter as a value, to call in process: deciding nothing,
+/// or with `counting`, bumping each item's key counter first.
+pub fn rate_limiter(counting: bool) -> impl RateLimiter {
+    if counting {
+        Bare::counting()
+    } else {
+        Bare::default()
+    }
+}
+
 const LIMIT: u64 = 1_000_000_000;
 
 /// What the node answers for an admitted item of the bench rules.
