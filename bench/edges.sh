@@ -10,7 +10,8 @@
 #   RLS ShouldRateLimit and 1-item weir.v1 Check   h2load, C connections x M streams
 #   POST /v1/check                                  wrk, 64 connections; and 1 connection for p50
 #   100-item weir.v1 Check                          weir-bench (tonic client), 16 callers,
-#                                                   against the plain and the counting reference
+#                                                   against the plain and the counting reference,
+#                                                   and the counting reference against the plain one
 # each allowed and denied. It prints every figure, the node/bare ratio of
 # each round (the sums over its pairs) and the worst and best round, the
 # servers' CPU per request, and the load average.
@@ -121,6 +122,9 @@ edges=(
     "gRPC Check 1 item, denied|h2 $CHECK $REQ/check1-deny.bin $NODE_GRPC|h2 $CHECK $REQ/check1-deny.bin $BARE_GRPC"
     "gRPC Check 100 items, allowed|bench100 $NODE_GRPC|bench100 $BARE_GRPC"
     "gRPC Check 100 items vs counting|bench100 $NODE_GRPC|bench100 $BARE_COUNTING"
+    # No node here: the counting reference against the plain one, the most
+    # any limiter that keeps a counter per item can reach on the row above.
+    "100 items, counting vs plain|bench100 $BARE_COUNTING|bench100 $BARE_GRPC"
     "HTTP c=64, allowed|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_HTTP"
     "HTTP c=64, denied|wrk_rps 64 bench-deny 100 $NODE_HTTP|wrk_rps 64 bench-deny 100 $BARE_HTTP"
     "HTTP c=64 vs hand-written|wrk_rps 64 POST_/bench 100000 $NODE_HTTP|wrk_rps 64 POST_/bench 100000 $BARE_RAW"
@@ -135,6 +139,14 @@ run() { # a command line from the table, with POST_ standing for "POST "
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+# The process serving a command's address: the bare one for a row that
+# puts two references side by side, else the node.
+server_of() {
+    case $1 in
+    *"$BARE_GRPC"* | *"$BARE_COUNTING"* | *"$BARE_HTTP"* | *"$BARE_RAW"*) echo "$BARE" ;;
+    *) echo "$NODE" ;;
+    esac
+}
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # A figure and the CPU the server (pid $1) used meanwhile, in cores.
 measure() {
@@ -154,9 +166,9 @@ for round in $(seq "$ROUNDS"); do
         for pair in $(seq "$PAIRS"); do
             # Node first in odd pairs, the reference first in even ones.
             if [ $(((round + pair) % 2)) = 0 ]; then
-                n=$(measure $NODE "$node"); b=$(measure $BARE "$bare")
+                n=$(measure "$(server_of "$node")" "$node"); b=$(measure $BARE "$bare")
             else
-                b=$(measure $BARE "$bare"); n=$(measure $NODE "$node")
+                b=$(measure $BARE "$bare"); n=$(measure "$(server_of "$node")" "$node")
             fi
             # round, edge, node figure, bare figure, node cores, bare cores, load
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "${n% *}" "${b% *}" "${n#* }" "${b#* }" "$(load)" |
