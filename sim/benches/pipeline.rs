@@ -7,8 +7,9 @@
 //! draws them), runs the handler, and encodes the answer, on one thread.
 //!
 //! - `node`: `RateLimiterService` of a node started in process with the
-//!   bench's admitting rule (a sliding window counter, 10^9 an hour), the
-//!   owner strategy on a ring of one, as `weir serve` runs.
+//!   rules `bench/edges.sh` serves (the admitting rule's window an hour
+//!   instead of a minute), the owner strategy on a ring of one, as
+//!   `weir serve` runs.
 //! - `counting`: the counting reference (`weir-bare --grpc-counting`),
 //!   which bumps one counter per item's key and decides nothing.
 //! - `plain`: the reference that answers every item without a counter.
@@ -21,13 +22,14 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use weir_node::grpc::RateLimiterService;
 use weir_node::{Node, ServeConfig};
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
+use weir_sim::bench::keys::{worker_rng, Keys};
 use weir_sim::bench::reference::grpc::rate_limiter;
+use weir_sim::bench::requests::RULES;
+use weir_sim::bench::ROUTE;
 
 // The allocator both servers run with (`weir` and `weir-bare`).
 #[global_allocator]
@@ -38,26 +40,26 @@ const KEYS: usize = 100_000;
 /// Encoded requests cycled through: 40,000 keys' worth, so the counters
 /// touched are spread over the table as weir-bench's random draws spread them.
 const BODIES: usize = 400;
-const ROUTE: &str = "POST /bench";
-/// bench/requests/rules.toml's admitting rule, over an hour rather than a
-/// minute: each key's window then rolls once an hour instead of once a
-/// minute, so two runs (or an instruction count under callgrind) do the
-/// same work whenever they start.
-const RULES: &str = r#"
-[[rule]]
-name = "bench"
-algorithm = "sliding_window_counter"
-limit = 1000000000
-window = "1h"
-"#;
 
+/// The rules `bench/edges.sh` gives the node, with the admitting rule's
+/// window an hour instead of a minute: each key's window then rolls once an
+/// hour, so two runs (or an instruction count under callgrind) do the same
+/// work whenever they start.
+fn edges_rules_by_the_hour() -> String {
+    let minute = r#"window    = "60s""#;
+    assert!(RULES.contains(minute), "the bench rules' admitting window");
+    RULES.replacen(minute, r#"window    = "1h""#, 1)
+}
+
+/// Each item a key drawn as weir-bench draws them, on its route.
 fn bodies() -> Vec<Vec<u8>> {
-    let mut rng = SmallRng::seed_from_u64(7);
+    let keys = Keys::new(KEYS);
+    let mut rng = worker_rng(7, 0);
     (0..BODIES)
         .map(|_| {
             let items = (0..ITEMS)
                 .map(|_| CheckItem {
-                    key: format!("key-{:06}", rng.random_range(0..KEYS)),
+                    key: keys.pick(&mut rng).to_owned(),
                     route: ROUTE.to_owned(),
                     cost: Some(1),
                     ..Default::default()
@@ -93,7 +95,7 @@ fn pipeline(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let rules = tempfile::NamedTempFile::new().expect("a rules file");
-    std::fs::write(rules.path(), RULES).expect("rules written");
+    std::fs::write(rules.path(), edges_rules_by_the_hour()).expect("rules written");
     let node = rt
         .block_on(Node::start(ServeConfig {
             rules_file: Some(rules.path().to_path_buf()),

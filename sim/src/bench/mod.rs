@@ -32,7 +32,7 @@ mod closed_loop;
 mod conn;
 mod forwarded;
 mod http1;
-mod keys;
+pub mod keys;
 mod machine;
 mod measure;
 pub mod model;
@@ -54,6 +54,7 @@ use conn::connections;
 use keys::Keys;
 use open_loop::open_loop;
 use report::{thousands, us, Row};
+pub use target::ROUTE;
 use target::{Target, Targets};
 
 use crate::error::SimError;
