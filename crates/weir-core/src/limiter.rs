@@ -116,6 +116,19 @@ fn select_in(rules: &RuleSet, req: &CheckRequest) -> Result<Selection, CheckErro
     Ok(sel)
 }
 
+/// Brings the counters of every selected limit into cache before any is
+/// decided, one rule's table at a time (see `Counters::warm`).
+fn warm<'s>(t: &Tables, selections: impl Iterator<Item = &'s Selection>) {
+    let mut by_rule: Vec<(usize, &str)> = selections
+        .flat_map(Selection::iter)
+        .map(|s| (s.rule, s.hash_part.as_str()))
+        .collect();
+    by_rule.sort_unstable_by_key(|p| p.0);
+    for group in by_rule.chunk_by(|a, b| a.0 == b.0) {
+        t.counters[group[0].0].warm(group.iter().map(|p| p.1));
+    }
+}
+
 fn store_full(rule: &str, max_keys: usize) -> CheckError {
     Unavailable::StoreFull {
         rule: rule.to_string(),
@@ -359,8 +372,14 @@ impl Limiter {
         here: impl Fn(&Rule, &str) -> bool,
     ) -> Vec<Result<Placed, CheckError>> {
         let t = self.tables.load();
-        reqs.into_iter()
-            .map(|req| self.placed_in(&t, req, now, &here))
+        let selected: Vec<(&CheckRequest, Result<Selection, CheckError>)> = reqs
+            .into_iter()
+            .map(|req| (req, select_in(&t.rules, req)))
+            .collect();
+        warm(&t, selected.iter().filter_map(|(_, s)| s.as_ref().ok()));
+        selected
+            .into_iter()
+            .map(|(req, sel)| self.place_selected(&t, req, sel?, now, &here))
             .collect()
     }
 
@@ -372,6 +391,17 @@ impl Limiter {
         here: &impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
         let sel = select_in(&t.rules, req)?;
+        self.place_selected(t, req, sel, now, here)
+    }
+
+    fn place_selected(
+        &self,
+        t: &Tables,
+        req: &CheckRequest,
+        sel: Selection,
+        now: Nanos,
+        here: &impl Fn(&Rule, &str) -> bool,
+    ) -> Result<Placed, CheckError> {
         if !sel
             .iter()
             .all(|s| here(&t.rules.rules()[s.rule], &s.hash_part))

@@ -6,6 +6,7 @@
 //! each read-modify-write: no two threads can spend the same token (without
 //! it, racing threads each read the same balance and admit past the limit).
 
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -245,6 +246,32 @@ where
         }
     }
 
+    /// Reads the slots of `keys` so that the decisions that follow find
+    /// them in cache. A batch's keys are random over a table larger than
+    /// the core's cache, so each lookup is a miss; here they are read one
+    /// shard at a time under one read lock, with no locked instruction
+    /// between two lookups, so the processor overlaps their misses instead
+    /// of waiting out each in turn.
+    fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+        // Hashed and sharded as the map itself does for a lookup.
+        let mut placed: Vec<(usize, u64, &str)> = keys
+            .map(|k| {
+                let hash = self.map.hasher().hash_one(k);
+                (self.map.determine_shard(hash as usize), hash, k)
+            })
+            .collect();
+        placed.sort_unstable_by_key(|p| p.0);
+        let shards = self.map.shards();
+        for group in placed.chunk_by(|a, b| a.0 == b.0) {
+            let shard = shards[group[0].0].read();
+            for &(_, hash, key) in group {
+                // Comparing the key reads the slot; the state beside it
+                // shares its line or the next one.
+                std::hint::black_box(shard.find(hash, |(held, _)| held.as_str() == key));
+            }
+        }
+    }
+
     fn refund(&self, key: &str, at: Nanos, cost: u64) {
         if let Some(mut s) = self.map.get_mut(key) {
             self.algo.refund(&mut s, at, cost);
@@ -452,6 +479,12 @@ impl Counters {
     ) -> Result<Decision, Full> {
         debug_assert!(cost >= 1 && cost <= self.policy.max_cost());
         each_store!(&self.inner, s => s.consume(key, now, cost, max_delay))
+    }
+
+    /// Brings the slots of `keys` into cache ahead of their decisions
+    /// (see `KeyedStore::warm`); nothing changes.
+    pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+        each_store!(&self.inner, s => s.warm(keys))
     }
 
     /// Gives back what a decision taken at `at` consumed.

@@ -241,3 +241,19 @@ fn the_rest_bound_is_the_earliest_rest_written() {
     c.rests_at(20 * SEC);
     assert_eq!(bound(), 20 * SEC, "an earlier one lowers it");
 }
+
+/// Warming reads and nothing else: states, the key count and the answers
+/// that follow are those of a table never warmed, and a key it does not
+/// hold is not created.
+#[test]
+fn warming_keys_changes_nothing() {
+    let c = counters(AlgorithmKind::SlidingWindowCounter, 5, 100);
+    let t = 60_000 * SEC;
+    c.consume("a", t, 2).unwrap();
+    c.consume("b", t, 1).unwrap();
+    let before = (c.get("a"), c.get("b"), c.len());
+    c.warm(["a", "missing", "b", "a"].into_iter());
+    assert_eq!((c.get("a"), c.get("b"), c.len()), before);
+    assert!(!c.contains("missing"));
+    assert_eq!(c.consume("a", t, 1).unwrap().remaining, 2);
+}
