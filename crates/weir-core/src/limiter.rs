@@ -123,7 +123,10 @@ fn warm<'s>(t: &Tables, selections: impl Iterator<Item = &'s Selection>) {
         .flat_map(Selection::iter)
         .map(|s| (s.rule, s.hash_part.as_str()))
         .collect();
-    by_rule.sort_unstable_by_key(|p| p.0);
+    // Mostly one rule for the whole batch: nothing to sort then.
+    if by_rule.windows(2).any(|w| w[0].0 != w[1].0) {
+        by_rule.sort_unstable_by_key(|p| p.0);
+    }
     for group in by_rule.chunk_by(|a, b| a.0 == b.0) {
         t.counters[group[0].0].warm(group.iter().map(|p| p.1));
     }

@@ -253,18 +253,21 @@ where
     /// between two lookups, so the processor overlaps their misses instead
     /// of waiting out each in turn.
     fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+        let shards = self.map.shards();
         // Hashed and sharded as the map itself does for a lookup.
-        let mut placed: Vec<(usize, u64, &str)> = keys
+        let placed: Vec<(usize, (u64, &str))> = keys
             .map(|k| {
                 let hash = self.map.hasher().hash_one(k);
-                (self.map.determine_shard(hash as usize), hash, k)
+                (self.map.determine_shard(hash as usize), (hash, k))
             })
             .collect();
-        placed.sort_unstable_by_key(|p| p.0);
-        let shards = self.map.shards();
-        for group in placed.chunk_by(|a, b| a.0 == b.0) {
-            let shard = shards[group[0].0].read();
-            for &(_, hash, key) in group {
+        let (ordered, starts) = by_shard(&placed, shards.len());
+        for (s, run) in starts.windows(2).enumerate() {
+            if run[0] == run[1] {
+                continue;
+            }
+            let shard = shards[s].read();
+            for &(hash, key) in &ordered[run[0]..run[1]] {
                 // Comparing the key reads the slot; the state beside it
                 // shares its line or the next one.
                 std::hint::black_box(shard.find(hash, |(held, _)| held.as_str() == key));
@@ -609,6 +612,29 @@ impl Counters {
             _ => Err(AbsorbError::OtherAlgorithm),
         }
     }
+}
+
+/// `items`, each tagged with its shard (below `shards`), in shard order,
+/// and where each shard's run starts (one past the last: `items.len()`):
+/// a counting sort, as a batch holds far more items than a map has shards.
+fn by_shard<T: Copy>(items: &[(usize, T)], shards: usize) -> (Vec<T>, Vec<usize>) {
+    let Some(&(_, filler)) = items.first() else {
+        return (Vec::new(), vec![0; shards + 1]);
+    };
+    let mut starts = vec![0; shards + 1];
+    for &(s, _) in items {
+        starts[s + 1] += 1;
+    }
+    for s in 0..shards {
+        starts[s + 1] += starts[s];
+    }
+    let mut next = starts.clone();
+    let mut out = vec![filler; items.len()];
+    for &(s, t) in items {
+        out[next[s]] = t;
+        next[s] += 1;
+    }
+    (out, starts)
 }
 
 fn wrap<S>(v: Vec<(CompactString, S)>, f: fn(S) -> State) -> Vec<(CompactString, State)> {

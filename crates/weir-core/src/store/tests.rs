@@ -257,3 +257,14 @@ fn warming_keys_changes_nothing() {
     assert!(!c.contains("missing"));
     assert_eq!(c.consume("a", t, 1).unwrap().remaining, 2);
 }
+
+#[test]
+fn by_shard_orders_items_by_shard_keeping_their_order_within_one() {
+    let items = [(2, 'a'), (0, 'b'), (2, 'c'), (3, 'd'), (0, 'e')];
+    let (ordered, starts) = by_shard(&items, 4);
+    assert_eq!(ordered, ['b', 'e', 'a', 'c', 'd']);
+    assert_eq!(starts, [0, 2, 2, 4, 5], "shard 1 is an empty run");
+    let (none, starts) = by_shard::<char>(&[], 2);
+    assert!(none.is_empty());
+    assert_eq!(starts, [0, 0, 0]);
+}
