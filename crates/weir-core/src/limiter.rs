@@ -132,6 +132,9 @@ fn warm<'s>(t: &Tables, selections: impl Iterator<Item = &'s Selection>) {
     }
 }
 
+/// A request's limits, and whether every one of them is placed here.
+type Placement = (Selection, bool);
+
 fn store_full(rule: &str, max_keys: usize) -> CheckError {
     Unavailable::StoreFull {
         rule: rule.to_string(),
@@ -375,14 +378,23 @@ impl Limiter {
         here: impl Fn(&Rule, &str) -> bool,
     ) -> Vec<Result<Placed, CheckError>> {
         let t = self.tables.load();
-        let selected: Vec<(&CheckRequest, Result<Selection, CheckError>)> = reqs
+        // Every request's limits first, and whether they are all here;
+        // then the counters of those decided here warmed together; then
+        // the decisions, in order.
+        let selected: Vec<(&CheckRequest, Result<Placement, CheckError>)> = reqs
             .into_iter()
-            .map(|req| (req, select_in(&t.rules, req)))
+            .map(|req| (req, self.selected_in(&t, req, &here)))
             .collect();
-        warm(&t, selected.iter().filter_map(|(_, s)| s.as_ref().ok()));
+        warm(
+            &t,
+            selected.iter().filter_map(|(_, s)| match s {
+                Ok((sel, true)) => Some(sel),
+                _ => None,
+            }),
+        );
         selected
             .into_iter()
-            .map(|(req, sel)| self.place_selected(&t, req, sel?, now, &here))
+            .map(|(req, s)| self.place_selected(&t, req, s?, now))
             .collect()
     }
 
@@ -393,22 +405,32 @@ impl Limiter {
         now: Nanos,
         here: &impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
+        let selected = self.selected_in(t, req, here)?;
+        self.place_selected(t, req, selected, now)
+    }
+
+    /// A request's limits, and whether every one of them is placed here.
+    fn selected_in(
+        &self,
+        t: &Tables,
+        req: &CheckRequest,
+        here: &impl Fn(&Rule, &str) -> bool,
+    ) -> Result<Placement, CheckError> {
         let sel = select_in(&t.rules, req)?;
-        self.place_selected(t, req, sel, now, here)
+        let all_here = sel
+            .iter()
+            .all(|s| here(&t.rules.rules()[s.rule], &s.hash_part));
+        Ok((sel, all_here))
     }
 
     fn place_selected(
         &self,
         t: &Tables,
         req: &CheckRequest,
-        sel: Selection,
+        (sel, all_here): Placement,
         now: Nanos,
-        here: &impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
-        if !sel
-            .iter()
-            .all(|s| here(&t.rules.rules()[s.rule], &s.hash_part))
-        {
+        if !all_here {
             return Ok(Placed::Elsewhere(t.rules.clone(), sel));
         }
         self.decide_selected(t, &sel, req, now).map(Placed::Decided)
