@@ -251,8 +251,8 @@ where
     /// the core's cache, so each lookup is a miss; here they are read one
     /// shard at a time under one read lock, with no locked instruction
     /// between two lookups, so the processor overlaps their misses instead
-    /// of waiting out each in turn.
-    fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+    /// of waiting out each in turn. Returns how many of `keys` it holds.
+    fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) -> usize {
         let shards = self.map.shards();
         // Hashed and sharded as the map itself does for a lookup.
         let placed: Vec<(usize, (u64, &str))> = keys
@@ -262,6 +262,7 @@ where
             })
             .collect();
         let (ordered, starts) = by_shard(&placed, shards.len());
+        let mut held = 0;
         for (s, run) in starts.windows(2).enumerate() {
             if run[0] == run[1] {
                 continue;
@@ -271,9 +272,11 @@ where
                 // Comparing the key reads the slot; the state beside it
                 // is in the same line or the next. Reading the state here
                 // too cost more than it saved (docs/performance.md).
-                std::hint::black_box(shard.find(hash, |(held, _)| held.as_str() == key));
+                let found = shard.find(hash, |(k, _)| k.as_str() == key);
+                held += usize::from(std::hint::black_box(found).is_some());
             }
         }
+        held
     }
 
     fn refund(&self, key: &str, at: Nanos, cost: u64) {
@@ -486,8 +489,10 @@ impl Counters {
     }
 
     /// Brings the slots of `keys` into cache ahead of their decisions
-    /// (see `KeyedStore::warm`); nothing changes.
-    pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+    /// (see `KeyedStore::warm`); nothing changes. Returns how many of
+    /// `keys` the table holds: a warming that hashed or sharded otherwise
+    /// than the map would miss them, and no answer would show it.
+    pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) -> usize {
         each_store!(&self.inner, s => s.warm(keys))
     }
 

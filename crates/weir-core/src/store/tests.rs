@@ -252,7 +252,7 @@ fn warming_keys_changes_nothing() {
     c.consume("a", t, 2).unwrap();
     c.consume("b", t, 1).unwrap();
     let before = (c.get("a"), c.get("b"), c.len());
-    c.warm(["a", "missing", "b", "a"].into_iter());
+    assert_eq!(c.warm(["a", "missing", "b", "a"].into_iter()), 3);
     assert_eq!((c.get("a"), c.get("b"), c.len()), before);
     assert!(!c.contains("missing"));
     assert_eq!(c.consume("a", t, 1).unwrap().remaining, 2);
@@ -267,4 +267,18 @@ fn by_shard_orders_items_by_shard_keeping_their_order_within_one() {
     let (none, starts) = by_shard::<char>(&[], 2);
     assert!(none.is_empty());
     assert_eq!(starts, [0, 0, 0]);
+}
+
+/// Warming looks each key up where the map keeps it: across every shard,
+/// it finds every key held (hashed or sharded otherwise, it would find
+/// none and warm nothing, with no answer changing).
+#[test]
+fn warming_finds_every_held_key_in_every_shard() {
+    let c = counters(AlgorithmKind::FixedWindow, 5, 10_000);
+    let keys: Vec<String> = (0..1_000).map(|i| format!("caller-{i}")).collect();
+    for k in &keys {
+        c.consume(k, SEC, 1).unwrap();
+    }
+    assert_eq!(c.warm(keys.iter().map(String::as_str)), keys.len());
+    assert_eq!(c.warm(["nobody"].into_iter()), 0);
 }
