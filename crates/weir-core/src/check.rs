@@ -107,17 +107,17 @@ impl CheckRequest {
         if self.key.len() > MAX_KEY_LEN {
             return bad(InputField::Key, "must be at most 256 bytes");
         }
-        if self.key.chars().any(char::is_control) {
+        if has_control(&self.key) {
             return bad(InputField::Key, "must not contain control characters");
         }
         if self.route.len() > MAX_ROUTE_LEN {
             return bad(InputField::Route, "must be at most 1024 bytes");
         }
-        if self.route.chars().any(char::is_control) {
+        if has_control(&self.route) {
             return bad(InputField::Route, "must not contain control characters");
         }
         if let Some(t) = &self.tier {
-            if t.len() > MAX_TIER_LEN || t.chars().any(char::is_control) {
+            if t.len() > MAX_TIER_LEN || has_control(t) {
                 return bad(
                     InputField::Tier,
                     "must be at most 64 bytes of printable text",
@@ -141,6 +141,19 @@ impl CheckRequest {
             },
         }
     }
+}
+
+/// True when `s` holds a control character (Unicode Cc: U+0000-U+001F,
+/// U+007F-U+009F). Every one of them is a byte below 0x20, the byte 0x7F,
+/// or a two-byte sequence led by 0xC2, and no other character holds such a
+/// byte; so a branch-free pass over the bytes clears almost every key, and
+/// only one with a 0xC2 byte is read again as characters. Decoding every
+/// key and route as characters was 5% of a 100-item call's instructions.
+fn has_control(s: &str) -> bool {
+    let suspect = s.bytes().fold(false, |seen, b| {
+        seen | (b < 0x20) | (b == 0x7f) | (b == 0xc2)
+    });
+    suspect && s.chars().any(char::is_control)
 }
 
 /// The answer to one check, as every edge shows it: the binding limit's
@@ -308,6 +321,21 @@ mod tests {
         assert_eq!(field(CheckRequest::new("k", "/\n")), Some("route"));
         assert_eq!(field(CheckRequest::new("k", "/").tier("t\0")), Some("tier"));
         assert_eq!(field(CheckRequest::new("k", "/").ip("1.2.3")), Some("ip"));
+    }
+
+    #[test]
+    fn control_characters_are_found_as_characters_would_find_them() {
+        let c1 = ['\u{80}', '\u{85}', '\u{9f}'];
+        for c in ('\0'..='\u{7f}')
+            .chain(c1)
+            .chain(['\u{a0}', '\u{100}', '\u{2028}', 'é'])
+        {
+            for s in [format!("{c}"), format!("key-{c}-tail"), format!("é{c}")] {
+                assert_eq!(has_control(&s), s.chars().any(char::is_control), "{s:?}");
+            }
+        }
+        assert!(has_control("plain\u{85}"));
+        assert!(!has_control("Ā-é-\u{a0}"));
     }
 
     #[test]

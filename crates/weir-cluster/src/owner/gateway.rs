@@ -108,13 +108,12 @@ impl Gateway {
         let limiter = self.local.limiter();
         let now = limiter.now();
         self.routing.with_routing_ring(|ring| {
+            let mine = ring.owned_by(me);
             self.local.guarded(|leaving| {
                 place(limiter, now, &|rule: &Rule, h: &str| {
                     // A sharded or local-tier rule is never its key's
                     // owner's to decide whole.
-                    !leaving
-                        && matches!(rule.hot, Hot::Off | Hot::Lease)
-                        && ring.owner_id(h).is_none_or(|o| o == me)
+                    !leaving && matches!(rule.hot, Hot::Off | Hot::Lease) && mine(h)
                 })
             })
         })

@@ -119,7 +119,7 @@ impl Strategy for OwnerStrategy {
                 Decided::Now(Ok(v))
             }
             Ok(Placed::Elsewhere(rules, sel)) => {
-                Decided::Later(Box::pin(self.gateway.check_at_owners(req, rules, sel)))
+                Decided::Later(Box::pin(self.gateway.check_at_owners(req, rules, *sel)))
             }
             Err(e) => Decided::Now(Err(e)),
         }
@@ -151,7 +151,7 @@ impl Strategy for OwnerStrategy {
                         }
                         Ok(Placed::Elsewhere(rules, sel)) => {
                             waiting.push(Box::pin(async move {
-                                (i, self.gateway.check_at_owners(req, rules, sel).await)
+                                (i, self.gateway.check_at_owners(req, rules, *sel).await)
                             }));
                             None
                         }
@@ -164,8 +164,11 @@ impl Strategy for OwnerStrategy {
                 slots[i] = Some(outcome);
             }
             // Every slot is filled; a caller that gets fewer answers than it
-            // asked for treats that as an engine error.
-            slots.into_iter().flatten().collect()
+            // asked for treats that as an engine error. Sized up front: a
+            // flattened iterator cannot say how many it yields.
+            let mut answers = Vec::with_capacity(slots.len());
+            answers.extend(slots.into_iter().flatten());
+            answers
         })
     }
 

@@ -15,6 +15,7 @@ use thiserror::Error;
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
 pub use rule::{format_duration, By, Rule, Scope};
+pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
 pub use tiers::{TierKey, TierWrite};
 
@@ -390,7 +391,17 @@ impl RuleSet {
 
     /// The winning rule of every `by` dimension for this request.
     pub fn select<'r>(&self, req: &select::Subject<'r>) -> Selection {
-        self.index.select(&self.rules, req)
+        self.select_with(req, &mut SelectMemo::default())
+    }
+
+    /// [`RuleSet::select`] for one of several requests selected in turn,
+    /// with a memo made for this set.
+    pub(crate) fn select_with(
+        &self,
+        req: &select::Subject<'_>,
+        memo: &mut SelectMemo,
+    ) -> Selection {
+        self.index.select(&self.rules, req, memo)
     }
 }
 

@@ -105,18 +105,22 @@ impl Index {
         ix
     }
 
-    pub(super) fn select(&self, rules: &[Arc<Rule>], s: &Subject<'_>) -> Selection {
-        let mut best: [Option<(Score, usize)>; 4] = [None; 4];
-        let own = self.by_client.get(s.key).map_or(&[][..], |v| &v[..]);
-        for &i in own.iter().chain(&self.general) {
-            let r = &rules[i];
-            if !matches(r, s) {
-                continue;
-            }
-            let slot = &mut best[usize::from(r.by == By::Ip) + 2 * usize::from(r.shadow)];
-            if slot.is_none_or(|(sc, _)| self.scores[i] > sc) {
-                *slot = Some((self.scores[i], i));
-            }
+    pub(super) fn select(
+        &self,
+        rules: &[Arc<Rule>],
+        s: &Subject<'_>,
+        memo: &mut SelectMemo,
+    ) -> Selection {
+        let mut best = memo.general(s, || {
+            let mut best = [None; 4];
+            self.weigh(&mut best, rules, &self.general, s);
+            best
+        });
+        // A client's own rules always outrank the general ones (rank 4 or
+        // 5 against at most 3), so weighing them after the general winners
+        // picks what weighing them first would.
+        if let Some(own) = self.by_client.get(s.key) {
+            self.weigh(&mut best, rules, own, s);
         }
         let pick = |slot: Option<(Score, usize)>, part: Option<&str>| {
             let (_, rule) = slot?;
@@ -132,6 +136,66 @@ impl Index {
                 pick(best[2], Some(s.key)),
                 pick(best[3], s.ip),
             ],
+        }
+    }
+
+    /// Puts each matching rule of `candidates` in its slot of `best` when
+    /// it is more specific than the slot's rule.
+    fn weigh(&self, best: &mut Best, rules: &[Arc<Rule>], candidates: &[usize], s: &Subject<'_>) {
+        for &i in candidates {
+            let r = &rules[i];
+            if !matches(r, s) {
+                continue;
+            }
+            let slot = &mut best[usize::from(r.by == By::Ip) + 2 * usize::from(r.shadow)];
+            if slot.is_none_or(|(sc, _)| self.scores[i] > sc) {
+                *slot = Some((self.scores[i], i));
+            }
+        }
+    }
+}
+
+/// The winning rule of each slot, with its score.
+type Best = [Option<(Score, usize)>; 4];
+
+/// The general rules' winners for the last route, tier and IP presence
+/// selected with it. Nothing else of a request decides among rules that
+/// name no client, and a batch's items mostly share a route, so all but
+/// the first skip the search over every general rule. Valid for one rule
+/// set only: make a new one for each.
+#[derive(Debug, Default)]
+pub(crate) struct SelectMemo {
+    last: Option<(Seen, Best)>,
+}
+
+/// What the general rules' winners depend on.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    route: CompactString,
+    tier: Option<CompactString>,
+    has_ip: bool,
+}
+
+impl SelectMemo {
+    fn general(&mut self, s: &Subject<'_>, search: impl FnOnce() -> Best) -> Best {
+        match &self.last {
+            Some((seen, best))
+                if seen.route == s.route
+                    && seen.tier.as_deref() == s.tier
+                    && seen.has_ip == s.ip.is_some() =>
+            {
+                *best
+            }
+            _ => {
+                let best = search();
+                let seen = Seen {
+                    route: s.route.into(),
+                    tier: s.tier.map(CompactString::from),
+                    has_ip: s.ip.is_some(),
+                };
+                self.last = Some((seen, best));
+                best
+            }
         }
     }
 }

@@ -261,6 +261,37 @@ fn the_most_specific_rule_of_each_dimension_wins() {
 }
 
 #[test]
+fn a_memo_shared_across_requests_selects_what_each_alone_selects() {
+    let set = RuleSet::from_toml(LADDER).unwrap();
+    let ip = Some("203.0.113.9");
+    // Each request differs from the one before in one attribute, so a
+    // memo that ignored it would answer with the previous winners.
+    let subjects = [
+        ("c2", "GET /v1/x", Some("free"), None),
+        ("c2", "GET /v1/x", Some("free"), None),
+        ("c2", "POST /x", Some("free"), None),
+        ("c2", "POST /x", None, None),
+        ("c2", "POST /x", None, ip),
+        ("c1", "POST /x", None, ip),
+        ("c1", "GET /v1/x", None, ip),
+        ("c2", "GET /v1/x", None, ip),
+        ("c2", "GET /v1/users", None, ip),
+        ("c2", "GET /v1/users", Some("free"), ip),
+        ("c2", "GET /v1/users", Some("pro"), ip),
+    ];
+    let mut memo = SelectMemo::default();
+    for (key, route, tier, ip) in subjects {
+        let s = Subject {
+            key,
+            route,
+            tier,
+            ip,
+        };
+        assert_eq!(set.select_with(&s, &mut memo), set.select(&s), "{s:?}");
+    }
+}
+
+#[test]
 fn a_longer_pattern_beats_a_shorter_one() {
     let set = RuleSet::from_toml(
         "[[rule]]\nname = \"short\"\nroute = \"GET *\"\nalgorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1s\"\n\

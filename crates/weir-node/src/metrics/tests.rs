@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use weir_core::{CheckRequest, FakeClock, Limiter, LimiterConfig, RuleSet};
 
-use super::Metrics;
+use super::{same_label, Metrics};
 
 #[test]
 fn a_batch_is_counted_per_label_and_timed_per_check() {
@@ -42,6 +42,18 @@ fn a_batch_is_counted_per_label_and_timed_per_check() {
         text.contains("weir_decision_seconds_bucket{le=\"1e-05\"} 0\n"),
         "{text}"
     );
+}
+
+#[test]
+fn labels_are_alike_by_name_and_verdict_wherever_they_live() {
+    let r: Arc<str> = Arc::from("r");
+    let again: Arc<str> = Arc::from(String::from("r"));
+    let other: Arc<str> = Arc::from("s");
+    let denied = String::from("denied");
+    assert!(same_label((&r, "allowed"), (&r, "allowed")));
+    assert!(same_label((&r, "denied"), (&again, denied.as_str())));
+    assert!(!same_label((&r, "allowed"), (&r, "denied")));
+    assert!(!same_label((&r, "allowed"), (&other, "allowed")));
 }
 
 #[test]
