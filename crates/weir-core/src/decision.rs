@@ -116,9 +116,17 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// Whole milliseconds, rounded up; u64::MAX past it. A whole second is a
+/// whole number of milliseconds, so only the sub-second nanoseconds are
+/// rounded: in 32 bits, where dividing by a constant is a multiply, not
+/// the 128-bit division (a library call) that dividing `as_nanos` takes,
+/// twice per answer.
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
-    let ns = d.as_nanos();
-    u64::try_from(ns.div_ceil(NANOS_PER_MS as u128)).unwrap_or(u64::MAX)
+    let sub_ms = d.subsec_nanos().div_ceil(1_000_000);
+    d.as_secs()
+        .checked_mul(1000)
+        .and_then(|ms| ms.checked_add(u64::from(sub_ms)))
+        .unwrap_or(u64::MAX)
 }
 
 /// Unix ms from a nanosecond instant, rounded up so a reset is never early.
@@ -139,6 +147,37 @@ mod tests {
         assert_eq!((d.limit, d.remaining, d.at), (7, 0, now));
         assert_eq!(d.reset_at, 12_001, "12 s + 1 ns is in the 12,001st ms");
         assert_eq!(d.retry_after_secs(), 2);
+    }
+
+    #[test]
+    fn milliseconds_round_up_as_nanoseconds_divided_would() {
+        let by_nanos = |d: Duration| {
+            u64::try_from(d.as_nanos().div_ceil(u128::from(NANOS_PER_MS))).unwrap_or(u64::MAX)
+        };
+        let secs = [
+            0,
+            1,
+            59,
+            3_600,
+            u64::MAX / 1000,
+            u64::MAX / 1000 + 1,
+            u64::MAX,
+        ];
+        let nanos = [
+            0,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            500_000_000,
+            999_999_999,
+        ];
+        for s in secs {
+            for n in nanos {
+                let d = Duration::new(s, n);
+                assert_eq!(ceil_ms(d), by_nanos(d), "{d:?}");
+            }
+        }
     }
 
     #[test]
