@@ -104,10 +104,11 @@ struct Tables {
 
 /// Validates a request and selects its limits in `rules`, refusing a cost
 /// that one of them can never admit.
+/// A batch passes its `memo`; a lone request none.
 fn select_in(
     rules: &RuleSet,
     req: &CheckRequest,
-    memo: &mut SelectMemo,
+    memo: Option<&mut SelectMemo>,
 ) -> Result<Selection, CheckError> {
     let ip = req.validate()?;
     let subject = Subject {
@@ -116,7 +117,10 @@ fn select_in(
         tier: req.tier.as_deref(),
         ip: ip.as_deref(),
     };
-    let sel = rules.select_with(&subject, memo);
+    let sel = match memo {
+        Some(memo) => rules.select_with(&subject, memo),
+        None => rules.select(&subject),
+    };
     for s in sel.iter() {
         CheckError::fits(&rules.rules()[s.rule], req.cost)?;
     }
@@ -124,9 +128,9 @@ fn select_in(
 }
 
 /// Brings the counters of every selected limit into cache before any is
-/// decided, one rule's table at a time (see `Counters::warm`).
-/// `expected` limits or about, mostly one per selection: the vector is
-/// sized for them instead of grown.
+/// decided, one rule's table at a time (see `Counters::warm`). `expected`
+/// is about how many limits there are (mostly one per selection), so the
+/// vector of their keys is sized once instead of grown.
 fn warm<'s>(t: &Tables, selections: impl Iterator<Item = &'s Selection>, expected: usize) {
     let mut by_rule: Vec<(usize, &str)> = Vec::with_capacity(expected);
     by_rule.extend(
@@ -342,7 +346,7 @@ impl Limiter {
     /// Which limits a request meets, after validating it.
     pub fn select(&self, req: &CheckRequest) -> Result<(Arc<RuleSet>, Selection), CheckError> {
         let rules = self.rules();
-        let sel = select_in(&rules, req, &mut SelectMemo::default())?;
+        let sel = select_in(&rules, req, None)?;
         Ok((rules, sel))
     }
 
@@ -360,7 +364,7 @@ impl Limiter {
         // counters spent always come from the same reload, and no counter
         // is looked up again by name.
         let t = self.tables.load();
-        let sel = select_in(&t.rules, req, &mut SelectMemo::default())?;
+        let sel = select_in(&t.rules, req, None)?;
         self.decide_selected(&t, &sel, req, self.clock.now())
     }
 
@@ -408,7 +412,7 @@ impl Limiter {
         // times over for a 100-item batch.
         let mut selected: Vec<(&CheckRequest, Result<Placement, CheckError>)> =
             Vec::with_capacity(most(&reqs));
-        selected.extend(reqs.map(|req| (req, self.selected_in(&t, req, &here, &mut memo))));
+        selected.extend(reqs.map(|req| (req, self.selected_in(&t, req, &here, Some(&mut memo)))));
         warm(
             &t,
             selected.iter().filter_map(|(_, s)| match s {
@@ -430,7 +434,7 @@ impl Limiter {
         now: Nanos,
         here: &impl Fn(&Rule, &str) -> bool,
     ) -> Result<Placed, CheckError> {
-        let selected = self.selected_in(t, req, here, &mut SelectMemo::default())?;
+        let selected = self.selected_in(t, req, here, None)?;
         self.place_selected(t, req, selected, now)
     }
 
@@ -440,7 +444,7 @@ impl Limiter {
         t: &Tables,
         req: &CheckRequest,
         here: &impl Fn(&Rule, &str) -> bool,
-        memo: &mut SelectMemo,
+        memo: Option<&mut SelectMemo>,
     ) -> Result<Placement, CheckError> {
         let sel = select_in(&t.rules, req, memo)?;
         let all_here = sel

@@ -391,7 +391,7 @@ impl RuleSet {
 
     /// The winning rule of every `by` dimension for this request.
     pub fn select<'r>(&self, req: &select::Subject<'r>) -> Selection {
-        self.select_with(req, &mut SelectMemo::default())
+        self.index.select(&self.rules, req, None)
     }
 
     /// [`RuleSet::select`] for one of several requests selected in turn,
@@ -401,7 +401,7 @@ impl RuleSet {
         req: &select::Subject<'_>,
         memo: &mut SelectMemo,
     ) -> Selection {
-        self.index.select(&self.rules, req, memo)
+        self.index.select(&self.rules, req, Some(memo))
     }
 }
 

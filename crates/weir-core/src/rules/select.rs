@@ -109,13 +109,19 @@ impl Index {
         &self,
         rules: &[Arc<Rule>],
         s: &Subject<'_>,
-        memo: &mut SelectMemo,
+        memo: Option<&mut SelectMemo>,
     ) -> Selection {
-        let mut best = memo.general(s, || {
+        let search = || {
             let mut best = [None; 4];
             self.weigh(&mut best, rules, &self.general, s);
             best
-        });
+        };
+        // A lone request keeps no memo: noting what it saw (a copy of its
+        // route) would be work no later request reads.
+        let mut best = match memo {
+            Some(memo) => memo.general(s, search),
+            None => search(),
+        };
         // A client's own rules always outrank the general ones (rank 4 or
         // 5 against at most 3), so weighing them after the general winners
         // picks what weighing them first would.
