@@ -97,6 +97,18 @@ impl CheckRequest {
     /// `0:0:0:0:0:0:0:1` share a counter. A carried limit's cost ceiling is
     /// checked here too; the rule set's needs the rules.
     pub fn validate(&self) -> Result<Option<CompactString>, CheckError> {
+        self.validate_trusting(false)
+    }
+
+    /// [`CheckRequest::validate`], skipping the route's and the tier's
+    /// checks when the caller knows they pass (`route_and_tier_valid`): a
+    /// batch's items mostly share both, and checking the same route again
+    /// for each item was 31 of the node's 4,700 instructions per item of a
+    /// 100-item call (`bench/pipeline-count.sh`).
+    pub(crate) fn validate_trusting(
+        &self,
+        route_and_tier_valid: bool,
+    ) -> Result<Option<CompactString>, CheckError> {
         let bad = |field, reason| Err(CheckError::invalid(field, reason));
         if self.cost == 0 {
             return bad(InputField::Cost, "must be at least 1");
@@ -110,19 +122,8 @@ impl CheckRequest {
         if has_control(&self.key) {
             return bad(InputField::Key, "must not contain control characters");
         }
-        if self.route.len() > MAX_ROUTE_LEN {
-            return bad(InputField::Route, "must be at most 1024 bytes");
-        }
-        if has_control(&self.route) {
-            return bad(InputField::Route, "must not contain control characters");
-        }
-        if let Some(t) = &self.tier {
-            if t.len() > MAX_TIER_LEN || has_control(t) {
-                return bad(
-                    InputField::Tier,
-                    "must be at most 64 bytes of printable text",
-                );
-            }
+        if !route_and_tier_valid {
+            self.validate_route_and_tier()?;
         }
         if let Some(rule) = &self.limit {
             CheckError::fits(rule, self.cost)?;
@@ -139,6 +140,23 @@ impl CheckRequest {
                 Ok(addr) => Ok(Some(addr.to_compact_string())),
                 Err(_) => bad(InputField::Ip, "is not an IPv4 or IPv6 address"),
             },
+        }
+    }
+
+    fn validate_route_and_tier(&self) -> Result<(), CheckError> {
+        let bad = |field, reason| Err(CheckError::invalid(field, reason));
+        if self.route.len() > MAX_ROUTE_LEN {
+            return bad(InputField::Route, "must be at most 1024 bytes");
+        }
+        if has_control(&self.route) {
+            return bad(InputField::Route, "must not contain control characters");
+        }
+        match &self.tier {
+            Some(t) if t.len() > MAX_TIER_LEN || has_control(t) => bad(
+                InputField::Tier,
+                "must be at most 64 bytes of printable text",
+            ),
+            _ => Ok(()),
         }
     }
 }

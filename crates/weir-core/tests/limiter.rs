@@ -486,6 +486,51 @@ fn a_batch_is_placed_and_decided_in_order() {
     assert_eq!(out, [Some(true), None, Some(true), Some(true), Some(false)]);
 }
 
+/// Guard: a batch trusts an item's route and tier only when an earlier
+/// item with the same ones passed validation. Each item here differs from
+/// the one before in its route or its tier, valid or not, so a batch that
+/// trusted a route whatever its tier (or the reverse), or trusted one that
+/// had failed, would let a bad item through.
+#[test]
+fn a_batch_refuses_a_bad_route_or_tier_as_a_lone_check_does() {
+    let (l, clock) = limiter();
+    let item = |route: &str, tier: Option<&str>| {
+        let r = CheckRequest::new("k", route);
+        match tier {
+            Some(t) => r.tier(t),
+            None => r,
+        }
+    };
+    let batch = [
+        item("GET /a", None),
+        item("GET /a", Some("gold")),
+        item("GET /a", Some("go\u{1}ld")),
+        item("GET /a", Some("go\u{1}ld")),
+        item("GET /a", Some("gold")),
+        item("GET /a\u{7f}", Some("gold")),
+        item("GET /a\u{7f}", Some("gold")),
+        item("GET /a", Some("gold")),
+        item(&"/".repeat(1025), Some("gold")),
+        item("GET /a", None),
+    ];
+    let field = |r: Result<(), CheckError>| r.err().and_then(|e| e.field());
+    let alone: Vec<_> = batch
+        .iter()
+        .map(|r| field(r.validate().map(drop)))
+        .collect();
+    assert_eq!(
+        alone.iter().filter(|f| f.is_some()).count(),
+        5,
+        "the bad items: {alone:?}"
+    );
+    let batched: Vec<_> = l
+        .check_placed_all_at(&batch, clock.now(), |_, _| true)
+        .into_iter()
+        .map(|p| field(p.map(drop)))
+        .collect();
+    assert_eq!(batched, alone);
+}
+
 /// Guard: a limiter made behind another's gate (a node's copies of its
 /// peers' counters) takes a global rule's share from that gate, even one
 /// set after the copy was made, while keeping counters of its own.

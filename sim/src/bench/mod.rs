@@ -37,6 +37,7 @@ mod machine;
 mod measure;
 pub mod model;
 mod open_loop;
+pub mod pipeline;
 pub mod reference;
 mod report;
 pub mod requests;

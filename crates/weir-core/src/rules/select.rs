@@ -183,6 +183,15 @@ struct Seen {
 }
 
 impl SelectMemo {
+    /// True when `route` and `tier` are those of the last subject selected
+    /// for. A subject is selected for only once its request has passed
+    /// validation (`select_in` validates first), so they are known valid.
+    pub(crate) fn vouches_for(&self, route: &str, tier: Option<&str>) -> bool {
+        self.last
+            .as_ref()
+            .is_some_and(|(seen, _)| seen.route == route && seen.tier.as_deref() == tier)
+    }
+
     fn general(&mut self, s: &Subject<'_>, search: impl FnOnce() -> Best) -> Best {
         match &self.last {
             Some((seen, best))

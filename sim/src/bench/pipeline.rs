@@ -1,0 +1,127 @@
+//! The 100-item weir.v1 Check in one process, without its transport: what
+//! `benches/pipeline.rs` times and `examples/pipeline_count.rs` counts the
+//! instructions of (docs/performance.md, "The 100-item call without its
+//! transport").
+//!
+//! Each call decodes one of a few hundred encoded requests (100 items,
+//! each a key drawn from 100,000 as weir-bench draws them), runs a
+//! handler, and encodes the answer, on one thread:
+//!
+//! - the node: `RateLimiterService` of a node started in process with the
+//!   rules `bench/edges.sh` serves (the admitting rule's window an hour
+//!   instead of a minute), the owner strategy on a ring of one, as
+//!   `weir serve` runs;
+//! - the counting reference (`weir-bare --grpc-counting`), which bumps one
+//!   counter per item's key and decides nothing;
+//! - the plain reference, which answers every item without a counter.
+
+use prost::Message;
+use tokio::runtime::Runtime;
+use weir_node::grpc::RateLimiterService;
+use weir_node::{Node, ServeConfig};
+use weir_proto::prost;
+use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
+use weir_proto::weir::v1::{CheckItem, CheckRequest};
+
+use super::keys::{worker_rng, Keys};
+use super::requests::RULES;
+use super::ROUTE;
+
+pub const ITEMS: usize = 100;
+const KEYS: usize = 100_000;
+/// Encoded requests cycled through: 40,000 keys' worth, so the counters
+/// touched are spread over the table as weir-bench's random draws spread them.
+pub const BODIES: usize = 400;
+
+/// The rules `bench/edges.sh` gives the node, with the admitting rule's
+/// window an hour instead of a minute: each key's window then rolls once an
+/// hour, so two runs (or an instruction count) do the same work whenever
+/// they start.
+fn edges_rules_by_the_hour() -> String {
+    let minute = r#"window    = "60s""#;
+    assert!(RULES.contains(minute), "the bench rules' admitting window");
+    RULES.replacen(minute, r#"window    = "1h""#, 1)
+}
+
+/// Each item a key drawn as weir-bench draws them, on its route.
+pub fn bodies() -> Vec<Vec<u8>> {
+    let keys = Keys::new(KEYS);
+    let mut rng = worker_rng(7, 0);
+    (0..BODIES)
+        .map(|_| {
+            let items = (0..ITEMS)
+                .map(|_| CheckItem {
+                    key: keys.pick(&mut rng).to_owned(),
+                    route: ROUTE.to_owned(),
+                    cost: Some(1),
+                    ..Default::default()
+                })
+                .collect();
+            CheckRequest { items }.encode_to_vec()
+        })
+        .collect()
+}
+
+/// Decodes `body`, answers it with `service`, encodes the answer: the
+/// answer's length, and whether every item was admitted.
+pub async fn call(service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
+    let request = CheckRequest::decode(body).expect("a request this bench encoded");
+    let answer = service
+        .check(tonic::Request::new(request))
+        .await
+        .expect("a well-formed batch")
+        .into_inner();
+    let admitted = answer.results.iter().all(|r| r.allowed);
+    (answer.encode_to_vec().len(), admitted)
+}
+
+/// A node started in process on the edges rules, and the runtime it runs
+/// on: one worker for its own tasks (gossip, sweeps), the calls made on
+/// the caller's thread through `block_on`.
+pub struct InProcess {
+    pub rt: Runtime,
+    node: Option<Node>,
+    // Removed when dropped: the node has read it by then.
+    _rules: tempfile::NamedTempFile,
+}
+
+impl InProcess {
+    pub fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let rules = tempfile::NamedTempFile::new().expect("a rules file");
+        std::fs::write(rules.path(), edges_rules_by_the_hour()).expect("rules written");
+        let node = rt
+            .block_on(Node::start(ServeConfig {
+                rules_file: Some(rules.path().to_path_buf()),
+                ..ServeConfig::ephemeral()
+            }))
+            .expect("node starts");
+        InProcess {
+            rt,
+            node: Some(node),
+            _rules: rules,
+        }
+    }
+
+    pub fn service(&self) -> RateLimiterService {
+        let node = self.node.as_ref().expect("running until dropped");
+        RateLimiterService::new(node.state().clone())
+    }
+
+    /// One call of `service` on `body`, as [`call`] makes it.
+    pub fn run(&self, service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
+        self.rt.block_on(call(service, body))
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(node) = self.node.take() {
+            self.rt.block_on(node.shutdown());
+        }
+    }
+}
