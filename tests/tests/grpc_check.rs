@@ -3,7 +3,7 @@
 use tonic::transport::Channel;
 use tonic::Code;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
-use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResult, ErrorCode};
+use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResult, ErrorCode, ItemLimit};
 use weir_tests::TestNode;
 
 const RULES: &str = r#"
@@ -108,6 +108,14 @@ async fn a_bad_item_gets_its_own_error_and_the_others_are_decided() {
         route: "GET /free".into(),
         ..item("free")
     };
+    // Refused before the batch reaches the engine, while it is converted.
+    let window_zero = CheckItem {
+        limit: Some(ItemLimit {
+            limit: 5,
+            window_ms: 0,
+        }),
+        ..item("window-zero")
+    };
     let items = vec![
         item("a"),
         zero,
@@ -115,6 +123,8 @@ async fn a_bad_item_gets_its_own_error_and_the_others_are_decided() {
         bad_ip,
         absent_tier_and_ip,
         unlimited,
+        window_zero,
+        item("b"),
     ];
     let r = check(&mut client, items).await;
 
@@ -146,6 +156,16 @@ async fn a_bad_item_gets_its_own_error_and_the_others_are_decided() {
         r[5]
     );
     assert_eq!(r[5].rule, "");
+    let e = r[6]
+        .error
+        .as_ref()
+        .expect("a carried limit with no window is refused");
+    assert_eq!(
+        (e.code, e.field.as_str()),
+        (ErrorCode::InvalidArgument as i32, "limit")
+    );
+    assert!(!r[6].allowed);
+    assert!(r[7].allowed && r[7].error.is_none(), "{:?}", r[7]);
 
     // The refused items consumed nothing.
     let again = check(&mut client, vec![item("zero"), item("costly")]).await;

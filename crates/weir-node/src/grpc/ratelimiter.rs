@@ -63,23 +63,24 @@ impl RateLimiter for RateLimiterService {
         }
 
         // An item whose carried limit cannot limit is refused alone, like
-        // any other bad item; the rest are decided together.
-        let (requests, refused): (Vec<CheckRequest>, Vec<Option<CheckError>>) = items
+        // any other bad item; the rest are decided together. Only the
+        // refused are listed: a slot per item was written and read again
+        // for every batch, which almost never has one.
+        let mut refused: Vec<(usize, CheckError)> = Vec::new();
+        let requests: Vec<CheckRequest> = items
             .into_iter()
-            .map(|item| match convert::request(item) {
-                Ok(r) => (r, None),
-                // A placeholder the engine refuses at once (empty key), moving nothing.
-                Err(e) => (CheckRequest::new("", ""), Some(e)),
+            .enumerate()
+            .map(|(i, item)| {
+                convert::request(item).unwrap_or_else(|e| {
+                    refused.push((i, e));
+                    // A placeholder the engine refuses at once (empty key), moving nothing.
+                    CheckRequest::new("", "")
+                })
             })
-            .unzip();
+            .collect();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
         let mut verdicts = self.state.engine.check_many(&requests).await;
-        for (v, e) in verdicts.iter_mut().zip(refused) {
-            if let Some(e) = e {
-                *v = Err(e);
-            }
-        }
         // One pass decides the whole batch; each item is charged its share so
         // the latency histogram stays per check.
         let per_item = started.elapsed() / u32::try_from(requests.len()).unwrap_or(u32::MAX);
@@ -89,6 +90,9 @@ impl RateLimiter for RateLimiterService {
             return Err(Status::internal(
                 "the engine answered a different number of checks",
             ));
+        }
+        for (i, e) in refused {
+            verdicts[i] = Err(e);
         }
 
         metrics.record_verdicts(verdicts.iter().filter_map(|o| o.as_ref().ok()), per_item);
