@@ -40,7 +40,7 @@ struct Step {
 /// One selected limit: its rule and the hash part its counter is keyed on;
 /// for a sharded rule, one of its sub-counters at random, keyed apart so
 /// that each lands on the owner of its own key.
-fn pick(rules: &RuleSet, s: &Selected) -> (Arc<Rule>, CompactString) {
+fn pick(rules: &RuleSet, s: Selected<'_>) -> (Arc<Rule>, CompactString) {
     let rule = &rules.rules()[s.rule];
     if let Hot::Shard(k) = rule.hot {
         let i = rand::random_range(0..k);
@@ -49,7 +49,7 @@ fn pick(rules: &RuleSet, s: &Selected) -> (Arc<Rule>, CompactString) {
             return (shard.clone(), key);
         }
     }
-    (rule.clone(), s.hash_part.clone())
+    (rule.clone(), CompactString::new(s.hash_part))
 }
 
 pub struct Gateway {
