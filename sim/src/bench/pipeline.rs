@@ -79,7 +79,7 @@ pub async fn call(service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
 /// on: one worker for its own tasks (gossip, sweeps), the calls made on
 /// the caller's thread through `block_on`.
 pub struct InProcess {
-    pub rt: Runtime,
+    rt: Runtime,
     node: Option<Node>,
     // Removed when dropped: the node has read it by then.
     _rules: tempfile::NamedTempFile,

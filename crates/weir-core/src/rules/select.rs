@@ -215,6 +215,12 @@ struct Seen {
     has_ip: bool,
 }
 
+impl Seen {
+    fn is_on(&self, route: &str, tier: Option<&str>) -> bool {
+        self.route == route && self.tier.as_deref() == tier
+    }
+}
+
 impl SelectMemo {
     /// True when `route` and `tier` are those of the last subject selected
     /// for. A subject is selected for only once its request has passed
@@ -222,16 +228,12 @@ impl SelectMemo {
     pub(crate) fn vouches_for(&self, route: &str, tier: Option<&str>) -> bool {
         self.last
             .as_ref()
-            .is_some_and(|(seen, _)| seen.route == route && seen.tier.as_deref() == tier)
+            .is_some_and(|(seen, _)| seen.is_on(route, tier))
     }
 
     fn general(&mut self, s: &Subject<'_>, search: impl FnOnce() -> Best) -> Best {
         match &self.last {
-            Some((seen, best))
-                if seen.route == s.route
-                    && seen.tier.as_deref() == s.tier
-                    && seen.has_ip == s.ip.is_some() =>
-            {
+            Some((seen, best)) if seen.is_on(s.route, s.tier) && seen.has_ip == s.ip.is_some() => {
                 *best
             }
             _ => {
