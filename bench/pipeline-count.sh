@@ -12,13 +12,17 @@
 #   bench/pipeline-count.sh                        # node, counting, plain; ~1 minute after the build
 #   HANDLERS=node bench/pipeline-count.sh          # the node alone
 #   BIN=/tmp/old/pipeline_count bench/pipeline-count.sh   # another build of the example
+#   CALL=rls HANDLERS='node plain' bench/pipeline-count.sh # Envoy's ShouldRateLimit instead
+#                                                          # (rls-denied: the denied case)
 #
-# The counts stay in target/pipeline-count/<handler>.<calls>.out:
-#   callgrind_annotate --inclusive=yes target/pipeline-count/node.400.out
+# The counts stay in target/pipeline-count/<handler>.<call>.<calls>.out:
+#   callgrind_annotate --inclusive=yes target/pipeline-count/node.batch.400.out
 # Needs valgrind; installs it with apt-get when missing and run as root.
 set -euo pipefail
 
+CALL=${CALL:-batch}
 HANDLERS=${HANDLERS:-node counting plain}
+[ "$CALL" = batch ] && ITEMS=100 || ITEMS=1
 LOW=${LOW:-200}
 HIGH=${HIGH:-400}
 OUT=${OUT:-target/pipeline-count}
@@ -47,8 +51,8 @@ printf '%-10s %14s %12s\n' handler 'Ir per call' 'Ir per item'
 for h in $HANDLERS; do
     for n in "$LOW" "$HIGH"; do
         valgrind --tool=callgrind --toggle-collect='pipeline_count::measured*' \
-            --callgrind-out-file="$OUT/$h.$n.out" "$BIN" "$n" "$h" >/dev/null 2>&1
+            --callgrind-out-file="$OUT/$h.$CALL.$n.out" "$BIN" "$n" "$h" "$CALL" >/dev/null 2>&1
     done
-    per_call=$((($(total "$OUT/$h.$HIGH.out") - $(total "$OUT/$h.$LOW.out")) / (HIGH - LOW)))
-    printf '%-10s %14d %12d\n' "$h" "$per_call" $((per_call / 100))
+    per_call=$((($(total "$OUT/$h.$CALL.$HIGH.out") - $(total "$OUT/$h.$CALL.$LOW.out")) / (HIGH - LOW)))
+    printf '%-10s %14d %12d\n' "$h" "$per_call" $((per_call / ITEMS))
 done

@@ -1,6 +1,9 @@
-//! `pipeline_count N [node|counting|plain]`: N 100-item calls of one
-//! handler in process (`weir_sim::bench::pipeline`), inside `measured`,
-//! for callgrind to count (`bench/pipeline-count.sh`).
+//! `pipeline_count N [node|counting|plain] [batch|rls|rls-denied]`: N calls
+//! of one handler in process (`weir_sim::bench::pipeline`), inside
+//! `measured`, for callgrind to count (`bench/pipeline-count.sh`). A batch
+//! call is a 100-item weir.v1 Check; an RLS call is the one-descriptor
+//! ShouldRateLimit of `bench/edges.sh`, answered by the node or (plain) by
+//! the bare responder.
 //!
 //! Every key is created before `measured` starts, as in the criterion
 //! bench. Two counts at two values of N, subtracted, give the instructions
@@ -9,9 +12,10 @@
 
 use std::hint::black_box;
 
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_sim::bench::pipeline::{bodies, InProcess};
-use weir_sim::bench::reference::grpc::rate_limiter;
+use weir_sim::bench::pipeline::{bodies, rls_body, InProcess};
+use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
 
 // The allocator both servers run with (`weir` and `weir-bare`).
 #[global_allocator]
@@ -19,28 +23,40 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The calls callgrind counts (`--toggle-collect=pipeline_count::measured*`).
 #[inline(never)]
-fn measured(here: &InProcess, service: &impl RateLimiter, bodies: &[Vec<u8>], n: usize) -> usize {
-    (0..n)
-        .map(|i| here.run(service, &bodies[i % bodies.len()]).0)
-        .sum()
+fn measured(n: usize, mut call: impl FnMut(usize) -> usize) -> usize {
+    (0..n).map(&mut call).sum()
 }
 
-fn count(here: &InProcess, service: &impl RateLimiter, n: usize) {
+fn batch(here: &InProcess, service: &impl RateLimiter, n: usize) {
     let bodies = bodies();
     let admitted = bodies.iter().all(|b| here.run(service, b).1);
     assert!(admitted, "the bench rules admit every item");
-    black_box(measured(here, service, &bodies, n));
+    let call = |i: usize| here.run(service, &bodies[i % bodies.len()]).0;
+    black_box(measured(n, call));
+}
+
+fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize) {
+    let body = rls_body(denied);
+    // The first denied-route check is admitted (one an hour): taken here.
+    here.run_rls(service, &body);
+    let ok = here.run_rls(service, &body).1;
+    assert_eq!(ok, !denied, "the bench rules answer the {denied} case");
+    black_box(measured(n, |_| here.run_rls(service, &body).0));
 }
 
 fn main() {
-    let usage = "usage: pipeline_count N [node|counting|plain]";
+    let usage = "usage: pipeline_count N [node|counting|plain] [batch|rls|rls-denied]";
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
+    let handler = args.next().unwrap_or_else(|| "node".into());
+    let call = args.next().unwrap_or_else(|| "batch".into());
     let here = InProcess::start();
-    match args.next().as_deref() {
-        None | Some("node") => count(&here, &here.service(), n),
-        Some("counting") => count(&here, &rate_limiter(true), n),
-        Some("plain") => count(&here, &rate_limiter(false), n),
-        Some(other) => panic!("{usage}: not {other:?}"),
+    match (handler.as_str(), call.as_str()) {
+        ("node", "batch") => batch(&here, &here.service(), n),
+        ("counting", "batch") => batch(&here, &rate_limiter(true), n),
+        ("plain", "batch") => batch(&here, &rate_limiter(false), n),
+        ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
+        ("plain", "rls" | "rls-denied") => rls(&here, &rls_responder(), call != "rls", n),
+        other => panic!("{usage}: not {other:?}"),
     }
 }

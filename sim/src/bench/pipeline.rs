@@ -14,17 +14,24 @@
 //! - the counting reference (`weir-bare --grpc-counting`), which bumps one
 //!   counter per item's key and decides nothing;
 //! - the plain reference, which answers every item without a counter.
+//!
+//! The same for Envoy's ShouldRateLimit with the one-descriptor request
+//! `bench/edges.sh` sends: the node's `EnvoyRls`, and the bare RLS
+//! responder, which answers with the same fields deciding nothing.
 
 use prost::Message;
 use tokio::runtime::Runtime;
-use weir_node::grpc::RateLimiterService;
+use weir_node::grpc::{EnvoyRls, RateLimiterService};
 use weir_node::{Node, ServeConfig};
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use weir_proto::envoy::service::ratelimit::v3::{rate_limit_response::Code, RateLimitRequest};
 use weir_proto::prost;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
 
 use super::keys::{worker_rng, Keys};
-use super::requests::RULES;
+use super::reference::grpc::DENY_DOMAIN;
+use super::requests::{rls, RULES};
 use super::ROUTE;
 
 pub const ITEMS: usize = 100;
@@ -75,6 +82,27 @@ pub async fn call(service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
     (answer.encode_to_vec().len(), admitted)
 }
 
+/// The RLS request `bench/edges.sh` sends (one `user_id` descriptor), to
+/// domain `bench` or, `denied`, to the domain the rules deny.
+pub fn rls_body(denied: bool) -> Vec<u8> {
+    rls(if denied { DENY_DOMAIN } else { "bench" }).encode_to_vec()
+}
+
+/// [`call`] for Envoy's ShouldRateLimit: the answer's length, and whether
+/// it was OK.
+pub async fn call_rls(service: &impl RateLimitService, body: &[u8]) -> (usize, bool) {
+    let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
+    let answer = service
+        .should_rate_limit(tonic::Request::new(request))
+        .await
+        .expect("a well-formed request")
+        .into_inner();
+    (
+        answer.encode_to_vec().len(),
+        answer.overall_code == Code::Ok as i32,
+    )
+}
+
 /// A node started in process on the edges rules, and the runtime it runs
 /// on: one worker for its own tasks (gossip, sweeps), the calls made on
 /// the caller's thread through `block_on`.
@@ -112,9 +140,19 @@ impl InProcess {
         RateLimiterService::new(node.state().clone())
     }
 
+    pub fn rls_service(&self) -> EnvoyRls {
+        let node = self.node.as_ref().expect("running until dropped");
+        EnvoyRls::new(node.state().clone())
+    }
+
     /// One call of `service` on `body`, as [`call`] makes it.
     pub fn run(&self, service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
         self.rt.block_on(call(service, body))
+    }
+
+    /// One RLS call, as [`call_rls`] makes it.
+    pub fn run_rls(&self, service: &impl RateLimitService, body: &[u8]) -> (usize, bool) {
+        self.rt.block_on(call_rls(service, body))
     }
 }
 

@@ -2,12 +2,10 @@
 //! compile time and numbers formatted without an intermediate `String`, since
 //! a server and a tower layer build them on every response.
 
-use std::fmt::Write;
-
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::RateLimitHeaders;
+use super::{push_decimal, RateLimitHeaders};
 
 // Lower case, as HTTP/2 requires and `from_static` insists; the names are
 // case-insensitive, so these are the constants of the parent module.
@@ -49,7 +47,7 @@ impl RateLimitHeaders {
         let mut ends = [0usize; 7];
         let numbers = [self.limit, self.remaining, self.reset_in, self.reset_unix];
         for (i, n) in numbers.into_iter().enumerate() {
-            let _ = write!(buf, "{n}");
+            push_decimal(&mut buf, n);
             ends[i] = buf.len();
         }
         self.push_policy(&mut buf);
@@ -57,7 +55,7 @@ impl RateLimitHeaders {
         self.push_state(&mut buf);
         ends[5] = buf.len();
         if let Some(secs) = self.retry_after {
-            let _ = write!(buf, "{secs}");
+            push_decimal(&mut buf, secs);
             ends[6] = buf.len();
         }
         let all = Bytes::from(buf);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use weir_core::headers::{
-    whole_secs_up, RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
+    decimal, whole_secs_up, RateLimitHeaders, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY,
     RATELIMIT_REMAINING, RATELIMIT_RESET, RETRY_AFTER,
 };
 use weir_core::{
@@ -320,13 +320,13 @@ pub fn response_headers(
         raw_value: Vec::new(),
     };
     let mut out = Vec::with_capacity(6);
-    out.push(header(RATELIMIT_LIMIT, h.limit.to_string()));
-    out.push(header(RATELIMIT_REMAINING, h.remaining.to_string()));
-    out.push(header(RATELIMIT_RESET, h.reset_in.to_string()));
+    out.push(header(RATELIMIT_LIMIT, decimal(h.limit)));
+    out.push(header(RATELIMIT_REMAINING, decimal(h.remaining)));
+    out.push(header(RATELIMIT_RESET, decimal(h.reset_in)));
     out.push(header(RATELIMIT_POLICY, h.policy()));
     out.push(header(RATELIMIT, h.state()));
     if let Some(secs) = h.retry_after {
-        out.push(header(RETRY_AFTER, secs.to_string()));
+        out.push(header(RETRY_AFTER, decimal(secs)));
     }
     out
 }

@@ -88,6 +88,11 @@ impl RateLimiter for Bare {
 
 struct BareRls;
 
+/// The bare RLS responder as a value, to call in process.
+pub fn rls_responder() -> impl RateLimitService {
+    BareRls
+}
+
 fn header(key: &str, value: &str) -> HeaderValue {
     HeaderValue {
         key: key.into(),
