@@ -1,9 +1,10 @@
-//! `pipeline_count N [node|counting|plain] [batch|rls|rls-denied]`: N calls
-//! of one handler in process (`weir_sim::bench::pipeline`), inside
+//! `pipeline_count N [node|counting|plain] [batch|rls|rls-denied|http|http-denied]`:
+//! N calls of one handler in process (`weir_sim::bench::pipeline`), inside
 //! `measured`, for callgrind to count (`bench/pipeline-count.sh`). A batch
 //! call is a 100-item weir.v1 Check; an RLS call is the one-descriptor
 //! ShouldRateLimit of `bench/edges.sh`, answered by the node or (plain) by
-//! the bare responder.
+//! the bare responder; an HTTP call is wrk's `POST /v1/check`, answered by
+//! the node's router or (counting) by the axum reference.
 //!
 //! Every key is created before `measured` starts, as in the criterion
 //! bench. Two counts at two values of N, subtracted, give the instructions
@@ -14,7 +15,8 @@ use std::hint::black_box;
 
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_sim::bench::pipeline::{bodies, rls_body, InProcess};
+use weir_sim::bench::pipeline::{bodies, http_bodies, rls_body, InProcess};
+use weir_sim::bench::reference::axum_check;
 use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
 
 // The allocator both servers run with (`weir` and `weir-bare`).
@@ -44,8 +46,22 @@ fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize
     black_box(measured(n, |_| here.run_rls(service, &body).0));
 }
 
+fn http(here: &InProcess, app: &axum::Router, denied: bool, n: usize) {
+    let bodies = http_bodies(denied);
+    // Every key created (and, on the denied route, its one admission taken).
+    for b in &bodies {
+        here.run_http(app, b);
+    }
+    let ok = bodies.iter().all(|b| here.run_http(app, b).1);
+    assert_eq!(ok, !denied, "the bench rules answer the {denied} case");
+    black_box(measured(n, |i| {
+        here.run_http(app, &bodies[i % bodies.len()]).0
+    }));
+}
+
 fn main() {
-    let usage = "usage: pipeline_count N [node|counting|plain] [batch|rls|rls-denied]";
+    let usage =
+        "usage: pipeline_count N [node|counting|plain] [batch|rls|rls-denied|http|http-denied]";
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let handler = args.next().unwrap_or_else(|| "node".into());
@@ -57,6 +73,10 @@ fn main() {
         ("plain", "batch") => batch(&here, &rate_limiter(false), n),
         ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
         ("plain", "rls" | "rls-denied") => rls(&here, &rls_responder(), call != "rls", n),
+        ("node", "http" | "http-denied") => http(&here, &here.router(), call != "http", n),
+        ("counting", "http" | "http-denied") => {
+            http(&here, &axum_check::router(), call != "http", n)
+        }
         other => panic!("{usage}: not {other:?}"),
     }
 }

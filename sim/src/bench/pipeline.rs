@@ -17,10 +17,17 @@
 //!
 //! The same for Envoy's ShouldRateLimit with the one-descriptor request
 //! `bench/edges.sh` sends: the node's `EnvoyRls`, and the bare RLS
-//! responder, which answers with the same fields deciding nothing.
+//! responder, which answers with the same fields deciding nothing; and
+//! for `POST /v1/check` with the bodies `bench/wrk/check.lua` sends: the
+//! node's router, and the axum reference, which parses the same JSON and
+//! bumps one counter.
 
+use axum::body::{Body, Bytes};
+use axum::http;
+use axum::Router;
 use prost::Message;
 use tokio::runtime::Runtime;
+use tower::ServiceExt;
 use weir_node::grpc::{EnvoyRls, RateLimiterService};
 use weir_node::{Node, ServeConfig};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
@@ -103,6 +110,37 @@ pub async fn call_rls(service: &impl RateLimitService, body: &[u8]) -> (usize, b
     )
 }
 
+/// The bodies `bench/wrk/check.lua` sends: each a key of 100,000 drawn
+/// as weir-bench draws them, on the bench route or, `denied`, on the
+/// route the rules deny.
+pub fn http_bodies(denied: bool) -> Vec<Bytes> {
+    let keys = Keys::new(KEYS);
+    let mut rng = worker_rng(7, 0);
+    let route = if denied { DENY_DOMAIN } else { ROUTE };
+    (0..BODIES)
+        .map(|_| {
+            let key = keys.pick(&mut rng);
+            format!(r#"{{"key":"{key}","route":"{route}","cost":1}}"#).into()
+        })
+        .collect()
+}
+
+/// [`call`] for `POST /v1/check` through `app`: the answer body's length,
+/// and whether it was 200.
+pub async fn call_http(app: &Router, body: &Bytes) -> (usize, bool) {
+    let request = http::Request::post("/v1/check")
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .body(Body::from(body.clone()))
+        .expect("a request this bench built");
+    let answer = app.clone().oneshot(request).await.expect("infallible");
+    let ok = answer.status() == http::StatusCode::OK;
+    let body = axum::body::to_bytes(answer.into_body(), usize::MAX)
+        .await
+        .expect("an answer in memory");
+    (body.len(), ok)
+}
+
 /// A node started in process on the edges rules, and the runtime it runs
 /// on: one worker for its own tasks (gossip, sweeps), the calls made on
 /// the caller's thread through `block_on`.
@@ -145,9 +183,20 @@ impl InProcess {
         EnvoyRls::new(node.state().clone())
     }
 
+    /// The node's HTTP endpoints, as `weir serve` routes them.
+    pub fn router(&self) -> Router {
+        let node = self.node.as_ref().expect("running until dropped");
+        weir_node::http::router(node.state().clone())
+    }
+
     /// One call of `service` on `body`, as [`call`] makes it.
     pub fn run(&self, service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
         self.rt.block_on(call(service, body))
+    }
+
+    /// One `POST /v1/check`, as [`call_http`] makes it.
+    pub fn run_http(&self, app: &Router, body: &Bytes) -> (usize, bool) {
+        self.rt.block_on(call_http(app, body))
     }
 
     /// One RLS call, as [`call_rls`] makes it.

@@ -1,4 +1,4 @@
-//! The request files `bench/edges.sh` sends with h2load: each edge's call, allowed and denied, as gRPC frames on disk.
+//! The request files `bench/edges.sh` and `bench/server-count.sh` send with h2load: each edge's call, allowed and denied, as gRPC frames on disk.
 //!
 //! h2load repeats one body for every request, so each file is one call
 //! with one caller key. They are written by `weir-bare --write-requests
@@ -71,6 +71,22 @@ pub fn check1(route: &str) -> CheckRequest {
     }
 }
 
+/// A 100-item call, one key per item (`u0`..`u99`): what
+/// `bench/server-count.sh` sends for the batched edge, where h2load repeats
+/// one body.
+pub fn check100(route: &str) -> CheckRequest {
+    CheckRequest {
+        items: (0..100)
+            .map(|i| CheckItem {
+                key: format!("u{i}"),
+                route: route.into(),
+                cost: Some(1),
+                ..CheckItem::default()
+            })
+            .collect(),
+    }
+}
+
 /// Every file by name, with its content.
 pub fn files() -> Vec<(&'static str, Vec<u8>)> {
     vec![
@@ -78,6 +94,7 @@ pub fn files() -> Vec<(&'static str, Vec<u8>)> {
         ("rls-deny.bin", grpc_frame(&rls(DENY_DOMAIN))),
         ("check1-allow.bin", grpc_frame(&check1("POST /bench"))),
         ("check1-deny.bin", grpc_frame(&check1(DENY_DOMAIN))),
+        ("check100-allow.bin", grpc_frame(&check100("POST /bench"))),
         ("rules.toml", RULES.as_bytes().to_vec()),
     ]
 }

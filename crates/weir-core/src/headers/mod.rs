@@ -154,8 +154,10 @@ fn push_sf_string(out: &mut String, s: &str) {
     // (almost always the whole name at once): pushed character by
     // character, it was a tenth of weir's own work on an RLS request
     // (`CALL=rls bench/pipeline-count.sh`).
+    // Both are ASCII, so a byte's position is a character boundary; a
+    // search for either of two `char`s decodes every character first.
     let mut rest = s;
-    while let Some(i) = rest.find(['"', '\\']) {
+    while let Some(i) = rest.bytes().position(|b| b == b'"' || b == b'\\') {
         out.push_str(&rest[..i]);
         out.push('\\');
         out.push_str(&rest[i..=i]);
