@@ -1,5 +1,6 @@
 //! A check's answer as HTTP, one way for the node and the tower layer: 200 or 429 with the rate-limit headers and a JSON body, or an RFC 9457 problem.
 
+mod decision;
 mod problem;
 
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use crate::check::CheckResponse;
 use crate::clock::Nanos;
 use crate::error::CheckError;
 use crate::headers::{HeaderSet, RateLimitHeaders};
+use decision::DecisionBody;
 
 /// An HTTP answer, before a server or a layer wraps it in its body type.
 #[derive(Debug, Clone)]
@@ -25,6 +27,10 @@ pub struct Rendered {
 impl Rendered {
     fn json(status: StatusCode, content_type: &'static str, body: &impl Serialize) -> Self {
         let body = serde_json::to_vec(body).expect("a body of numbers and strings serializes");
+        Rendered::with_body(status, content_type, body)
+    }
+
+    fn with_body(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Self {
         let mut headers = HeaderMap::with_capacity(10);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         Rendered {
@@ -64,19 +70,13 @@ pub fn answer(
         decision.retry_after_ms = ms;
     }
     let (mut out, set) = if r.allowed {
-        let ok = Rendered::json(StatusCode::OK, "application/json", &decision);
+        let ok = Rendered::with_body(StatusCode::OK, "application/json", decision.json());
         (ok, allowed_headers)
     } else {
         let status = StatusCode::TOO_MANY_REQUESTS;
-        let denied = DeniedBody {
-            kind: "urn:weir:problem:rate-limited",
-            title: "Too Many Requests",
-            status: status.as_u16(),
-            detail: format!("over the limit of rule \"{rule}\""),
-            decision,
-        };
+        let body = decision.problem_json(status);
         (
-            Rendered::json(status, PROBLEM_JSON, &denied),
+            Rendered::with_body(status, PROBLEM_JSON, body),
             HeaderSet::All,
         )
     };
@@ -99,45 +99,6 @@ pub fn failure(e: &CheckError) -> Rendered {
 struct Unlimited {
     allowed: bool,
     rule: Option<&'static str>,
-}
-
-#[derive(Serialize)]
-struct DecisionBody<'a> {
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    retry_after_ms: u64,
-    reset_at: u64,
-    rule: &'a str,
-    // Ceiling, as with every wait shown: sending early would be refused.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay_ms: Option<u64>,
-}
-
-impl<'a> DecisionBody<'a> {
-    fn of(r: &CheckResponse, rule: &'a str) -> Self {
-        DecisionBody {
-            allowed: r.allowed,
-            limit: r.limit,
-            remaining: r.remaining,
-            retry_after_ms: r.retry_after_ms(),
-            reset_at: r.reset_at_ms,
-            rule,
-            delay_ms: (!r.delay.is_zero()).then(|| r.delay_ms()),
-        }
-    }
-}
-
-/// A 429: an RFC 9457 problem whose extension members are the decision.
-#[derive(Serialize)]
-struct DeniedBody<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: String,
-    #[serde(flatten)]
-    decision: DecisionBody<'a>,
 }
 
 #[cfg(test)]
