@@ -13,7 +13,9 @@
 #   HANDLERS=node bench/pipeline-count.sh          # the node alone
 #   BIN=/tmp/old/pipeline_count bench/pipeline-count.sh   # another build of the example
 #   CALL=rls HANDLERS='node plain' bench/pipeline-count.sh # Envoy's ShouldRateLimit instead
-#                                                          # (rls-denied: the denied case)
+#                                                          # (rls-denied: the denied case;
+#                                                          # one, one-denied: the 1-item Check;
+#                                                          # http, http-denied: POST /v1/check)
 #
 # The counts stay in target/pipeline-count/<handler>.<call>.<calls>.out:
 #   callgrind_annotate --inclusive=yes target/pipeline-count/node.batch.400.out

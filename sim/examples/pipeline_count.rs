@@ -1,7 +1,8 @@
-//! `pipeline_count N [node|counting|plain] [batch|rls|rls-denied|http|http-denied]`:
+//! `pipeline_count N [node|counting|plain] [batch|one|one-denied|rls|rls-denied|http|http-denied]`:
 //! N calls of one handler in process (`weir_sim::bench::pipeline`), inside
 //! `measured`, for callgrind to count (`bench/pipeline-count.sh`). A batch
-//! call is a 100-item weir.v1 Check; an RLS call is the one-descriptor
+//! call is a 100-item weir.v1 Check, a one call the 1-item Check of
+//! `bench/edges.sh`; an RLS call is the one-descriptor
 //! ShouldRateLimit of `bench/edges.sh`, answered by the node or (plain) by
 //! the bare responder; an HTTP call is wrk's `POST /v1/check`, answered by
 //! the node's router or (counting) by the axum reference.
@@ -15,7 +16,7 @@ use std::hint::black_box;
 
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_sim::bench::pipeline::{bodies, http_bodies, rls_body, InProcess};
+use weir_sim::bench::pipeline::{bodies, http_bodies, one_item_body, rls_body, InProcess};
 use weir_sim::bench::reference::axum_check;
 use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
 
@@ -35,6 +36,19 @@ fn batch(here: &InProcess, service: &impl RateLimiter, n: usize) {
     assert!(admitted, "the bench rules admit every item");
     let call = |i: usize| here.run(service, &bodies[i % bodies.len()]).0;
     black_box(measured(n, call));
+}
+
+fn one_item(here: &InProcess, service: &impl RateLimiter, plain: bool, denied: bool, n: usize) {
+    let body = one_item_body(denied);
+    // The first denied-route check is admitted (one an hour): taken here.
+    here.run(service, &body);
+    // The plain reference admits every item, as it does over the wire.
+    let ok = here.run(service, &body).1;
+    assert!(
+        ok != denied || plain,
+        "the bench rules answer the {denied} case"
+    );
+    black_box(measured(n, |_| here.run(service, &body).0));
 }
 
 fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize) {
@@ -61,7 +75,7 @@ fn http(here: &InProcess, app: &axum::Router, denied: bool, n: usize) {
 
 fn main() {
     let usage =
-        "usage: pipeline_count N [node|counting|plain] [batch|rls|rls-denied|http|http-denied]";
+        "usage: pipeline_count N [node|counting|plain] [batch|one|one-denied|rls|rls-denied|http|http-denied]";
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).expect(usage);
     let handler = args.next().unwrap_or_else(|| "node".into());
@@ -71,6 +85,10 @@ fn main() {
         ("node", "batch") => batch(&here, &here.service(), n),
         ("counting", "batch") => batch(&here, &rate_limiter(true), n),
         ("plain", "batch") => batch(&here, &rate_limiter(false), n),
+        ("node", "one" | "one-denied") => one_item(&here, &here.service(), false, call != "one", n),
+        ("plain", "one" | "one-denied") => {
+            one_item(&here, &rate_limiter(false), true, call != "one", n)
+        }
         ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
         ("plain", "rls" | "rls-denied") => rls(&here, &rls_responder(), call != "rls", n),
         ("node", "http" | "http-denied") => http(&here, &here.router(), call != "http", n),

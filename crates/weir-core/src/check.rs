@@ -254,22 +254,32 @@ impl CheckResponse {
 }
 
 impl Verdict {
+    /// The binding limit and how long an admitted caller holds its request
+    /// before sending: what [`Verdict::response`] shows, borrowed from the
+    /// verdict. None when no enforcing rule applied (unlimited).
+    pub fn shown(&self) -> Option<(&Applied, Duration)> {
+        let binding = self.binding()?;
+        // Every enforcing limit's slot must have come before sending: the
+        // caller waits for the latest of them.
+        let delay = if self.allowed {
+            let enforcing = self.applied.iter().filter(|a| !a.rule.shadow);
+            enforcing
+                .map(|a| a.decision.delay)
+                .max()
+                .unwrap_or_default()
+        } else {
+            Duration::ZERO
+        };
+        Some((binding, delay))
+    }
+
     /// What the caller is shown: the binding limit, or unlimited.
     pub fn response(&self) -> CheckResponse {
-        match self.binding() {
-            Some(a) => {
-                let mut r = CheckResponse::of(self.allowed, a);
-                if self.allowed {
-                    // Every enforcing limit's slot must have come before
-                    // sending: the caller waits for the latest of them.
-                    let enforcing = self.applied.iter().filter(|a| !a.rule.shadow);
-                    r.delay = enforcing
-                        .map(|a| a.decision.delay)
-                        .max()
-                        .unwrap_or_default();
-                }
-                r
-            }
+        match self.shown() {
+            Some((a, delay)) => CheckResponse {
+                delay,
+                ..CheckResponse::of(self.allowed, a)
+            },
             None => CheckResponse {
                 allowed: self.allowed,
                 ..CheckResponse::default()
@@ -376,6 +386,45 @@ mod tests {
             r.validate(),
             Err(CheckError::CostExceedsLimit { max: 5, .. })
         ));
+    }
+
+    #[test]
+    fn the_delay_shown_is_every_enforcing_limits_latest_not_the_binding_ones() {
+        use crate::{Applied, Decision, Verdict};
+        let applied = |shadow: bool, allowed: bool, remaining: u64, delay_ms: u64| {
+            let mut rule = Rule::carried("r", 10, Duration::from_secs(60)).unwrap();
+            rule.shadow = shadow;
+            Applied {
+                rule: Arc::new(rule),
+                hash_part: "k".into(),
+                decision: Decision {
+                    allowed,
+                    limit: 10,
+                    remaining,
+                    retry_after: Duration::ZERO,
+                    reset_at: 0,
+                    delay: Duration::from_millis(delay_ms),
+                    at: 0,
+                },
+            }
+        };
+        let admitted = Verdict {
+            allowed: true,
+            applied: vec![
+                applied(false, true, 2, 20),
+                applied(false, true, 8, 40),
+                applied(true, true, 0, 90),
+            ],
+        };
+        let (binding, delay) = admitted.shown().unwrap();
+        assert_eq!(binding.decision.remaining, 2, "the fewest left binds");
+        assert_eq!(delay, Duration::from_millis(40), "not the shadow's 90");
+        assert_eq!(admitted.response().delay, delay);
+        let denied = Verdict {
+            allowed: false,
+            applied: vec![applied(false, true, 2, 20), applied(false, false, 0, 0)],
+        };
+        assert_eq!(denied.shown().unwrap().1, Duration::ZERO);
     }
 
     #[test]

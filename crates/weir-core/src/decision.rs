@@ -121,7 +121,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 /// rounded: in 32 bits, where dividing by a constant is a multiply, not
 /// the 128-bit division (a library call) that dividing `as_nanos` takes,
 /// twice per answer.
-pub(crate) fn ceil_ms(d: Duration) -> u64 {
+pub fn ceil_ms(d: Duration) -> u64 {
     let sub_ms = d.subsec_nanos().div_ceil(1_000_000);
     d.as_secs()
         .checked_mul(1000)

@@ -26,7 +26,7 @@ pub use check::{
     CheckRequest, CheckResponse, Decide, MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN,
 };
 pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SEC};
-pub use decision::Decision;
+pub use decision::{ceil_ms, Decision};
 pub use error::{CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Applied, Gate, Limiter, LimiterConfig, Placed, Verdict};

@@ -38,7 +38,7 @@ use weir_proto::weir::v1::{CheckItem, CheckRequest};
 
 use super::keys::{worker_rng, Keys};
 use super::reference::grpc::DENY_DOMAIN;
-use super::requests::{rls, RULES};
+use super::requests::{check1, rls, RULES};
 use super::ROUTE;
 
 pub const ITEMS: usize = 100;
@@ -93,6 +93,12 @@ pub async fn call(service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
 /// domain `bench` or, `denied`, to the domain the rules deny.
 pub fn rls_body(denied: bool) -> Vec<u8> {
     rls(if denied { DENY_DOMAIN } else { "bench" }).encode_to_vec()
+}
+
+/// The 1-item Check `bench/edges.sh` sends (key `u1`), on the bench route
+/// or, `denied`, on the route the rules deny.
+pub fn one_item_body(denied: bool) -> Vec<u8> {
+    check1(if denied { DENY_DOMAIN } else { ROUTE }).encode_to_vec()
 }
 
 /// [`call`] for Envoy's ShouldRateLimit: the answer's length, and whether

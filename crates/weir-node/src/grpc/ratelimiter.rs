@@ -109,12 +109,13 @@ impl RateLimiterService {
     fn answer(&self, outcome: &Result<Verdict, CheckError>, took: Duration) -> CheckResult {
         match outcome {
             Ok(v) => {
-                let answer = v.response();
-                let mut result = convert::result(&answer);
+                let mut result = convert::verdict_result(v);
                 // Each denied item draws its own wait, so the callers
                 // behind one batch do not come back together either.
-                if let Some(ms) = jittered_ms(&answer, self.state.config.retry_jitter) {
-                    result.retry_after_ms = ms;
+                if !v.allowed {
+                    if let Some(ms) = jittered_ms(&v.response(), self.state.config.retry_jitter) {
+                        result.retry_after_ms = ms;
+                    }
                 }
                 result
             }
