@@ -195,20 +195,20 @@ mod tests {
         let applied = |name: &str, shadow: bool, allowed: bool, remaining: u64, delay_ms: u64| {
             let mut rule = Rule::carried(name, 10, Duration::from_secs(60)).unwrap();
             rule.shadow = shadow;
+            // A wait set on admissions too, though no limiter sets one:
+            // only a denial's may be shown.
+            let wait = Duration::from_micros(1_500_300);
+            let decision = Decision {
+                allowed,
+                remaining,
+                delay: Duration::from_millis(delay_ms),
+                ..Decision::deny_until(10, wait, 1_700_000_000_123, 1_700_000_000_000_000_000)
+            };
+            let rule = Arc::new(rule);
             Applied {
-                rule: Arc::new(rule),
+                rule,
                 hash_part: "k".into(),
-                decision: Decision {
-                    allowed,
-                    limit: 10,
-                    remaining,
-                    // Set on admissions too, though no limiter sets one:
-                    // only a denial's wait may be shown.
-                    retry_after: Duration::from_micros(1_500_300),
-                    reset_at: 1_700_000_000_123,
-                    delay: Duration::from_millis(delay_ms),
-                    at: 1_700_000_000_000_000_000,
-                },
+                decision,
             }
         };
         let verdict = |allowed, applied| Verdict { allowed, applied };
