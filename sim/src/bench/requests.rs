@@ -1,7 +1,7 @@
 //! The request files `bench/edges.sh` and `bench/server-count.sh` send with h2load: each edge's call, allowed and denied, as gRPC frames on disk.
 //!
 //! h2load repeats one body for every request, so each file is one call
-//! with one caller key. They are written by `weir-bare --write-requests
+//! with one caller key (the 100-item call, one key per item). They are written by `weir-bare --write-requests
 //! DIR` and committed under `bench/requests/`; a test holds the two equal.
 
 use std::path::Path;

@@ -111,7 +111,8 @@ impl RateLimiterService {
             Ok(v) => {
                 let mut result = convert::verdict_result(v);
                 // Each denied item draws its own wait, so the callers
-                // behind one batch do not come back together either.
+                // behind one batch do not come back together either. An
+                // admitted item has no wait: its response is not built.
                 if !v.allowed {
                     if let Some(ms) = jittered_ms(&v.response(), self.state.config.retry_jitter) {
                         result.retry_after_ms = ms;
