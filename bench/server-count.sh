@@ -13,7 +13,7 @@
 # reference, compare exactly. It does not see what a count cannot: cache
 # misses, lock waits, and the kernel's share of each system call.
 #
-#   bench/server-count.sh                   # every edge, ~5 minutes after the build
+#   bench/server-count.sh                   # every edge, under 10 minutes after the build
 #   ONLY='RLS' bench/server-count.sh        # the edges whose name matches (grep -E)
 #   WEIR=old/weir bench/server-count.sh     # another build of the node
 #
