@@ -30,47 +30,37 @@ fn measured(n: usize, mut call: impl FnMut(usize) -> usize) -> usize {
     (0..n).map(&mut call).sum()
 }
 
-fn batch(here: &InProcess, service: &impl RateLimiter, n: usize) {
-    let bodies = bodies();
-    let admitted = bodies.iter().all(|b| here.run(service, b).1);
-    assert!(admitted, "the bench rules admit every item");
-    let call = |i: usize| here.run(service, &bodies[i % bodies.len()]).0;
-    black_box(measured(n, call));
+/// `bodies` answered in turn: each once to create its keys (and take a
+/// denied route's one admission an hour), once more to check the answer
+/// is `ok`, then cycled through `n` counted calls.
+fn cycled<B>(bodies: &[B], ok: bool, n: usize, mut call: impl FnMut(&B) -> (usize, bool)) {
+    for b in bodies {
+        call(b);
+    }
+    let answered = bodies.iter().all(|b| call(b).1 == ok);
+    assert!(answered, "the bench rules answer every call with ok = {ok}");
+    black_box(measured(n, |i| call(&bodies[i % bodies.len()]).0));
 }
 
+fn batch(here: &InProcess, service: &impl RateLimiter, n: usize) {
+    cycled(&bodies(), true, n, |b| here.run(service, b));
+}
+
+/// The 1-item Check; the plain reference admits every item, as it does
+/// over the wire.
 fn one_item(here: &InProcess, service: &impl RateLimiter, plain: bool, denied: bool, n: usize) {
-    let body = one_item_body(denied);
-    // The first denied-route check is admitted (one an hour): taken here.
-    here.run(service, &body);
-    // The plain reference admits every item, as it does over the wire.
-    let ok = here.run(service, &body).1;
-    assert!(
-        ok != denied || plain,
-        "the bench rules answer the {denied} case"
-    );
-    black_box(measured(n, |_| here.run(service, &body).0));
+    let ok = plain || !denied;
+    cycled(&[one_item_body(denied)], ok, n, |b| here.run(service, b));
 }
 
 fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize) {
-    let body = rls_body(denied);
-    // The first denied-route check is admitted (one an hour): taken here.
-    here.run_rls(service, &body);
-    let ok = here.run_rls(service, &body).1;
-    assert_eq!(ok, !denied, "the bench rules answer the {denied} case");
-    black_box(measured(n, |_| here.run_rls(service, &body).0));
+    cycled(&[rls_body(denied)], !denied, n, |b| {
+        here.run_rls(service, b)
+    });
 }
 
 fn http(here: &InProcess, app: &axum::Router, denied: bool, n: usize) {
-    let bodies = http_bodies(denied);
-    // Every key created (and, on the denied route, its one admission taken).
-    for b in &bodies {
-        here.run_http(app, b);
-    }
-    let ok = bodies.iter().all(|b| here.run_http(app, b).1);
-    assert_eq!(ok, !denied, "the bench rules answer the {denied} case");
-    black_box(measured(n, |i| {
-        here.run_http(app, &bodies[i % bodies.len()]).0
-    }));
+    cycled(&http_bodies(denied), !denied, n, |b| here.run_http(app, b));
 }
 
 fn main() {

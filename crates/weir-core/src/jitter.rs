@@ -69,6 +69,12 @@ fn uniform_below<R: Rng + ?Sized>(limit_ns: u128, rng: &mut R) -> Duration {
 /// ([`server_jitter`]): what a node or a layer shows instead of the bare
 /// wait when asked to spread its callers.
 pub fn jittered_retry_after_ms<R: Rng + ?Sized>(r: &crate::CheckResponse, rng: &mut R) -> u64 {
-    let base = Duration::from_millis(r.retry_after_ms());
+    jittered_wait_ms(r.retry_after_ms(), rng)
+}
+
+/// [`jittered_retry_after_ms`] of a wait already in whole milliseconds (a
+/// batch item's answer, written without a `CheckResponse`).
+pub fn jittered_wait_ms<R: Rng + ?Sized>(wait_ms: u64, rng: &mut R) -> u64 {
+    let base = Duration::from_millis(wait_ms);
     u64::try_from(server_jitter(base, rng).as_millis()).unwrap_or(u64::MAX)
 }

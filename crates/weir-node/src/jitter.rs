@@ -1,6 +1,6 @@
 //! `--retry-jitter`: the wait a denial reports, spread so callers denied together do not return together, on every edge.
 
-use weir_core::jitter::jittered_retry_after_ms;
+use weir_core::jitter::jittered_wait_ms;
 use weir_core::CheckResponse;
 
 /// Server-side jitter: base + uniform(0, base) in milliseconds,
@@ -9,7 +9,13 @@ use weir_core::CheckResponse;
 /// not only over whole seconds; a `Retry-After` header is the same wait
 /// rounded up.
 pub fn jittered_ms(r: &CheckResponse, jitter: bool) -> Option<u64> {
-    (!r.allowed && jitter).then(|| jittered_retry_after_ms(r, &mut rand::rng()))
+    jittered_wait(!r.allowed, r.retry_after_ms(), jitter)
+}
+
+/// [`jittered_ms`] of a wait already in whole milliseconds: `denied` says
+/// whether there is a wait to spread.
+pub fn jittered_wait(denied: bool, wait_ms: u64, jitter: bool) -> Option<u64> {
+    (denied && jitter).then(|| jittered_wait_ms(wait_ms, &mut rand::rng()))
 }
 
 #[cfg(test)]
@@ -25,6 +31,11 @@ mod tests {
             ..CheckResponse::default()
         };
         assert_eq!(jittered_ms(&denied, false), None, "off unless asked for");
+        assert_eq!(
+            jittered_wait(false, 10, true),
+            None,
+            "an admission waits for nothing"
+        );
         let seen: Vec<u64> = (0..2000)
             .map(|_| jittered_ms(&denied, true).unwrap())
             .collect();

@@ -22,6 +22,8 @@
 //! node's router, and the axum reference, which parses the same JSON and
 //! bumps one counter.
 
+use std::sync::Arc;
+
 use axum::body::{Body, Bytes};
 use axum::http;
 use axum::Router;
@@ -29,7 +31,7 @@ use prost::Message;
 use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use weir_node::grpc::{EnvoyRls, RateLimiterService};
-use weir_node::{Node, ServeConfig};
+use weir_node::{Node, NodeState, ServeConfig};
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{rate_limit_response::Code, RateLimitRequest};
 use weir_proto::prost;
@@ -57,15 +59,22 @@ fn edges_rules_by_the_hour() -> String {
     RULES.replacen(minute, r#"window    = "1h""#, 1)
 }
 
-/// Each item a key drawn as weir-bench draws them, on its route.
-pub fn bodies() -> Vec<Vec<u8>> {
+/// `n` keys of 100,000, drawn as weir-bench draws them.
+fn drawn_keys(n: usize) -> Vec<String> {
     let keys = Keys::new(KEYS);
     let mut rng = worker_rng(7, 0);
-    (0..BODIES)
-        .map(|_| {
-            let items = (0..ITEMS)
-                .map(|_| CheckItem {
-                    key: keys.pick(&mut rng).to_owned(),
+    (0..n).map(|_| keys.pick(&mut rng).to_owned()).collect()
+}
+
+/// Each item a key drawn as weir-bench draws them, on its route.
+pub fn bodies() -> Vec<Vec<u8>> {
+    drawn_keys(BODIES * ITEMS)
+        .chunks(ITEMS)
+        .map(|keys| {
+            let items = keys
+                .iter()
+                .map(|key| CheckItem {
+                    key: key.clone(),
                     route: ROUTE.to_owned(),
                     cost: Some(1),
                     ..Default::default()
@@ -120,14 +129,10 @@ pub async fn call_rls(service: &impl RateLimitService, body: &[u8]) -> (usize, b
 /// as weir-bench draws them, on the bench route or, `denied`, on the
 /// route the rules deny.
 pub fn http_bodies(denied: bool) -> Vec<Bytes> {
-    let keys = Keys::new(KEYS);
-    let mut rng = worker_rng(7, 0);
     let route = if denied { DENY_DOMAIN } else { ROUTE };
-    (0..BODIES)
-        .map(|_| {
-            let key = keys.pick(&mut rng);
-            format!(r#"{{"key":"{key}","route":"{route}","cost":1}}"#).into()
-        })
+    drawn_keys(BODIES)
+        .iter()
+        .map(|key| format!(r#"{{"key":"{key}","route":"{route}","cost":1}}"#).into())
         .collect()
 }
 
@@ -179,20 +184,22 @@ impl InProcess {
         }
     }
 
-    pub fn service(&self) -> RateLimiterService {
+    fn state(&self) -> Arc<NodeState> {
         let node = self.node.as_ref().expect("running until dropped");
-        RateLimiterService::new(node.state().clone())
+        node.state().clone()
+    }
+
+    pub fn service(&self) -> RateLimiterService {
+        RateLimiterService::new(self.state())
     }
 
     pub fn rls_service(&self) -> EnvoyRls {
-        let node = self.node.as_ref().expect("running until dropped");
-        EnvoyRls::new(node.state().clone())
+        EnvoyRls::new(self.state())
     }
 
     /// The node's HTTP endpoints, as `weir serve` routes them.
     pub fn router(&self) -> Router {
-        let node = self.node.as_ref().expect("running until dropped");
-        weir_node::http::router(node.state().clone())
+        weir_node::http::router(self.state())
     }
 
     /// One call of `service` on `body`, as [`call`] makes it.

@@ -266,33 +266,20 @@ fn the_most_specific_rule_of_each_dimension_wins() {
 /// which).
 #[test]
 fn each_winner_is_keyed_on_its_own_attribute_in_slot_order() {
+    // Listed in the reverse of slot order, so the order is the selection's.
+    let rule = |name: &str, fields: &str| {
+        format!(
+            "[[rule]]\nname = \"{name}\"\n{fields}algorithm = \"fixed_window\"\nlimit = 1\nwindow = \"60s\"\n"
+        )
+    };
     let set = RuleSet::from_toml(
-        r#"
-[[rule]]
-name = "ip-dark"
-by = "ip"
-shadow = true
-algorithm = "fixed_window"
-limit = 1
-window = "60s"
-[[rule]]
-name = "client-dark"
-shadow = true
-algorithm = "fixed_window"
-limit = 1
-window = "60s"
-[[rule]]
-name = "ip"
-by = "ip"
-algorithm = "fixed_window"
-limit = 1
-window = "60s"
-[[rule]]
-name = "client"
-algorithm = "fixed_window"
-limit = 1
-window = "60s"
-"#,
+        &[
+            rule("ip-dark", "by = \"ip\"\nshadow = true\n"),
+            rule("client-dark", "shadow = true\n"),
+            rule("ip", "by = \"ip\"\n"),
+            rule("client", ""),
+        ]
+        .concat(),
     )
     .unwrap();
     let keyed = |ip| {

@@ -9,7 +9,7 @@ use weir_proto::convert;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckRequest as CheckCall, CheckResponse, CheckResult};
 
-use crate::jitter::jittered_ms;
+use crate::jitter::jittered_wait;
 use crate::state::NodeState;
 
 pub struct RateLimiterService {
@@ -111,12 +111,10 @@ impl RateLimiterService {
             Ok(v) => {
                 let mut result = convert::verdict_result(v);
                 // Each denied item draws its own wait, so the callers
-                // behind one batch do not come back together either. An
-                // admitted item has no wait: its response is not built.
-                if !v.allowed {
-                    if let Some(ms) = jittered_ms(&v.response(), self.state.config.retry_jitter) {
-                        result.retry_after_ms = ms;
-                    }
+                // behind one batch do not come back together either.
+                let jitter = self.state.config.retry_jitter;
+                if let Some(ms) = jittered_wait(!v.allowed, result.retry_after_ms, jitter) {
+                    result.retry_after_ms = ms;
                 }
                 result
             }
