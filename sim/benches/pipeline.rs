@@ -22,7 +22,7 @@ use weir_sim::bench::reference::grpc::rate_limiter;
 
 // The allocator both servers run with (`weir` and `weir-bare`).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: weir_alloc::Mimalloc = weir_alloc::Mimalloc;
 
 /// One call of a service on one encoded request.
 type Run<'a> = dyn Fn(&[u8]) -> (usize, bool) + 'a;

@@ -22,7 +22,7 @@ use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
 
 // The allocator both servers run with (`weir` and `weir-bare`).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: weir_alloc::Mimalloc = weir_alloc::Mimalloc;
 
 /// The calls callgrind counts (`--toggle-collect=pipeline_count::measured*`).
 #[inline(never)]

@@ -250,3 +250,36 @@ async fn a_limit_the_request_carries_is_decided_by_its_owner_exactly_across_gate
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_mixing_carried_limits_and_the_rule_sets_answers_each_item_with_its_own() {
+    // One node owns every key, so only the carried items take a detour.
+    let nodes = cluster(1, RULES, |_| {}).await;
+    let rule =
+        Arc::new(Rule::carried("override:3-per-minute", 3, Duration::from_secs(60)).unwrap());
+    let mut reqs = Vec::new();
+    for _ in 0..=LIMIT {
+        reqs.push(CheckRequest::new("ruled", "GET /"));
+        reqs.push(CheckRequest::new("carried", "GET /").carrying(rule.clone()));
+    }
+    let verdicts = nodes[0].engine.check_many(&reqs).await;
+    assert_eq!(verdicts.len(), reqs.len());
+    let (mut ruled, mut carried) = (0, 0);
+    for (i, (req, v)) in reqs.iter().zip(&verdicts).enumerate() {
+        let v = v.as_ref().unwrap();
+        let shown = v.binding().unwrap();
+        assert_eq!(shown.hash_part, req.key, "answer {i} is for another key");
+        let expected = if req.limit.is_some() {
+            "override:3-per-minute"
+        } else {
+            "per-client"
+        };
+        assert_eq!(&*shown.rule.name, expected, "answer {i} is another item's");
+        *(if req.limit.is_some() {
+            &mut carried
+        } else {
+            &mut ruled
+        }) += usize::from(v.allowed);
+    }
+    assert_eq!((ruled, carried), (LIMIT, 3));
+}

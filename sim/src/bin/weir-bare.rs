@@ -8,7 +8,7 @@ use weir_sim::bench::bare::{self, BareArgs};
 // The allocator `weir serve` runs on: a reference on another would price
 // the allocator, not weir's work.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: weir_alloc::Mimalloc = weir_alloc::Mimalloc;
 
 fn main() -> ExitCode {
     // A subscriber as `weir serve` installs one (level from RUST_LOG,

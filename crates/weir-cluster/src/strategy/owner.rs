@@ -133,7 +133,24 @@ impl Strategy for OwnerStrategy {
     ) -> BoxFuture<'a, Vec<Result<Verdict, CheckError>>> {
         Box::pin(async move {
             let rule_set = reqs.iter().filter(|r| r.limit.is_none());
-            let mut placed = self.gateway.check_here(rule_set).into_iter();
+            let placed = self.gateway.check_here(rule_set);
+            // Mostly every request is decided here and none carries a limit
+            // of its own: then the answers are the verdicts, collected in
+            // place. The slots below cost a 100-item call two more vectors.
+            let all_here = |p: &Result<Placed, CheckError>| !matches!(p, Ok(Placed::Elsewhere(..)));
+            if placed.len() == reqs.len() && placed.iter().all(all_here) {
+                return placed
+                    .into_iter()
+                    .map(|p| match p? {
+                        Placed::Decided(v) => {
+                            self.changed(&v);
+                            Ok(v)
+                        }
+                        Placed::Elsewhere(..) => unreachable!("every request was decided here"),
+                    })
+                    .collect();
+            }
+            let mut placed = placed.into_iter();
             let mut slots = Vec::with_capacity(reqs.len());
             let mut waiting = Vec::new();
             for (i, req) in reqs.iter().enumerate() {

@@ -2,7 +2,7 @@
 
 // Set here, not in the library: a service embedding a node keeps its own.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: weir_alloc::Mimalloc = weir_alloc::Mimalloc;
 
 fn main() -> std::process::ExitCode {
     weir_node::cli::main()
