@@ -16,6 +16,9 @@
 #   bench/server-count.sh                   # every edge, under 10 minutes after the build
 #   ONLY='RLS' bench/server-count.sh        # the edges whose name matches (grep -E)
 #   WEIR=old/weir bench/server-count.sh     # another build of the node
+#   VALGRIND_OPTS='--cache-sim=yes --branch-sim=yes' ONLY='RLS, allowed' N=1000 WARM=500 bench/server-count.sh
+#                                           # also simulated cache misses and mispredictions (about
+#                                           # twice as slow; callgrind_annotate prints them per dump)
 #
 # Needs valgrind and h2load (Debian: valgrind, nghttp2-client); installs
 # them with apt-get when missing and run as root. Sends only to 127.0.0.1.
