@@ -61,24 +61,23 @@ pub fn rls(domain: &str) -> RateLimitRequest {
 }
 
 pub fn check1(route: &str) -> CheckRequest {
-    CheckRequest {
-        items: vec![CheckItem {
-            key: "u1".into(),
-            route: route.into(),
-            cost: Some(1),
-            ..CheckItem::default()
-        }],
-    }
+    check(route, ["u1".to_owned()])
 }
 
 /// A 100-item call, one key per item (`u0`..`u99`): what
 /// `bench/server-count.sh` sends for the batched edge, where h2load repeats
 /// one body.
 pub fn check100(route: &str) -> CheckRequest {
+    check(route, (0..100).map(|i| format!("u{i}")))
+}
+
+/// A weir.v1 Check of one cost-1 item per key, all on `route`.
+fn check(route: &str, keys: impl IntoIterator<Item = String>) -> CheckRequest {
     CheckRequest {
-        items: (0..100)
-            .map(|i| CheckItem {
-                key: format!("u{i}"),
+        items: keys
+            .into_iter()
+            .map(|key| CheckItem {
+                key,
                 route: route.into(),
                 cost: Some(1),
                 ..CheckItem::default()
