@@ -21,6 +21,7 @@
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
 #   ONLY='p50|RLS' bench/edges.sh       # only the edges whose name matches (grep -E)
+#   PROFILE=dist bench/edges.sh         # both sides built as deployed (bench/pgo.sh: profile-guided)
 #
 # Needs h2load (Debian: nghttp2-client) and wrk; installs them with apt-get
 # when missing and run as root. Sends only to 127.0.0.1; every run is
@@ -37,6 +38,7 @@ NODE_THREADS=${NODE_THREADS:-}
 ONLY=${ONLY:-}
 PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+13
 OUT=${OUT:-target/edges}
+PROFILE=${PROFILE:-release} # the cargo profile both sides are built with (dist: Cargo.toml)
 
 cd "$(dirname "$0")/.."
 REQ=bench/requests
@@ -55,8 +57,8 @@ need() {
 need h2load nghttp2-client
 need wrk wrk
 
-cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
-TARGET=${CARGO_TARGET_DIR:-target}/release
+cargo build --profile "$PROFILE" -q -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
+TARGET=${CARGO_TARGET_DIR:-target}/$PROFILE
 WEIR=${WEIR:-$TARGET/weir} # another build of the node, to compare two
 mkdir -p "$OUT"
 
@@ -77,7 +79,18 @@ RUST_LOG=warn "$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-
     --grpc-counting "$BARE_COUNTING" \
     --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
 BARE=$!
-trap 'kill $NODE $BARE 2>/dev/null || true' EXIT
+# Both leave on SIGTERM (a profiling build writes its profile then:
+# bench/pgo.sh); waited for, at most 10 s, so the next run finds the
+# ports and the profiles free.
+stop() {
+    kill $NODE $BARE 2>/dev/null || true
+    for _ in $(seq 100); do
+        kill -0 $NODE 2>/dev/null || kill -0 $BARE 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -9 $NODE $BARE 2>/dev/null || true
+}
+trap stop EXIT
 
 for url in "http://$NODE_HTTP/readyz" "http://$BARE_RAW/"; do
     for _ in $(seq 100); do

@@ -16,6 +16,7 @@
 #   bench/server-count.sh                   # every edge, under 10 minutes after the build
 #   ONLY='RLS' bench/server-count.sh        # the edges whose name matches (grep -E)
 #   WEIR=old/weir bench/server-count.sh     # another build of the node
+#   bench/pgo.sh bench/server-count.sh      # both built profile-guided
 #   VALGRIND_OPTS='--cache-sim=yes --branch-sim=yes' ONLY='RLS, allowed' N=1000 WARM=500 bench/server-count.sh
 #                                           # also simulated cache misses and mispredictions (about
 #                                           # twice as slow; callgrind_annotate prints them per dump)
@@ -29,6 +30,7 @@ WARM=${WARM:-1000}
 ONLY=${ONLY:-}
 PORT=${PORT:-19300}
 OUT=${OUT:-target/server-count}
+PROFILE=${PROFILE:-release} # the cargo profile both are built with (bench/pgo.sh sets it)
 
 cd "$(dirname "$0")/.."
 REQ=bench/requests
@@ -45,8 +47,8 @@ need() {
 need valgrind valgrind
 need h2load nghttp2-client
 
-cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bare
-TARGET=${CARGO_TARGET_DIR:-target}/release
+cargo build --profile "$PROFILE" -q -p weir-node --bin weir -p weir-sim --bin weir-bare
+TARGET=${CARGO_TARGET_DIR:-target}/$PROFILE
 WEIR=${WEIR:-$TARGET/weir}
 rm -rf "$OUT" && mkdir -p "$OUT"
 

@@ -55,7 +55,9 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, SimError> {
         .map_err(|e| SimError::Usage(format!("cannot bind {addr}: {e}")))
 }
 
-/// Serves what `args` names until `--max-secs` pass.
+/// Serves what `args` names until `--max-secs` pass or it is told to stop
+/// (SIGTERM or SIGINT): returning from `main`, not killed, so a profiling
+/// build writes its profile on the way out (bench/pgo.sh).
 pub fn run(args: &BareArgs) -> Result<(), SimError> {
     if let Some(dir) = &args.write_requests {
         super::requests::write_all(dir)
@@ -69,6 +71,7 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
     }
     let rt = rt.enable_all().build().expect("a tokio runtime");
     rt.block_on(async {
+        let stop = stop_signals()?;
         if let Some(a) = args.http {
             tokio::spawn(axum_check::serve(bind(a).await?));
             println!("axum check on http://{a}");
@@ -88,7 +91,28 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
             tokio::spawn(grpc::serve_counting(grpc_bind(a)?));
             println!("tonic RateLimiter, counting, on http://{a}");
         }
-        tokio::time::sleep(Duration::from_secs(args.max_secs)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(args.max_secs)) => {}
+            () = stop => {}
+        }
         Ok(())
+    })
+}
+
+/// Resolves at the first SIGTERM or SIGINT after this call: the handlers
+/// are in place when it returns, so a caller that reads the servers'
+/// addresses printed after it can stop them at once.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>, SimError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handler = |kind| signal(kind).map_err(|e| SimError::io("installing a signal handler", e));
+    let (mut term, mut int) = (
+        handler(SignalKind::terminate())?,
+        handler(SignalKind::interrupt())?,
+    );
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     })
 }
