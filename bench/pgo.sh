@@ -12,6 +12,7 @@
 #   bench/pgo.sh                    # the build alone, into target/pgo; ~13 minutes
 #   bench/pgo.sh bench/edges.sh     # then every edge on it, node and references both optimized
 #   PROFILE=dist bench/pgo.sh       # on the deployable build (Cargo.toml's dist profile)
+#   PGO_OUT=target/pgo-dist ...     # another directory for the builds and the profile
 #
 # The profile is of these edges on one node: code they do not run (the
 # forwarded path, gossip, replication) is laid out as cold. Needs
@@ -20,12 +21,12 @@
 # and run as root). Sends only to 127.0.0.1, as edges.sh does.
 set -euo pipefail
 
-OUT=${OUT:-target/pgo}
+PGO_OUT=${PGO_OUT:-target/pgo}
 PROFILE=${PROFILE:-release} # dist: whole-program optimization too, as deployed
 
 cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+mkdir -p "$PGO_OUT"
+PGO_OUT=$(cd "$PGO_OUT" && pwd)
 
 major=$(rustc -vV | awk '/^LLVM version:/ { split($3, v, "."); print v[1] }')
 profdata() {
@@ -53,25 +54,27 @@ build() { # target dir, rustflags
         -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
 }
 
-raw=$OUT/raw
+raw=$PGO_OUT/raw
 rm -rf "$raw"
-echo "building instrumented (target dir $OUT/gen)" >&2
-build "$OUT/gen" "-Cprofile-generate=$raw"
+echo "building instrumented (target dir $PGO_OUT/gen)" >&2
+build "$PGO_OUT/gen" "-Cprofile-generate=$raw"
 echo "training: a short bench/edges.sh on the instrumented build" >&2
 # Both servers leave on SIGTERM, writing their profiles as they go.
-CARGO_TARGET_DIR=$OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
-    ROUNDS=1 PAIRS=1 SECS=2 OUT=$OUT/train bench/edges.sh >"$OUT/train.log" 2>&1 ||
-    { echo "pgo.sh: the training run failed; see $OUT/train.log" >&2; exit 1; }
-"$PROFDATA" merge -o "$OUT/merged.profdata" "$raw"/*.profraw
+# Every edge, whatever ONLY the command after it is given.
+CARGO_TARGET_DIR=$PGO_OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
+    ROUNDS=1 PAIRS=1 SECS=2 ONLY= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
+    { echo "pgo.sh: the training run failed; see $PGO_OUT/train.log" >&2; exit 1; }
+"$PROFDATA" merge -o "$PGO_OUT/merged.profdata" "$raw"/*.profraw
 # Named by its contents: cargo rebuilds when the flags change, and a
 # new profile under the same name would leave the last build in place.
-profile=$OUT/weir-$(sha256sum "$OUT/merged.profdata" | cut -c1-16).profdata
-mv "$OUT/merged.profdata" "$profile"
-echo "building with the profile (target dir $OUT)" >&2
+profile=$PGO_OUT/weir-$(sha256sum "$PGO_OUT/merged.profdata" | cut -c1-16).profdata
+rm -f "$PGO_OUT"/weir-*.profdata
+mv "$PGO_OUT/merged.profdata" "$profile"
+echo "building with the profile (target dir $PGO_OUT)" >&2
 use="-Cprofile-use=$profile"
-build "$OUT" "$use"
-echo "optimized: $OUT/$PROFILE/weir, weir-bare, weir-bench" >&2
+build "$PGO_OUT" "$use"
+echo "optimized: $PGO_OUT/$PROFILE/weir, weir-bare, weir-bench" >&2
 
 if [ $# -gt 0 ]; then
-    CARGO_TARGET_DIR=$OUT RUSTFLAGS=$use PROFILE=$PROFILE "$@"
+    CARGO_TARGET_DIR=$PGO_OUT RUSTFLAGS=$use PROFILE=$PROFILE "$@"
 fi
