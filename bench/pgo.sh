@@ -9,7 +9,7 @@
 # Then runs the command given, if any, against the optimized build, with
 # the environment that makes its `cargo build` a no-op:
 #
-#   bench/pgo.sh                    # the build alone, into target/pgo; ~13 minutes
+#   bench/pgo.sh                    # the build alone, into target/pgo; ~13 minutes (dist: ~18)
 #   bench/pgo.sh bench/edges.sh     # then every edge on it, node and references both optimized
 #   PROFILE=dist bench/pgo.sh       # on the deployable build (Cargo.toml's dist profile)
 #   PGO_OUT=target/pgo-dist ...     # another directory for the builds and the profile
@@ -60,9 +60,10 @@ echo "building instrumented (target dir $PGO_OUT/gen)" >&2
 build "$PGO_OUT/gen" "-Cprofile-generate=$raw"
 echo "training: a short bench/edges.sh on the instrumented build" >&2
 # Both servers leave on SIGTERM, writing their profiles as they go.
-# Every edge, whatever ONLY the command after it is given.
+# Every edge on the instrumented node, whatever ONLY, WEIR or
+# NODE_THREADS the command after it is given.
 CARGO_TARGET_DIR=$PGO_OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
-    ROUNDS=1 PAIRS=1 SECS=2 ONLY= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
+    ROUNDS=1 PAIRS=1 SECS=2 ONLY= WEIR= NODE_THREADS= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
     { echo "pgo.sh: the training run failed; see $PGO_OUT/train.log" >&2; exit 1; }
 "$PROFDATA" merge -o "$PGO_OUT/merged.profdata" "$raw"/*.profraw
 # Named by its contents: cargo rebuilds when the flags change, and a
