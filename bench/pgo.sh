@@ -65,6 +65,9 @@ echo "training: a short bench/edges.sh on the instrumented build" >&2
 CARGO_TARGET_DIR=$PGO_OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
     ROUNDS=1 PAIRS=1 SECS=2 ONLY= WEIR= NODE_THREADS= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
     { echo "pgo.sh: the training run failed; see $PGO_OUT/train.log" >&2; exit 1; }
+# A server killed rather than stopped writes nothing.
+compgen -G "$raw/*.profraw" >/dev/null ||
+    { echo "pgo.sh: the training run wrote no profile to $raw" >&2; exit 1; }
 "$PROFDATA" merge -o "$PGO_OUT/merged.profdata" "$raw"/*.profraw
 # Named by its contents: cargo rebuilds when the flags change, and a
 # new profile under the same name would leave the last build in place.
