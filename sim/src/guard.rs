@@ -55,17 +55,10 @@ pub fn cleanup_all() {
 /// Cleans up and exits 130 on Ctrl-C or SIGTERM.
 pub fn install_signal_handler() {
     tokio::spawn(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
+        let Ok(stopped) = signal::stop_requested() else {
             return;
         };
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
-        }
+        stopped.await;
         eprintln!("\nweir-sim: interrupted; stopping the nodes it started");
         cleanup_all();
         std::process::exit(130);

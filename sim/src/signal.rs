@@ -1,5 +1,6 @@
-//! Signals to child nodes (kill, stop, continue, terminate) and dying with the sim; with bench/machine.rs's sysconf, the crate's only unsafe code.
+//! Signals to child nodes (kill, stop, continue, terminate), dying with the sim, and being told to stop; with bench/machine.rs's sysconf, the crate's only unsafe code.
 
+use std::future::Future;
 use std::io;
 use std::process::Command;
 
@@ -53,4 +54,20 @@ pub fn die_with_parent(cmd: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// Resolves at the first SIGINT or SIGTERM this process gets after the
+/// call. The handlers are in place when it returns, so whatever the caller
+/// prints next is a sign that the process can be stopped cleanly. Needs a
+/// tokio runtime.
+pub fn stop_requested() -> io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }

@@ -2,9 +2,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_sim::signal::{self, Signal};
+
+mod common;
 
 #[test]
 fn sigterm_ends_it_cleanly() {
@@ -22,17 +24,8 @@ fn sigterm_ends_it_cleanly() {
     assert!(line.contains("127.0.0.1"), "unexpected first line: {line}");
 
     signal::send(bare.id(), Signal::Term).expect("SIGTERM sent");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = bare.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = bare.kill();
-            panic!("weir-bare still running 30 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = common::exited_within(&mut bare, Duration::from_secs(30))
+        .expect("weir-bare still running 30 s after SIGTERM");
     // Killed by the signal's default action it would have no exit code:
     // a profiling build would lose its profile.
     assert_eq!(status.code(), Some(0), "{status}");

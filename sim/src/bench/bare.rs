@@ -71,7 +71,9 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
     }
     let rt = rt.enable_all().build().expect("a tokio runtime");
     rt.block_on(async {
-        let stop = stop_signals()?;
+        // Before the first address line, which tells a caller it may stop us.
+        let stop = crate::signal::stop_requested()
+            .map_err(|e| SimError::io("installing a signal handler", e))?;
         if let Some(a) = args.http {
             tokio::spawn(axum_check::serve(bind(a).await?));
             println!("axum check on http://{a}");
@@ -96,23 +98,5 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
             () = stop => {}
         }
         Ok(())
-    })
-}
-
-/// Resolves at the first SIGTERM or SIGINT after this call: the handlers
-/// are in place when it returns, so a caller that reads the servers'
-/// addresses printed after it can stop them at once.
-fn stop_signals() -> Result<impl std::future::Future<Output = ()>, SimError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let handler = |kind| signal(kind).map_err(|e| SimError::io("installing a signal handler", e));
-    let (mut term, mut int) = (
-        handler(SignalKind::terminate())?,
-        handler(SignalKind::interrupt())?,
-    );
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
     })
 }

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -71,6 +71,23 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The child's exit status once it exits, or None (and the child killed
+/// and reaped) when it is still running after `deadline`.
+pub fn exited_within(child: &mut Child, deadline: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return Some(s);
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs `weir-sim ARGS` against real `weir serve` nodes and returns every
 /// run it reports. The output directory (logs, JSON, plots) stays under
 /// the target dir for a failed test to be read.
@@ -88,20 +105,11 @@ pub fn sim(name: &str, args: &[&str]) -> Vec<RunResult> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("weir-sim starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if started.elapsed() > RUN_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "weir-sim {args:?} ran over {RUN_DEADLINE:?}; see {}",
-                out.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let Some(status) = exited_within(&mut child, RUN_DEADLINE) else {
+        panic!(
+            "weir-sim {args:?} ran over {RUN_DEADLINE:?}; see {}",
+            out.display()
+        );
     };
     let mut stderr = String::new();
     if let Some(mut e) = child.stderr.take() {
