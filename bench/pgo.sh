@@ -4,7 +4,8 @@
 #
 # Builds `weir`, `weir-bare` and `weir-bench` instrumented, runs a short
 # bench/edges.sh on that build so each server records where it spends its
-# time (the node and the bare references on the same edges, alike), merges
+# time (the node and the bare references on the same edges, alike) and a
+# short forwarded run on a 3-node cluster, merges
 # the profiles with llvm-profdata, and builds the three again with them.
 # Then runs the command given, if any, against the optimized build, with
 # the environment that makes its `cargo build` a no-op:
@@ -14,8 +15,9 @@
 #   PROFILE=dist bench/pgo.sh       # on the deployable build (Cargo.toml's dist profile)
 #   PGO_OUT=target/pgo-dist ...     # another directory for the builds and the profile
 #
-# The profile is of these edges on one node: code they do not run (the
-# forwarded path, gossip, replication) is laid out as cold. Needs
+# The profile is of these edges on one node and of the forwarded path on
+# a 3-node cluster (`weir-bench --forwarded`, short): code neither runs
+# (a handoff, a partition, the regions) is laid out as cold. Needs
 # llvm-profdata of rustc's LLVM major version: rustup's llvm-tools
 # component, or Debian's llvm-<major> (installed with apt-get when missing
 # and run as root). Sends only to 127.0.0.1, as edges.sh does.
@@ -65,6 +67,13 @@ echo "training: a short bench/edges.sh on the instrumented build" >&2
 CARGO_TARGET_DIR=$PGO_OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
     ROUNDS=1 PAIRS=1 SECS=2 ONLY= WEIR= NODE_THREADS= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
     { echo "pgo.sh: the training run failed; see $PGO_OUT/train.log" >&2; exit 1; }
+echo "training: the forwarded path on a 3-node cluster of the instrumented node" >&2
+# Forwarding, the peer service, replication and gossip, which one node
+# never runs; weir-bench stops the nodes with SIGTERM, so each writes its
+# profile.
+"$PGO_OUT/gen/$PROFILE/weir-bench" --spawn "$PGO_OUT/gen/$PROFILE/weir" --forwarded \
+    --secs 2 --warmup 1 >"$PGO_OUT/train-forwarded.log" 2>&1 ||
+    { echo "pgo.sh: the forwarded training run failed; see $PGO_OUT/train-forwarded.log" >&2; exit 1; }
 # A server killed rather than stopped writes nothing.
 compgen -G "$raw/*.profraw" >/dev/null ||
     { echo "pgo.sh: the training run wrote no profile to $raw" >&2; exit 1; }

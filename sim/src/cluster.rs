@@ -462,6 +462,56 @@ impl Cluster {
         self.kill(i)
     }
 
+    /// SIGTERM to every running node at once, then waits for each to drain
+    /// and exit: the whole cluster stopped as an operator stops it, each
+    /// node through its own shutdown (so a profiling build writes its
+    /// profile, which a SIGKILL never lets it do). A node still running
+    /// after `deadline` is killed; the first node that did not leave with
+    /// success is the error.
+    pub async fn shut_down(&mut self, deadline: Duration) -> Result<(), SimError> {
+        for i in 0..self.len() {
+            self.signal(i, Signal::Term)?;
+        }
+        let until = Instant::now() + deadline;
+        let mut failed = None;
+        for i in 0..self.len() {
+            if let Some(status) = self.left_by(i, until, deadline).await {
+                failed.get_or_insert(SimError::NodeExited {
+                    node: self.nodes[i].id.clone(),
+                    status,
+                    line: last_line(&self.log_path(i)),
+                });
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Waits until `until` for node `i` to exit: None when it left with
+    /// success (or was not running), else how it failed. One still running
+    /// then is killed.
+    async fn left_by(&mut self, i: usize, until: Instant, deadline: Duration) -> Option<String> {
+        loop {
+            let exited = self.children[i].as_mut()?.try_wait();
+            match exited {
+                Ok(Some(status)) => {
+                    self.reap(i);
+                    return (!status.success()).then(|| status.to_string());
+                }
+                Ok(None) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(None) => {
+                    let _ = self.kill(i);
+                    return Some(format!("still running {deadline:?} after SIGTERM, killed"));
+                }
+                Err(e) => {
+                    let _ = self.kill(i);
+                    return Some(format!("waiting for it: {e}"));
+                }
+            }
+        }
+    }
+
     /// Starts node `i` again with its old id and addresses, seeded by every
     /// other running node (the first seed may be the one restarting).
     pub fn restart(&mut self, i: usize) -> Result<(), SimError> {

@@ -32,6 +32,8 @@ use crate::rules;
 const NODES: usize = 3;
 /// Keys of each kind: enough that no one key is hot.
 const KEYS: usize = 10_000;
+/// How long a node may take to drain and leave once told to stop.
+const SHUTDOWN: Duration = Duration::from_secs(10);
 
 /// Keys that node 0 owns, and keys the others own, on this member set.
 fn split_keys(cluster: &Cluster) -> (Keys, Keys) {
@@ -208,7 +210,7 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
     let dir = std::env::temp_dir().join(format!("weir-bench-fwd-{}", std::process::id()));
     let measured = rt.block_on(async {
         // One copy per counter first: the costs of forwarding alone.
-        let one = start(bin, &dir, 1).await?;
+        let mut one = start(bin, &dir, 1).await?;
         let (local, remote) = split_keys(&one);
         let (local, remote) = (Arc::new(local), Arc::new(remote));
         let (peak, sat) = phase(&one, args, &remote, None).await?;
@@ -220,11 +222,11 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
         // Saturated, a node's CPU per check is lower (wake-ups and writes
         // are shared by more requests): the throughput model takes these.
         let (_, here_sat) = phase(&one, args, &local, None).await?;
-        drop(one);
+        one.shut_down(SHUTDOWN).await?;
 
         // The default, two copies: its own saturating rate, the latency
         // figures at half of it, and what the copy costs.
-        let two = start(bin, &dir, 2).await?;
+        let mut two = start(bin, &dir, 2).await?;
         let (peak2, copied) = phase(&two, args, &remote, None).await?;
         line("closed loop, 64 callers, forwarded, two copies", &peak2);
         let rate = peak2.totals.calls as f64 / peak2.elapsed.as_secs_f64() / 2.0;
@@ -296,6 +298,7 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
             us(own_op),
             us(copied.gateway + copied.owners - sat.gateway - sat.owners),
         );
+        two.shut_down(SHUTDOWN).await?;
         Ok(())
     });
     // The nodes' logs are kept when a run fails, for what they say.

@@ -53,6 +53,11 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
     })
 }
 
+/// The release `weir` binary the sim's clusters run.
+pub fn weir_bin() -> &'static PathBuf {
+    &binaries().1
+}
+
 /// Clusters share two cores: one run at a time, so no test's latencies are
 /// another's load.
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -60,7 +65,7 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "weir-sim-{name}-{}-{}",
