@@ -20,6 +20,7 @@
 #   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
+#   BARE=... BENCH=... bench/edges.sh   # other builds of the references and of the 100-item generator
 #   ONLY='p50|RLS' bench/edges.sh       # only the edges whose name matches (grep -E)
 #   PROFILE=dist bench/edges.sh         # both sides built as deployed (bench/pgo.sh: profile-guided)
 #
@@ -60,6 +61,8 @@ need wrk wrk
 cargo build --profile "$PROFILE" -q -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
 TARGET=${CARGO_TARGET_DIR:-target}/$PROFILE
 WEIR=${WEIR:-$TARGET/weir} # another build of the node, to compare two
+BARE=${BARE:-$TARGET/weir-bare} # another build of the references
+BENCH=${BENCH:-$TARGET/weir-bench} # another build of the 100-item generator
 mkdir -p "$OUT"
 
 NODE_HTTP=127.0.0.1:$PORT
@@ -75,7 +78,7 @@ RUST_LOG=warn "$WEIR" serve --http "$NODE_HTTP" --grpc "$NODE_GRPC" \
     --gossip "127.0.0.1:$((PORT + 2))" --rules "$REQ/rules.toml" --ui false "${threads[@]}" \
     >"$OUT/node.log" 2>&1 &
 NODE=$!
-RUST_LOG=warn "$TARGET/weir-bare" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
+RUST_LOG=warn "$BARE" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
     --grpc-counting "$BARE_COUNTING" \
     --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
 BARE=$!
@@ -120,7 +123,7 @@ wrk_p50() { # route url
         awk '$1 == "50%" { v = $2; if (v ~ /us$/) { sub("us", "", v); print v } else if (v ~ /ms$/) { sub("ms", "", v); print v * 1000 } }'
 }
 bench100() { # grpc url; checks/s of 100-item calls, 16 callers
-    "$TARGET/weir-bench" --grpc "http://$1" --workloads grpc100 --concurrency 16 \
+    "$BENCH" --grpc "http://$1" --workloads grpc100 --concurrency 16 \
         --secs "$SECS" --warmup "$WARMUP" --no-open-loop 2>&1 | tee -a "$OUT/raw.log" |
         awk -F'|' '/^\| .*gRPC Check, 100 items/ { gsub(/[ ,]/, "", $5); print $5; exit }'
 }
