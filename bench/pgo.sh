@@ -10,7 +10,7 @@
 # Then runs the command given, if any, against the optimized build, with
 # the environment that makes its `cargo build` a no-op:
 #
-#   bench/pgo.sh                    # the build alone, into target/pgo; ~13 minutes (dist: ~18)
+#   bench/pgo.sh                    # the build alone, into target/pgo; ~14 minutes (dist: ~19)
 #   bench/pgo.sh bench/edges.sh     # then every edge on it, node and references both optimized
 #   PROFILE=dist bench/pgo.sh       # on the deployable build (Cargo.toml's dist profile)
 #   PGO_OUT=target/pgo-dist ...     # another directory for the builds and the profile
