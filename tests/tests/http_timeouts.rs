@@ -70,6 +70,22 @@ async fn a_body_that_stops_arriving_is_answered_408() {
     assert!(answer.contains("\"field\":\"body\""), "{answer}");
 }
 
+/// A kept-alive HTTP/1 connection that sends no next request is closed
+/// one head timeout after its last answer, long before the idle timeout
+/// (60 s, over the test's deadline).
+#[tokio::test]
+async fn a_kept_alive_connection_left_idle_is_disconnected() {
+    let node = node().await;
+    let body = r#"{"key":"k"}"#;
+    let request = format!(
+        "POST /v1/check HTTP/1.1\r\nHost: weir\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = held(&node, request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
 #[tokio::test]
 async fn a_prompt_client_is_answered_as_before() {
     let node = node().await;

@@ -1,4 +1,4 @@
-//! How long a connection may hold its slot: until its HTTP/2 start (preface and SETTINGS) is late, until it has sat with no request for the idle timeout, or until its requests in flight have stalled for the stall timeout.
+//! How long a connection may hold its slot: until its HTTP/2 start (preface and SETTINGS) is late, until it has sat with no request for the idle timeout (the head timeout on HTTP/1), or until its requests in flight have stalled for the stall timeout.
 //!
 //! An HTTP/2 client can hold a connection open forever by answering pings
 //! and sending nothing, and a raw socket that sends the 24-byte preface
@@ -10,6 +10,13 @@
 //! have not moved (none ended) for the stall timeout: a client can open a
 //! request, never send its body, and answer pings forever. Requests are
 //! counted by the servers (`Activity::begin`), whatever the protocol.
+//!
+//! An HTTP/1 request begins once its head has been read, so on HTTP/1 the
+//! time with none in flight is the time its next head takes to come: the
+//! head timeout bounds it, from when the connection opened or its last
+//! request ended (as a kept-alive connection waits for its next request).
+//! That is the HTTP/1 server's head timeout, kept here instead of by a
+//! timer the server resets on every request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -114,7 +121,8 @@ enum Start {
     },
     /// The preface and a SETTINGS header arrived; this much of its payload is due.
     Settings { due: usize },
-    /// Started (or not HTTP/2: HTTP/1 has the head timeout of its server).
+    /// Started (or not HTTP/2: then HTTP/1, held to the head timeout
+    /// whenever no request is in flight).
     Done,
 }
 
@@ -187,13 +195,20 @@ impl Watch {
         // exception: a timer armed for a stall look, one stall timeout
         // on, is later than the idle deadline the last request's end sets
         // when the idle timeout is the shorter one.
-        let stall_look_may_be_late =
-            self.in_flight_at.is_some() && self.stall_timeout > self.idle_timeout;
-        if !self.timer.is_elapsed()
-            && !stall_look_may_be_late
-            && self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+        // It is moved then only when that deadline is the earlier one, so
+        // a busy HTTP/1 connection (its idle timeout the head timeout, under
+        // the stall timeout) mostly reads two words here too.
+        if !self.timer.is_elapsed() && self.armed.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
         {
-            return false;
+            let stall_look_may_be_late =
+                self.in_flight_at.is_some() && self.stall_timeout > self.idle_timeout;
+            if !stall_look_may_be_late {
+                return false;
+            }
+            match self.deadline() {
+                Some(at) if at < self.timer.deadline() => {}
+                _ => return false,
+            }
         }
         // The timer is moved only to an earlier deadline. Each request
         // pushes the idle deadline later, and resetting a tokio timer takes
@@ -265,7 +280,9 @@ impl Watch {
                     bytes = &bytes[take..];
                     let upto = (*n).min(24);
                     if seen[..upto] != H2_PREFACE[..upto] {
-                        // Not HTTP/2: its own server's head timeout applies.
+                        // HTTP/1: with no request in flight, the next
+                        // head is due within the head timeout.
+                        self.idle_timeout = self.idle_timeout.min(self.head_timeout);
                         self.started();
                         return;
                     }
@@ -513,11 +530,31 @@ mod tests {
         assert!(w.expired(&mut noop()), "idle for 3 s of a 2 s timeout");
     }
 
+    /// Guard: an HTTP/1 head that does not complete (no request begins)
+    /// ends the connection at the head timeout, not the idle one.
     #[tokio::test(start_paused = true)]
-    async fn http1_bytes_leave_the_start_to_the_http1_server() {
+    async fn a_slow_http1_head_is_held_to_the_head_timeout() {
         let mut w = Watch::new(secs(2, 60));
         w.saw(b"GET / HTTP/1.1\r\n");
-        tokio::time::advance(Duration::from_secs(10)).await;
+        tokio::time::advance(Duration::from_millis(1_900)).await;
         assert!(!w.expired(&mut noop()));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(w.expired(&mut noop()), "no head within 2 s");
+    }
+
+    /// Guard: between HTTP/1 requests the next head is due within the head
+    /// timeout of the last one's end; a request in flight is never idle.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_alive_http1_connection_waits_one_head_timeout_for_its_next_request() {
+        let mut w = Watch::new(secs(2, 60));
+        w.saw(b"POST /v1/check HTTP/1.1\r\n");
+        let busy = w.activity().begin();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(!w.expired(&mut noop()), "in flight");
+        drop(busy);
+        tokio::time::advance(Duration::from_millis(1_900)).await;
+        assert!(!w.expired(&mut noop()), "ended 1.9 s ago");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(w.expired(&mut noop()), "no next head within 2 s");
     }
 }

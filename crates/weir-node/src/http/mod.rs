@@ -81,14 +81,16 @@ pub async fn serve(
     );
     let app = router(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The HTTP/1 head timeout runs from when the connection is ready for a
-    // request, so it also ends a kept-alive connection left idle. HTTP/2
-    // has the connection watch (`accept/watch.rs`: a late start, or no
-    // request for the idle timeout), and no pings, as on the gRPC port.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+    // The connection watch (`accept/watch.rs`) holds every connection to
+    // its deadlines: an HTTP/1 connection with no request in flight to
+    // the head timeout, from when it opened or its last request ended (so
+    // a head that is slow to come, or a kept-alive connection left idle,
+    // ends); an HTTP/2 one to a late start, or no request for the idle
+    // timeout. hyper's own HTTP/1 head timer is off: it read the clock and
+    // reset a timer on the wheel's shared lock for every request, 1,900
+    // instructions of an HTTP check (docs/performance.md). No pings on
+    // HTTP/2, as on the gRPC port.
+    builder.http1().header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     while let Some(conn) = conns.recv().await {
