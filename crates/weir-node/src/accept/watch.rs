@@ -548,6 +548,42 @@ mod tests {
         assert!(w.expired(&mut noop()), "no head within 2 s");
     }
 
+    /// At the defaults a node starts with: a kept-alive HTTP/1 connection
+    /// left idle closes one head timeout (10 s) after its last request,
+    /// not one idle timeout (60 s); and a request in flight that never
+    /// ends (its body's 408 lost) still closes it within a head timeout
+    /// and a stall timeout, never before a stall timeout.
+    #[tokio::test(start_paused = true)]
+    async fn at_the_defaults_an_http1_connection_keeps_the_head_and_stall_timeouts() {
+        let t = crate::config::InputLimits::default().timeouts();
+        assert_eq!(
+            (t.head, t.idle, t.stall),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(20)
+            )
+        );
+        let mut idle = Watch::new(t);
+        idle.saw(b"GET / HTTP/1.1\r\n");
+        drop(idle.activity().begin());
+        tokio::time::advance(Duration::from_millis(9_900)).await;
+        assert!(!idle.expired(&mut noop()));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(idle.expired(&mut noop()), "idle 10.1 s after its request");
+
+        let mut stuck = Watch::new(t);
+        stuck.saw(b"POST /v1/check HTTP/1.1\r\n");
+        let _stuck = stuck.activity().begin();
+        let mut waited = Duration::ZERO;
+        while !stuck.expired(&mut noop()) {
+            assert!(waited <= t.head + t.stall, "still open after {waited:?}");
+            tokio::time::advance(Duration::from_secs(1)).await;
+            waited += Duration::from_secs(1);
+        }
+        assert!(waited >= t.stall, "closed after {waited:?}");
+    }
+
     /// Guard: between HTTP/1 requests the next head is due within the head
     /// timeout of the last one's end; a request in flight is never idle.
     #[tokio::test(start_paused = true)]

@@ -87,8 +87,9 @@ pub async fn serve(
     // a head that is slow to come, or a kept-alive connection left idle,
     // ends); an HTTP/2 one to a late start, or no request for the idle
     // timeout. hyper's own HTTP/1 head timer is off: it read the clock and
-    // reset a timer on the wheel's shared lock for every request, 1,900
-    // instructions of an HTTP check (docs/performance.md). No pings on
+    // reset a timer on the wheel's shared lock for every request, 1,500-
+    // 2,000 instructions of an HTTP check (`bench/server-count.sh`,
+    // docs/performance.md). No pings on
     // HTTP/2, as on the gRPC port.
     builder.http1().header_read_timeout(None);
     builder.http2().timer(TokioTimer::new());
