@@ -81,17 +81,17 @@ NODE=$!
 RUST_LOG=warn "$BARE" --http "$BARE_HTTP" --grpc "$BARE_GRPC" --raw-http "$BARE_RAW" \
     --grpc-counting "$BARE_COUNTING" \
     --max-secs 7200 "${threads[@]}" >"$OUT/bare.log" 2>&1 &
-BARE=$!
+BARE_PID=$!
 # Both leave on SIGTERM (a profiling build writes its profile then:
 # bench/pgo.sh); waited for, at most 10 s, so the next run finds the
 # ports and the profiles free.
 stop() {
-    kill $NODE $BARE 2>/dev/null || true
+    kill $NODE $BARE_PID 2>/dev/null || true
     for _ in $(seq 100); do
-        kill -0 $NODE 2>/dev/null || kill -0 $BARE 2>/dev/null || return 0
+        kill -0 $NODE 2>/dev/null || kill -0 $BARE_PID 2>/dev/null || return 0
         sleep 0.1
     done
-    kill -9 $NODE $BARE 2>/dev/null || true
+    kill -9 $NODE $BARE_PID 2>/dev/null || true
 }
 trap stop EXIT
 
@@ -102,7 +102,7 @@ for url in "http://$NODE_HTTP/readyz" "http://$BARE_RAW/"; do
     done
 done
 # A port taken by something else would be measured in their place.
-for p in $NODE $BARE; do
+for p in $NODE $BARE_PID; do
     kill -0 "$p" 2>/dev/null || { echo "edges.sh: a server did not start; see $OUT/node.log and $OUT/bare.log" >&2; exit 1; }
 done
 
@@ -159,7 +159,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 # puts two references side by side, else the node.
 server_of() {
     case $1 in
-    *"$BARE_GRPC"* | *"$BARE_COUNTING"* | *"$BARE_HTTP"* | *"$BARE_RAW"*) echo "$BARE" ;;
+    *"$BARE_GRPC"* | *"$BARE_COUNTING"* | *"$BARE_HTTP"* | *"$BARE_RAW"*) echo "$BARE_PID" ;;
     *) echo "$NODE" ;;
     esac
 }
@@ -182,9 +182,9 @@ for round in $(seq "$ROUNDS"); do
         for pair in $(seq "$PAIRS"); do
             # Node first in odd pairs, the reference first in even ones.
             if [ $(((round + pair) % 2)) = 0 ]; then
-                n=$(measure "$(server_of "$node")" "$node"); b=$(measure $BARE "$bare")
+                n=$(measure "$(server_of "$node")" "$node"); b=$(measure $BARE_PID "$bare")
             else
-                b=$(measure $BARE "$bare"); n=$(measure "$(server_of "$node")" "$node")
+                b=$(measure $BARE_PID "$bare"); n=$(measure "$(server_of "$node")" "$node")
             fi
             # round, edge, node figure, bare figure, node cores, bare cores, load
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "${n% *}" "${b% *}" "${n#* }" "${b#* }" "$(load)" |

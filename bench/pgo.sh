@@ -62,10 +62,10 @@ echo "building instrumented (target dir $PGO_OUT/gen)" >&2
 build "$PGO_OUT/gen" "-Cprofile-generate=$raw"
 echo "training: a short bench/edges.sh on the instrumented build" >&2
 # Both servers leave on SIGTERM, writing their profiles as they go.
-# Every edge on the instrumented node, whatever ONLY, WEIR or
+# Every edge on the instrumented node, whatever ONLY, WEIR, BARE, BENCH or
 # NODE_THREADS the command after it is given.
 CARGO_TARGET_DIR=$PGO_OUT/gen RUSTFLAGS="-Cprofile-generate=$raw" PROFILE=$PROFILE \
-    ROUNDS=1 PAIRS=1 SECS=2 ONLY= WEIR= NODE_THREADS= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
+    ROUNDS=1 PAIRS=1 SECS=2 ONLY= WEIR= BARE= BENCH= NODE_THREADS= OUT=$PGO_OUT/train bench/edges.sh >"$PGO_OUT/train.log" 2>&1 ||
     { echo "pgo.sh: the training run failed; see $PGO_OUT/train.log" >&2; exit 1; }
 echo "training: the forwarded path on a 3-node cluster of the instrumented node" >&2
 # Forwarding, the peer service, replication and gossip, which one node
