@@ -436,13 +436,19 @@ mod tests {
         let mut w = started(t);
         assert!(!w.expired(&mut noop()));
         let _stuck = w.activity().begin();
+        closes_between(&mut w, t.stall, t.idle + t.stall).await;
+    }
+
+    /// Advances paused time a second at a time until `w` expires, which
+    /// must be between `from` and `to` on.
+    async fn closes_between(w: &mut Watch, from: Duration, to: Duration) {
         let mut waited = Duration::ZERO;
         while !w.expired(&mut noop()) {
-            assert!(waited <= t.idle + t.stall, "still open after {waited:?}");
+            assert!(waited <= to, "still open after {waited:?}");
             tokio::time::advance(Duration::from_secs(1)).await;
             waited += Duration::from_secs(1);
         }
-        assert!(waited >= t.stall, "closed after {waited:?}");
+        assert!(waited >= from, "closed after {waited:?}");
     }
 
     /// Guard: with an idle timeout shorter than the stall timeout, the
@@ -575,13 +581,7 @@ mod tests {
         let mut stuck = Watch::new(t);
         stuck.saw(b"POST /v1/check HTTP/1.1\r\n");
         let _stuck = stuck.activity().begin();
-        let mut waited = Duration::ZERO;
-        while !stuck.expired(&mut noop()) {
-            assert!(waited <= t.head + t.stall, "still open after {waited:?}");
-            tokio::time::advance(Duration::from_secs(1)).await;
-            waited += Duration::from_secs(1);
-        }
-        assert!(waited >= t.stall, "closed after {waited:?}");
+        closes_between(&mut stuck, t.stall, t.head + t.stall).await;
     }
 
     /// Guard: between HTTP/1 requests the next head is due within the head
