@@ -155,6 +155,8 @@ async fn a_stranger_cannot_forward_checks_or_push_rules_or_hand_off_or_sync() {
                 state: vec![2, 0, 5],
             }],
             from_node: "stranger".into(),
+            boot: 1,
+            at: 0,
         };
         let e = p.handoff(handoff).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{trust:?}: {e}");

@@ -187,6 +187,7 @@ impl Cluster {
             replicas: replicas.clone(),
             replicator: replicator.clone(),
             lessor: lessor.clone(),
+            boot: membership.identity().boot,
         });
         let on_rules = {
             let s = strategy.clone();

@@ -11,7 +11,7 @@ use weir_proto::weir::v1::{
 };
 
 use crate::owner::handoff;
-use crate::owner::replica::Replicas;
+use crate::owner::replica::{Replicas, Sender};
 use crate::owner::serve::OwnerService;
 use crate::stats::{bump, Stats};
 use crate::strategy::{Strategy, SyncRefused};
@@ -79,10 +79,17 @@ impl PeerHandler {
         }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
-        let counters = req.counters;
-        let absorbed = handoff::sweep(n, move || handoff::absorb(&limiter, &replicas, counters))
-            .await
-            .unwrap_or_default();
+        let (counters, from, boot, at) = (req.counters, req.from_node.clone(), req.boot, req.at);
+        let absorbed = handoff::sweep(n, move || {
+            let from = Sender {
+                node: &from,
+                boot,
+                at,
+            };
+            handoff::absorb(&limiter, &replicas, &from, counters)
+        })
+        .await
+        .unwrap_or_default();
         bump(&self.stats.handoffs_received, 1);
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));

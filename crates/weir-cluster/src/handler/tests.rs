@@ -216,6 +216,8 @@ proptest! {
     fn handed_over_states_are_checked_and_capped(
         counters in prop::collection::vec((rule_name(), key(), state_bytes()), 0..24),
         carried in prop::collection::vec(prop::option::of((any::<u64>(), prop_oneof![Just(60_000_000_000u64), any::<u64>()])), 24),
+        boot in any::<u64>(),
+        at in any::<u64>(),
     ) {
         let n = node(StrategyKind::Owner);
         let handler = n.cluster.handler().clone();
@@ -235,7 +237,7 @@ proptest! {
             .filter(|c| c.carried.is_none())
             .map(|c: &CounterState| (c.rule.clone(), c.key.clone()))
             .collect();
-        let req = HandoffRequest { counters, from_node: "peer".into() };
+        let req = HandoffRequest { counters, from_node: "peer".into(), boot, at };
         let _ = n.within(handler.handoff(req));
         // Every state taken decides like one this node made: within bounds
         // now, and free again once three windows have passed. A state that

@@ -13,7 +13,7 @@ use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
-use super::replica::Replicas;
+use super::replica::{Replicas, Sender};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -51,31 +51,32 @@ pub struct Absorbed {
     pub refused: u32,
 }
 
-/// Folds received counters into `limiter`, each checked before it is
-/// taken. Counters of rules this node does not know (or that changed
-/// algorithm) are dropped without being counted as refused: their budget
-/// cannot be expressed here, which is not the sender's fault. A copy this
-/// node held of a received counter is superseded by it (its stand-in
-/// admissions are charged here instead), so a promotion cannot count the
-/// same spend again.
-pub fn absorb(limiter: &Limiter, replicas: &Replicas, counters: Vec<CounterState>) -> Absorbed {
+/// Folds the counters `from` handed over into `limiter`,
+/// each checked before it is taken. Counters of rules this node does not
+/// know (or that changed algorithm) are dropped without being counted as
+/// refused: their budget cannot be expressed here, which is not the
+/// sender's fault. A copy this node held of a received counter is settled
+/// by it (`Replicas::handed_over`), so no spend is counted twice.
+pub fn absorb(
+    limiter: &Limiter,
+    replicas: &Replicas,
+    from: &Sender,
+    counters: Vec<CounterState>,
+) -> Absorbed {
     let mut out = Absorbed::default();
     for c in counters {
         let Some(snap) = wire::snapshot_from_wire(c) else {
             out.refused += 1;
             continue;
         };
-        let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
-        let carried = snap.carried.is_some();
-        match limiter.absorb(snap) {
-            Ok(()) if carried => out.accepted += 1,
-            Ok(()) => {
-                out.accepted += 1;
-                let standins = replicas.superseded(&rule, &hash_part);
-                if standins > 0 {
-                    let _ = limiter.charge(&rule, &hash_part, standins);
-                }
-            }
+        // Carried limits have no copies; one may share a rule's name.
+        let taken = if snap.carried.is_some() {
+            limiter.absorb(snap)
+        } else {
+            replicas.handed_over(limiter, snap, from)
+        };
+        match taken {
+            Ok(()) => out.accepted += 1,
             Err(Absorb::UnknownRule | Absorb::Refused(AbsorbError::OtherAlgorithm)) => {}
             Err(Absorb::Refused(_)) => out.refused += 1,
         }
@@ -95,6 +96,8 @@ pub struct Handoff {
     /// Counters promoted from copies hand back only what was spent since,
     /// to the owner process they were copied from.
     replicas: Arc<Replicas>,
+    /// This process's boot, sent with every handoff.
+    boot: u64,
 }
 
 impl Handoff {
@@ -104,6 +107,7 @@ impl Handoff {
         link: Arc<dyn Link>,
         stats: Arc<Stats>,
         replicas: Arc<Replicas>,
+        boot: u64,
     ) -> Self {
         Handoff {
             local,
@@ -111,6 +115,7 @@ impl Handoff {
             link,
             stats,
             replicas,
+            boot,
         }
     }
 
@@ -235,6 +240,10 @@ impl Handoff {
             let req = HandoffRequest {
                 counters,
                 from_node: self.routing.me().to_string(),
+                boot: self.boot,
+                // Read after the counters were taken (`leave`, `rebalance`):
+                // a copy of one of them taken before is older than this.
+                at: self.local.limiter().now(),
             };
             let encoded = req.encoded_len() as u64;
             match self.link.handoff(owner, req, HANDOFF_DEADLINE).await {
@@ -254,53 +263,4 @@ impl Handoff {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use weir_core::{FakeClock, LimiterConfig, RuleSet};
-
-    #[test]
-    fn a_handed_over_counter_keeps_its_spent_budget() {
-        let rules = RuleSet::from_toml(
-            "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
-        )
-        .unwrap();
-        let clock = Arc::new(FakeClock::at_secs(1000.0));
-        let old = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
-        let new = Limiter::new(rules, clock, LimiterConfig::default());
-        for _ in 0..3 {
-            assert!(old.consume("r", "k", 1, old.now()).unwrap().allowed);
-        }
-        // The new owner already admitted one on a fresh counter.
-        assert!(new.consume("r", "k", 1, new.now()).unwrap().allowed);
-        let sent: Vec<_> = old
-            .take_unless(|_| false)
-            .iter()
-            .filter_map(wire::snapshot_to_wire)
-            .collect();
-        let copies = Replicas::new(&new);
-        assert_eq!(absorb(&new, &copies, sent).accepted, 1);
-        let d = new.consume("r", "k", 1, new.now()).unwrap();
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
-        assert!(!new.consume("r", "k", 1, new.now()).unwrap().allowed);
-    }
-
-    #[test]
-    fn counters_of_unknown_rules_and_garbage_are_dropped() {
-        let clock = Arc::new(FakeClock::at_secs(1000.0));
-        let l = Limiter::new(RuleSet::empty(), clock, LimiterConfig::default());
-        let garbage = CounterState {
-            carried: None,
-            rule: "r".into(),
-            key: "k".into(),
-            state: vec![0xff, 0xff, 0xff],
-        };
-        assert_eq!(
-            absorb(&l, &Replicas::new(&l), vec![garbage]),
-            Absorbed {
-                accepted: 0,
-                refused: 1
-            }
-        );
-    }
-}
+mod tests;

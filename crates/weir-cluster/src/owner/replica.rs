@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use compact_str::CompactString;
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use weir_core::{CheckError, CounterSnapshot, Decision, Limiter, Nanos, RuleSet, State};
+use weir_core::{Absorb, CheckError, CounterSnapshot, Decision, Limiter, Nanos, RuleSet, State};
 
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
@@ -37,6 +38,9 @@ type Key = (Arc<str>, CompactString);
 /// return is a rejoin, not a heal (the membership forgets a down member
 /// after 15 minutes).
 const BASE_KEPT: Duration = Duration::from_secs(15 * 60);
+/// How long a handed-over key refuses its sender's older copies: far past
+/// the deadline of the replication call that could carry one (1 s).
+const HANDED_KEPT: Duration = Duration::from_secs(60);
 
 /// Where one stand-in admission is on its way to the owner's count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,14 +96,44 @@ struct Base {
     at: Nanos,
 }
 
+/// The process a handoff came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Sender<'a> {
+    pub node: &'a str,
+    pub boot: u64,
+    /// Its clock once it had taken the counters: a copy it took earlier is
+    /// older than what it handed over.
+    pub at: Nanos,
+}
+
+/// A key handed over to this node, remembered so that a copy of it the
+/// sender took before the handoff is not taken after it.
+struct Handed {
+    from: String,
+    boot: u64,
+    at: Nanos,
+    /// This node's clock when it was handed over.
+    kept_from: Nanos,
+}
+
 pub struct Replicas {
     store: Limiter,
     meta: DashMap<Key, Meta, foldhash::fast::RandomState>,
     bases: DashMap<Key, Base, foldhash::fast::RandomState>,
+    handed: DashMap<Key, Handed, foldhash::fast::RandomState>,
 }
 
 fn key(rule: &str, hash_part: &str) -> Key {
     (Arc::from(rule), CompactString::new(hash_part))
+}
+
+/// The stand-in admissions on a copy that its owner has not applied.
+fn uncharged(m: &Meta) -> u64 {
+    m.standins
+        .iter()
+        .filter(|s| !matches!(s.charged, Charged::At(_)))
+        .map(|s| s.cost)
+        .sum()
 }
 
 impl Replicas {
@@ -111,6 +145,7 @@ impl Replicas {
             store: Limiter::behind_gate_of(main),
             meta: DashMap::default(),
             bases: DashMap::default(),
+            handed: DashMap::default(),
         }
     }
 
@@ -132,11 +167,18 @@ impl Replicas {
         for snap in states {
             let k = key(&snap.rule, &snap.hash_part);
             let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
-            if !self.store.put(snap) {
+            // Held while the copy is put: a handoff of the key (which takes
+            // the same entry) lands wholly before or after.
+            let entry = self.meta.entry(k);
+            let stale = self
+                .handed
+                .get(entry.key())
+                .is_some_and(|h| h.from == owner && h.boot == boot && taken_at <= h.at);
+            if stale || !self.store.put(snap) {
                 continue;
             }
             taken += 1;
-            let mut m = self.meta.entry(k).or_default();
+            let mut m = entry.or_default();
             m.owner = owner.to_string();
             m.boot = boot;
             m.taken_at = taken_at;
@@ -195,22 +237,61 @@ impl Replicas {
         }
     }
 
-    /// The owner handed this key over itself (a graceful leave or a ring
-    /// change): its count now arrives whole, so the copy must not be
-    /// promoted on top of it. Returns the stand-in admissions it held, which
-    /// the new owner counts instead.
-    pub fn superseded(&self, rule: &str, hash_part: &str) -> u64 {
-        self.store.take(rule, hash_part);
-        let uncharged = |m: &Meta| {
-            m.standins
-                .iter()
-                .filter(|s| !matches!(s.charged, Charged::At(_)))
-                .map(|s| s.cost)
-                .sum()
+    /// Merges into `main` a counter its owner handed over itself (a
+    /// graceful leave or a ring change).
+    /// - An unpromoted copy is superseded: the count arrives whole, so the
+    ///   copy is dropped, and the stand-in admissions the owner was never
+    ///   charged with are counted here instead.
+    /// - A copy promoted from the sender's process (this node's ring dropped
+    ///   the sender before its handoff arrived) is already in `main`, with
+    ///   the admissions gateways reported since: only what the owner spent
+    ///   past it is added (merging the whole count would charge the key's
+    ///   window twice and deny everything until it passed).
+    /// - Anything else is merged whole.
+    ///
+    /// A copy the sender took before the handoff and that arrives after it
+    /// (a replication call in flight) is refused from then on (`take`): it
+    /// would be promoted on top of the count.
+    ///
+    /// The copy's entry is held through the merge, so neither a ring change
+    /// (`on_ring`) nor a copy (`take`) of the key lands in between.
+    pub fn handed_over(
+        &self,
+        main: &Limiter,
+        snap: CounterSnapshot,
+        from: &Sender,
+    ) -> Result<(), Absorb> {
+        let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
+        let entry = self.meta.entry(key(&rule, &hash_part));
+        let handed = Handed {
+            from: from.node.to_string(),
+            boot: from.boot,
+            at: from.at,
+            kept_from: self.store.now(),
         };
-        self.meta
-            .remove(&key(rule, hash_part))
-            .map_or(0, |(_, m)| uncharged(&m))
+        self.handed.insert(entry.key().clone(), handed);
+        match entry {
+            Entry::Occupied(copy) => {
+                main.absorb(snap)?;
+                self.store.take(&rule, &hash_part);
+                let standins = uncharged(copy.get());
+                copy.remove();
+                if standins > 0 {
+                    let _ = main.charge(&rule, &hash_part, standins);
+                }
+                Ok(())
+            }
+            Entry::Vacant(copy) => {
+                let promoted = self.bases.remove_if(copy.key(), |_, b| {
+                    b.owner == from.node && b.boot == from.boot
+                });
+                let snap = match promoted {
+                    Some((_, base)) => self.past(snap, &base),
+                    None => snap,
+                };
+                main.absorb(snap)
+            }
+        }
     }
 
     /// Stand-in admissions to charge to the owners `payable` accepts, each
@@ -307,56 +388,43 @@ impl Replicas {
         let members: Vec<&NodeIdentity> = ring.members().iter().collect();
         let live = |id: &str| members.iter().any(|m| m.id == id);
         let (mut mine, mut theirs) = (Vec::new(), Vec::new());
-        let uncharged = |m: &Meta| -> u64 {
-            m.standins
-                .iter()
-                .filter(|s| !matches!(s.charged, Charged::At(_)))
-                .map(|s| s.cost)
-                .sum()
-        };
-        let keys: Vec<(Key, String, u64, Nanos, u64)> = self
-            .meta
-            .iter()
-            .map(|e| {
-                (
-                    e.key().clone(),
-                    e.owner.clone(),
-                    e.boot,
-                    e.taken_at,
-                    uncharged(e.value()),
-                )
-            })
-            .collect();
+        let keys: Vec<Key> = self.meta.iter().map(|e| e.key().clone()).collect();
         let now = self.store.now();
-        for ((rule, hash_part), owner, boot, taken_at, uncharged) in keys {
-            if live(&owner) {
+        for k in keys {
+            // Held until the copy is a base or gone: a handoff of the same
+            // key (`handed_over`) waits for it, and sees one or the other.
+            let Entry::Occupied(copy) = self.meta.entry(k) else {
+                continue;
+            };
+            let (rule, hash_part) = copy.key().clone();
+            let m = copy.get();
+            if live(&m.owner) {
                 // Still its owner's copy, if this node is still the holder.
                 if ring.replica_of(&hash_part).is_none_or(|h| h.id != me) {
-                    self.meta.remove(&(rule.clone(), hash_part.clone()));
                     self.store.take(&rule, &hash_part);
+                    copy.remove();
                 }
                 continue;
             }
-            self.meta.remove(&(rule.clone(), hash_part.clone()));
             let Some(snap) = self.store.take(&rule, &hash_part) else {
+                copy.remove();
                 continue;
             };
             if ring.owner_id(&hash_part).is_some_and(|o| o == me) {
-                self.bases.insert(
-                    (rule, hash_part),
-                    Base {
-                        owner: owner.clone(),
-                        boot,
-                        taken_at,
-                        state: snap.state.clone(),
-                        uncharged,
-                        at: now,
-                    },
-                );
+                let base = Base {
+                    owner: m.owner.clone(),
+                    boot: m.boot,
+                    taken_at: m.taken_at,
+                    state: snap.state.clone(),
+                    uncharged: uncharged(m),
+                    at: now,
+                };
+                self.bases.insert((rule, hash_part), base);
                 mine.push(snap);
             } else {
                 theirs.push(snap);
             }
+            copy.remove();
         }
         (mine, theirs)
     }
@@ -377,6 +445,13 @@ impl Replicas {
         if base.owner != to.id || base.boot != to.boot {
             return snap;
         }
+        self.past(snap, &base)
+    }
+
+    /// What `snap`, a later count of a promoted key, holds past its base,
+    /// plus the base's stand-ins its owner was never charged with (the
+    /// owner's own count lacks them). `snap` whole when it cannot be said.
+    fn past(&self, snap: CounterSnapshot, base: &Base) -> CounterSnapshot {
         let Some(mut since) = self.store.since(&snap, &base.state) else {
             return snap;
         };
@@ -398,8 +473,12 @@ impl Replicas {
     pub fn sweep(&self) {
         self.store.sweep();
         let now = self.store.now();
-        let kept = u64::try_from(BASE_KEPT.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let kept = nanos(BASE_KEPT);
         self.bases.retain(|_, b| now.saturating_sub(b.at) < kept);
+        let kept = nanos(HANDED_KEPT);
+        self.handed
+            .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
     }
 
     /// Copies held.

@@ -123,6 +123,8 @@ pub struct Parts {
     pub replicas: std::sync::Arc<crate::owner::replica::Replicas>,
     pub replicator: std::sync::Arc<crate::owner::replicate::Replicator>,
     pub lessor: std::sync::Arc<crate::owner::lease::Lessor>,
+    /// This process's boot (`NodeIdentity::boot`).
+    pub boot: u64,
 }
 
 /// The strategy `config.strategy` names: the one place the flag is read.
@@ -186,6 +188,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 p.link,
                 p.stats,
                 p.replicas.clone(),
+                p.boot,
             );
             Arc::new(owner::OwnerStrategy::new(
                 gateway,

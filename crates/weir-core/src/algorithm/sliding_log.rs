@@ -176,16 +176,30 @@ impl Algorithm for SlidingLog {
         }
     }
 
-    fn since(&self, s: &SlidingLogState, base: &SlidingLogState, _now: Nanos) -> SlidingLogState {
-        // Entries are appended in time order, so what came after the base
-        // is what is newer than its newest entry.
-        let newest = base.entries.back().map(|&(t, _)| t);
-        let entries: VecDeque<(Nanos, u32)> = s
-            .entries
-            .iter()
-            .copied()
-            .filter(|&(t, _)| newest.is_none_or(|n| t > n))
-            .collect();
+    /// Counted, not matched by time: a later count of a key may hold the
+    /// base's admissions at other times than the base does (an owner's own
+    /// entry for an admission its copy was charged with when a gateway
+    /// reported it), and the base may hold admissions the later count never
+    /// got (a stand-in's). What `s` holds past the base's total, over the
+    /// same window, is what was spent since; its newest entries carry it,
+    /// so the window stays full longest.
+    fn since(&self, s: &SlidingLogState, base: &SlidingLogState, now: Nanos) -> SlidingLogState {
+        let (mut s, mut base) = (s.clone(), base.clone());
+        let newest = s.entries.back().into_iter().chain(base.entries.back());
+        let now = newest.fold(now, |n, &(t, _)| n.max(t));
+        self.trim(&mut s, now);
+        self.trim(&mut base, now);
+        let mut past = s.used.saturating_sub(base.used);
+        let mut entries = VecDeque::new();
+        for &(t, c) in s.entries.iter().rev() {
+            if past == 0 {
+                break;
+            }
+            let part = u64::from(c).min(past);
+            // part <= c, a u32.
+            entries.push_front((t, part as u32));
+            past -= part;
+        }
         let used = entries.iter().map(|&(_, c)| u64::from(c)).sum();
         SlidingLogState { entries, used }
     }

@@ -577,3 +577,42 @@ fn since_is_what_was_spent_after_the_base_and_nothing_of_it() {
         assert_eq!(burst(&p, &mut owner, t + MS, 10), 3, "{kind}: 10 - 4 - 3");
     }
 }
+
+/// A later count need not descend from the base: an owner's count holds
+/// its own entries for admissions its copy was charged with only when a
+/// gateway reported them, at the copy's time. What the later count holds
+/// past the base is still what was spent since.
+#[test]
+fn since_counts_past_a_base_that_is_not_an_ancestor() {
+    for kind in AlgorithmKind::ALL {
+        let p = policy_full(kind, 10, 60);
+        let t = 9_000 * SEC;
+        let mut owner = p.fresh();
+        burst(&p, &mut owner, t, 4);
+        let mut copy = owner.clone();
+        // The owner admits two; one is reported and charged to the copy
+        // at the same instant.
+        burst(&p, &mut owner, t + 2 * MS, 2);
+        assert!(p.charge(&mut copy, t + 2 * MS, 1));
+        let delta = p.since(&owner, &copy, t + 2 * MS).expect("same algorithm");
+        let mut merged = copy.clone();
+        assert!(p.merge(&mut merged, delta, t + 2 * MS));
+        assert_eq!(burst(&p, &mut merged, t + 2 * MS, 10), 4, "{kind}: 10 - 6");
+    }
+}
+
+/// Admissions that aged out of the window are in neither count: the base's
+/// old ones are not taken off what the later count spent since.
+#[test]
+fn since_ignores_what_aged_out_of_the_window() {
+    let p = policy_full(AlgorithmKind::SlidingWindowLog, 10, 60);
+    let t = 9_000 * SEC;
+    let mut s = p.fresh();
+    burst(&p, &mut s, t, 6);
+    let base = s.clone();
+    burst(&p, &mut s, t + 61 * SEC, 3);
+    let delta = p.since(&s, &base, t + 61 * SEC).expect("same algorithm");
+    let mut fresh = p.fresh();
+    assert!(p.merge(&mut fresh, delta, t + 61 * SEC));
+    assert_eq!(burst(&p, &mut fresh, t + 61 * SEC, 10), 7, "10 - 3");
+}

@@ -1,0 +1,289 @@
+//! What a received handoff adds, whatever this node did with its copy of the counter first.
+
+use std::time::Duration;
+
+use super::*;
+use weir_core::{AlgorithmKind, FakeClock, LimiterConfig, Nanos, RuleSet};
+
+#[test]
+fn a_handed_over_counter_keeps_its_spent_budget() {
+    let rules = RuleSet::from_toml(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
+    )
+    .unwrap();
+    let clock = Arc::new(FakeClock::at_secs(1000.0));
+    let old = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
+    let new = Limiter::new(rules, clock, LimiterConfig::default());
+    for _ in 0..3 {
+        assert!(old.consume("r", "k", 1, old.now()).unwrap().allowed);
+    }
+    // The new owner already admitted one on a fresh counter.
+    assert!(new.consume("r", "k", 1, new.now()).unwrap().allowed);
+    let copies = Replicas::new(&new);
+    assert_eq!(
+        absorb(&new, &copies, &sender("old", 1, &new), sent(&old)).accepted,
+        1
+    );
+    let d = new.consume("r", "k", 1, new.now()).unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
+    assert!(!new.consume("r", "k", 1, new.now()).unwrap().allowed);
+}
+
+#[test]
+fn counters_of_unknown_rules_and_garbage_are_dropped() {
+    let clock = Arc::new(FakeClock::at_secs(1000.0));
+    let l = Limiter::new(RuleSet::empty(), clock, LimiterConfig::default());
+    let garbage = CounterState {
+        carried: None,
+        rule: "r".into(),
+        key: "k".into(),
+        state: vec![0xff, 0xff, 0xff],
+    };
+    assert_eq!(
+        absorb(
+            &l,
+            &Replicas::new(&l),
+            &sender("peer", 1, &l),
+            vec![garbage]
+        ),
+        Absorbed {
+            accepted: 0,
+            refused: 1
+        }
+    );
+}
+
+/// A handoff's sender, whose counters are in `l`.
+fn sender<'a>(node: &'a str, boot: u64, l: &Limiter) -> Sender<'a> {
+    Sender {
+        node,
+        boot,
+        at: l.now(),
+    }
+}
+
+/// Every counter `l` holds, taken as a leaving node takes them.
+fn sent(l: &Limiter) -> Vec<CounterState> {
+    l.take_unless(|_| false)
+        .iter()
+        .filter_map(wire::snapshot_to_wire)
+        .collect()
+}
+
+const LIMIT: usize = 20;
+const OWNER: &str = "n3";
+const BOOT: u64 = 7;
+const ME: &str = "n1";
+
+/// A key `n3` owned, with `n1` holding its copy: once `n3` leaves, `n1`
+/// owns it.
+struct Scene {
+    clock: Arc<FakeClock>,
+    /// `n3`'s counters.
+    owner: Limiter,
+    /// `n1`'s counters and its copies of `n3`'s.
+    main: Limiter,
+    copies: Replicas,
+    rule: &'static str,
+    key: String,
+}
+
+impl Scene {
+    /// `n3` has admitted `copied` for the key and streamed that count to
+    /// `n1`.
+    fn new(kind: AlgorithmKind, copied: usize) -> Scene {
+        let rule = kind.as_str();
+        let burst = if kind == AlgorithmKind::LeakyBucket {
+            format!("burst = {LIMIT}\n")
+        } else {
+            String::new()
+        };
+        let toml = format!(
+            "[[rule]]\nname = \"{rule}\"\nalgorithm = \"{rule}\"\nlimit = {LIMIT}\nwindow = \"60s\"\n{burst}"
+        );
+        let rules = RuleSet::from_toml(&toml).unwrap();
+        let clock = Arc::new(FakeClock::at_secs(9_000.0));
+        let owner = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
+        let main = Limiter::new(rules, clock.clone(), LimiterConfig::default());
+        let copies = Replicas::new(&main);
+        let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
+        let key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| after.owner_id(k) == Some(ME))
+            .unwrap();
+        let s = Scene {
+            clock,
+            owner,
+            main,
+            copies,
+            rule,
+            key,
+        };
+        s.owner_admits(copied);
+        let copy = s.owner.snapshot(rule, &s.key).unwrap();
+        assert_eq!(s.copies.take(OWNER, BOOT, s.owner.now(), vec![copy]), 1);
+        s
+    }
+
+    /// `n3` admits `n` more, a millisecond on; returns when.
+    fn owner_admits(&self, n: usize) -> Nanos {
+        self.clock.advance(Duration::from_millis(1));
+        let at = self.owner.now();
+        for _ in 0..n {
+            let d = self.owner.consume(self.rule, &self.key, 1, at).unwrap();
+            assert!(d.allowed, "{}: {d:?}", self.rule);
+        }
+        at
+    }
+
+    /// `n1`'s ring drops `n3`: the copy becomes `n1`'s counter. The merge
+    /// into its counters is returned for the caller to apply, as the owner
+    /// strategy applies it after `on_ring` returns.
+    fn ring_drops_the_owner(&self) -> Vec<CounterSnapshot> {
+        let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
+        let (mine, theirs) = self.copies.on_ring(&after, ME);
+        assert!(theirs.is_empty());
+        mine
+    }
+
+    fn merge(&self, promoted: Vec<CounterSnapshot>) {
+        for snap in promoted {
+            self.main.absorb(snap).unwrap();
+        }
+    }
+
+    /// `n3`'s handoff, from the process `boot`, reaches `n1`.
+    fn handoff_arrives(&self, boot: u64) {
+        let counters = sent(&self.owner);
+        let from = sender(OWNER, boot, &self.owner);
+        assert_eq!(
+            absorb(&self.main, &self.copies, &from, counters).accepted,
+            1
+        );
+    }
+
+    /// What `n1` still admits for the key.
+    fn left(&self) -> usize {
+        let now = self.main.now();
+        (0..2 * LIMIT)
+            .filter(|_| {
+                let d = self.main.consume(self.rule, &self.key, 1, now).unwrap();
+                d.allowed
+            })
+            .count()
+    }
+}
+
+fn node(id: &str) -> NodeIdentity {
+    let addr = "127.0.0.1:1".parse().unwrap();
+    NodeIdentity::new(id, addr, addr)
+}
+
+/// Guard: a handoff that lands after the receiver's ring dropped its sender
+/// finds the copy promoted already, with an admission a gateway reported
+/// charged onto it; only what the owner spent past the copy is added.
+/// Merged whole, the key counted 30 of 20 and denied for a window.
+#[test]
+fn a_handoff_after_the_copy_was_promoted_adds_only_what_the_owner_spent_past_it() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 13);
+        let at = s.owner_admits(1);
+        s.owner_admits(1);
+        s.merge(s.ring_drops_the_owner());
+        // A gateway n3 answered reports its 14th admission; its 15th
+        // (n3's own, say) only the handoff carries.
+        assert!(s.copies.admitted_by(OWNER, s.rule, &s.key, 1, at, &s.main));
+        s.handoff_arrives(BOOT);
+        assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
+    }
+}
+
+/// The handoff may land between the promotion and its merge into the
+/// counters: the two add up the same in either order.
+#[test]
+fn a_handoff_between_a_promotion_and_its_merge_counts_once() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 14);
+        s.owner_admits(1);
+        let promoted = s.ring_drops_the_owner();
+        s.handoff_arrives(BOOT);
+        s.merge(promoted);
+        assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
+    }
+}
+
+/// Guard: a handoff that lands first supersedes the copy, so a ring
+/// change after it has nothing to promote on top of the handed count.
+#[test]
+fn a_handoff_before_the_ring_change_leaves_no_copy_to_promote() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 14);
+        s.owner_admits(1);
+        s.handoff_arrives(BOOT);
+        assert!(s.ring_drops_the_owner().is_empty(), "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
+    }
+}
+
+/// A sender that restarted since the copy was taken holds none of it:
+/// its count is added whole to the promoted copy.
+#[test]
+fn a_handoff_from_a_restarted_owner_is_added_whole() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 14);
+        s.merge(s.ring_drops_the_owner());
+        // The restarted n3 began empty and admitted two.
+        s.owner.take_unless(|_| false);
+        s.owner_admits(2);
+        s.handoff_arrives(BOOT + 1);
+        assert_eq!(s.left(), LIMIT - 16, "{kind:?}");
+    }
+}
+
+/// Admissions n1 decided on the copy while n3 was unreachable, and never
+/// charged to it, are in the promoted copy but not in n3's count: they
+/// stay counted when the handoff settles the key.
+#[test]
+fn stand_in_admissions_the_owner_never_got_stay_counted() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 10);
+        for _ in 0..2 {
+            let d = s.copies.stand_in(OWNER, s.rule, &s.key, 1).unwrap();
+            assert!(d.allowed, "{kind:?}: {d:?}");
+        }
+        s.owner_admits(3);
+        s.merge(s.ring_drops_the_owner());
+        s.handoff_arrives(BOOT);
+        assert_eq!(s.left(), LIMIT - 15, "10 + 3 at n3, 2 at n1: {kind:?}");
+    }
+}
+
+/// Guard: a copy n3 took before its handoff, carried by a replication call
+/// still in flight, lands after the handoff. Taken, it was promoted on the
+/// ring change on top of the handed count (15 + 15 of 20, the rolling
+/// restart that denied for a window). A copy n3 takes later is taken.
+#[test]
+fn a_copy_older_than_the_handoff_is_refused() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 14);
+        let taken_at = s.owner_admits(1);
+        let in_flight = s.owner.snapshot(s.rule, &s.key).unwrap();
+        s.handoff_arrives(BOOT);
+        assert_eq!(
+            s.copies
+                .take(OWNER, BOOT, taken_at, vec![in_flight.clone()]),
+            0
+        );
+        assert!(s.ring_drops_the_owner().is_empty(), "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
+
+        s.clock.advance(Duration::from_millis(1));
+        let later = s.owner.now();
+        assert_eq!(
+            s.copies.take(OWNER, BOOT, later, vec![in_flight]),
+            1,
+            "{kind:?}"
+        );
+    }
+}
