@@ -223,6 +223,27 @@ async fn a_limit_override_is_enforced_at_its_own_limit() {
     node.shutdown().await;
 }
 
+/// A lone descriptor of the rule set is validated by its decision, not
+/// before it as several are: it is refused all the same, naming its field,
+/// counted as invalid input, and it consumes nothing.
+#[tokio::test]
+async fn a_lone_bad_descriptor_is_refused_naming_its_field() {
+    let (node, mut client) = start().await;
+    let long_client = "c".repeat(257);
+    let bad_ip = desc(&[("client", "hal"), ("ip", "not-an-ip")]);
+    for (d, field) in [
+        (client_desc(&long_client), "descriptors[0].key"),
+        (bad_ip, "descriptors[0].ip"),
+    ] {
+        let status = refused(&mut client, request("edge", vec![d])).await;
+        assert_eq!(status.code(), GrpcCode::InvalidArgument);
+        assert!(status.message().contains(field), "{}", status.message());
+    }
+    assert_eq!(node.state().metrics.checks("", "invalid"), 2);
+    assert_eq!(one(&mut client, client_desc("hal")).await, (Code::Ok, 2));
+    node.shutdown().await;
+}
+
 #[tokio::test]
 async fn request_level_fields_are_validated() {
     let (node, mut client) = start().await;

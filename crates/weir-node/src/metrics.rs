@@ -15,7 +15,7 @@ use weir_core::{CheckError, Verdict};
 pub mod scrape;
 mod sharded;
 
-use sharded::{CheckCounts, Histogram};
+use sharded::{CheckCounts, Histogram, Outcome};
 
 /// The `Content-Type` of what [`Metrics::render`] writes: the Prometheus
 /// text format, version 0.0.4.
@@ -74,20 +74,19 @@ impl Default for Metrics {
 
 /// The (rule, verdict) label of a decided check, borrowed: cloning the
 /// rule's name would touch its shared reference count on every check.
-fn check_label(verdict: &Verdict) -> (&Arc<str>, &'static str) {
+fn check_label(verdict: &Verdict) -> (&Arc<str>, Outcome) {
     match verdict.binding() {
-        Some(a) if verdict.allowed => (&a.rule.name, "allowed"),
-        Some(a) => (&a.rule.name, "denied"),
-        None => (&UNLABELLED, "unlimited"),
+        Some(a) if verdict.allowed => (&a.rule.name, Outcome::Allowed),
+        Some(a) => (&a.rule.name, Outcome::Denied),
+        None => (&UNLABELLED, Outcome::Unlimited),
     }
 }
 
 /// Two labels of one batch, compared by address first: the checks of one
 /// rule share its name, and comparing the bytes was two memcmp calls per
 /// check. Two names alike at different addresses are the same label too.
-fn same_label(a: (&Arc<str>, &str), b: (&Arc<str>, &str)) -> bool {
-    let rule = Arc::ptr_eq(a.0, b.0) || a.0 == b.0;
-    rule && (std::ptr::eq(a.1, b.1) || a.1 == b.1)
+fn same_label(a: (&Arc<str>, Outcome), b: (&Arc<str>, Outcome)) -> bool {
+    a.1 == b.1 && (Arc::ptr_eq(a.0, b.0) || a.0 == b.0)
 }
 
 /// The empty rule label, allocated once rather than per unlimited check.
@@ -170,7 +169,7 @@ impl Metrics {
         verdicts: impl IntoIterator<Item = &'a Verdict>,
         per_item: Duration,
     ) {
-        let mut counts: Vec<((&Arc<str>, &'static str), u64)> = Vec::new();
+        let mut counts: Vec<((&Arc<str>, Outcome), u64)> = Vec::new();
         let mut n = 0;
         for v in verdicts {
             n += 1;
@@ -193,7 +192,11 @@ impl Metrics {
     /// counted under [`OVERRIDE_LABEL`] whatever the override's name.
     pub fn record_override_verdict(&self, verdict: &Verdict, elapsed: Duration) {
         self.decision_seconds.observe(elapsed, 1);
-        let v = if verdict.allowed { "allowed" } else { "denied" };
+        let v = if verdict.allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        };
         self.checks.add(&OVERRIDE, v, 1);
     }
 
@@ -202,13 +205,13 @@ impl Metrics {
         if failure.is_input() {
             self.record_rejected_input(failure.field().unwrap_or("request"));
         } else {
-            self.checks.add(&UNLABELLED, "unavailable", 1);
+            self.checks.add(&UNLABELLED, Outcome::Unavailable, 1);
         }
     }
 
     /// A request refused at the edge (bad JSON, oversized body...).
     pub fn record_rejected_input(&self, field: &'static str) {
-        self.checks.add(&UNLABELLED, "invalid", 1);
+        self.checks.add(&UNLABELLED, Outcome::Invalid, 1);
         self.rejected_inputs
             .get_or_create(&FieldLabels { field })
             .inc();

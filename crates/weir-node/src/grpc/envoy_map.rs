@@ -79,8 +79,10 @@ impl MapError {
 }
 
 /// Turns a request into one check per descriptor, validating all of them
-/// first, so a refused request has decided nothing. The rule set's cost
-/// ceiling is the one check left to the caller: it needs the rules.
+/// first when there are several, so a refused request has decided
+/// nothing. The rule set's cost ceiling is the one check left to the
+/// caller: it needs the rules. A lone descriptor of the rule set is left
+/// to its decision, which validates it as its first step.
 pub fn to_checks(
     req: &RateLimitRequest,
     max_descriptors: usize,
@@ -100,10 +102,20 @@ pub fn to_checks(
             ),
         ));
     }
+    // A lone descriptor of the rule set is validated by its own decision
+    // (the same checks, the same status), not twice. Several are validated
+    // here, before any is decided, so a refused request consumes nothing.
+    let lone = req.descriptors.len() == 1;
     req.descriptors
         .iter()
         .enumerate()
-        .map(|(i, d)| descriptor_check(i, &req.domain, req.hits_addend, d))
+        .map(|(i, d)| {
+            let check = descriptor_check(i, &req.domain, req.hits_addend, d)?;
+            if !lone || check.limit.is_some() {
+                check.validate().map_err(|e| MapError::descriptor(i, &e))?;
+            }
+            Ok(check)
+        })
         .collect()
 }
 
@@ -148,7 +160,7 @@ fn descriptor_check(
             message,
         })?)),
     };
-    let check = CheckRequest {
+    Ok(CheckRequest {
         key,
         route: entry(d, &ROUTE_KEYS).unwrap_or(domain).to_string(),
         tier: entry(d, &TIER_KEYS).map(str::to_string),
@@ -159,10 +171,7 @@ fn descriptor_check(
         // so a shaping rule is decided as a meter (an admission that would
         // have to wait is over the limit and consumes nothing).
         max_delay: Some(Duration::ZERO),
-    };
-    // Validation covers a carried limit's cost ceiling too.
-    check.validate().map_err(|e| MapError::descriptor(i, &e))?;
-    Ok(check)
+    })
 }
 
 /// `domain|k=v|k=v`: every distinct descriptor gets its own counter even

@@ -48,12 +48,21 @@ fn shard_index() -> usize {
 /// The verdict label values, in the order of a shard's counts.
 pub const VERDICTS: [&str; 5] = ["allowed", "denied", "unlimited", "unavailable", "invalid"];
 
-/// The index of a verdict label; `verdict` is always one of [`VERDICTS`].
-fn verdict_index(verdict: &str) -> usize {
-    VERDICTS
-        .iter()
-        .position(|v| *v == verdict)
-        .expect("a known verdict label")
+/// A check's verdict label, as its index in [`VERDICTS`]: a check counts
+/// itself without comparing label strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    Unlimited,
+    Unavailable,
+    Invalid,
+}
+
+/// The index of a verdict label read back by name; None for a label no
+/// check is counted under.
+fn verdict_index(verdict: &str) -> Option<usize> {
+    VERDICTS.iter().position(|v| *v == verdict)
 }
 
 type RuleCounts = HashMap<Arc<str>, [u64; VERDICTS.len()], foldhash::fast::RandomState>;
@@ -69,8 +78,8 @@ pub struct CheckCounts {
 impl CheckCounts {
     /// `n` more checks of `rule` with `verdict`. The rule's name is
     /// cloned only the first time this shard sees it.
-    pub fn add(&self, rule: &Arc<str>, verdict: &'static str, n: u64) {
-        let v = verdict_index(verdict);
+    pub fn add(&self, rule: &Arc<str>, verdict: Outcome, n: u64) {
+        let v = verdict as usize;
         let mut counts = self.shards[shard_index()].0.lock();
         match counts.get_mut(&**rule) {
             Some(c) => c[v] += n,
@@ -98,7 +107,9 @@ impl CheckCounts {
     }
 
     pub fn get(&self, rule: &str, verdict: &str) -> u64 {
-        let v = verdict_index(verdict);
+        let Some(v) = verdict_index(verdict) else {
+            return 0;
+        };
         self.shards
             .iter()
             .map(|s| s.0.lock().get(rule).map_or(0, |c| c[v]))
@@ -221,9 +232,9 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..1000 {
-                        c.add(&rule, "allowed", 1);
+                        c.add(&rule, Outcome::Allowed, 1);
                     }
-                    c.add(&rule, "denied", 5);
+                    c.add(&rule, Outcome::Denied, 5);
                 });
             }
         });

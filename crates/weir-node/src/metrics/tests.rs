@@ -49,11 +49,11 @@ fn labels_are_alike_by_name_and_verdict_wherever_they_live() {
     let r: Arc<str> = Arc::from("r");
     let again: Arc<str> = Arc::from(String::from("r"));
     let other: Arc<str> = Arc::from("s");
-    let denied = String::from("denied");
-    assert!(same_label((&r, "allowed"), (&r, "allowed")));
-    assert!(same_label((&r, "denied"), (&again, denied.as_str())));
-    assert!(!same_label((&r, "allowed"), (&r, "denied")));
-    assert!(!same_label((&r, "allowed"), (&other, "allowed")));
+    use super::Outcome::{Allowed, Denied};
+    assert!(same_label((&r, Allowed), (&r, Allowed)));
+    assert!(same_label((&r, Denied), (&again, Denied)));
+    assert!(!same_label((&r, Allowed), (&r, Denied)));
+    assert!(!same_label((&r, Allowed), (&other, Allowed)));
 }
 
 #[test]

@@ -149,8 +149,15 @@ fn bad_attributes_are_refused_naming_the_descriptor_field() {
     let r = req("edge", vec![desc(&[("client", "c")]), bad_ip]);
     assert_eq!(refused(r), "descriptors[1].ip");
     let long_client = "c".repeat(MAX_KEY_LEN + 1);
-    let r = req("edge", vec![desc(&[("client", &long_client)])]);
+    let r = req(
+        "edge",
+        vec![desc(&[("client", &long_client)]), desc(&[("client", "c")])],
+    );
     assert_eq!(refused(r), "descriptors[0].key");
+    // A lone descriptor of the rule set is refused by its decision instead,
+    // with the same status (tests/tests/grpc_envoy.rs), not checked twice.
+    let lone = req("edge", vec![desc(&[("client", &long_client)])]);
+    assert!(to_checks(&lone, 10).is_ok());
 }
 
 fn with_override(requests_per_unit: u32, unit: RateLimitUnit) -> RateLimitDescriptor {
