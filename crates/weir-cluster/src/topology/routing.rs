@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use super::membership::NodeIdentity;
 use super::ring::Ring;
@@ -10,16 +11,24 @@ use super::ring::Ring;
 pub struct Routing {
     me: String,
     ring: ArcSwap<Ring>,
-    /// Set once a graceful leave begins.
-    after_leave: ArcSwapOption<Ring>,
+    /// The ring checks are routed by: `ring`, or once a graceful leave
+    /// begins, the ring without this node. Kept apart so a check reads one
+    /// pointer, not whether a leave began and then which ring.
+    routes: ArcSwap<Ring>,
+    /// Whether a graceful leave began. Its lock orders the writers of
+    /// `ring` and `routes`, so a new member view cannot overwrite the ring
+    /// a leave routes by.
+    leaving: Mutex<bool>,
 }
 
 impl Routing {
     pub fn new(me: String, ring: Ring) -> Self {
+        let ring = Arc::new(ring);
         Routing {
             me,
-            ring: ArcSwap::from_pointee(ring),
-            after_leave: ArcSwapOption::empty(),
+            ring: ArcSwap::new(ring.clone()),
+            routes: ArcSwap::new(ring),
+            leaving: Mutex::new(false),
         }
     }
 
@@ -34,32 +43,31 @@ impl Routing {
 
     /// The ring checks are routed by: without this node once it is leaving.
     pub fn routing_ring(&self) -> Arc<Ring> {
-        match self.after_leave.load_full() {
-            Some(r) => r,
-            None => self.ring.load_full(),
-        }
+        self.routes.load_full()
     }
 
     /// Runs `f` on the routing ring without taking a reference to it: a
     /// check decided in place would otherwise bump the ring's count, one
     /// cache line that every core's checks share.
     pub fn with_routing_ring<R>(&self, f: impl FnOnce(&Ring) -> R) -> R {
-        let leaving = self.after_leave.load();
-        match &*leaving {
-            Some(r) => f(r),
-            None => f(&self.ring.load()),
-        }
+        f(&self.routes.load())
     }
 
     /// Installs the ring of a new member view; returns the one it replaces.
     pub fn install(&self, ring: Arc<Ring>) -> Arc<Ring> {
+        let leaving = self.leaving.lock();
+        if !*leaving {
+            self.routes.store(ring.clone());
+        }
         self.ring.swap(ring)
     }
 
     /// Routes by the ring without this node from now on, and returns it.
     pub fn leave(&self) -> Arc<Ring> {
+        let mut leaving = self.leaving.lock();
         let after = Arc::new(Ring::with_default_vnodes(&self.peers()));
-        self.after_leave.store(Some(after.clone()));
+        *leaving = true;
+        self.routes.store(after.clone());
         after
     }
 
@@ -120,5 +128,23 @@ mod tests {
             3,
             "the member ring still holds a until it is gone"
         );
+    }
+
+    /// Guard: member views keep arriving while a node leaves (it is still
+    /// a member until it is gone); they update the member ring, never the
+    /// ring its checks are routed by.
+    #[test]
+    fn a_member_view_during_a_leave_does_not_route_back_to_the_leaver() {
+        let members = [node("a", 1), node("b", 2), node("c", 3)];
+        let r = Routing::new("a".into(), Ring::with_default_vnodes(&members));
+        let mine = (0..1000)
+            .map(|i| format!("k{i}"))
+            .find(|k| r.remote_owner(k).is_none())
+            .expect("a owns some key");
+        r.leave();
+        r.install(Arc::new(Ring::with_default_vnodes(&members)));
+        assert_eq!(r.ring().len(), 3);
+        assert!(r.remote_owner(&mine).is_some(), "routed back to a");
+        assert_eq!(r.routing_ring().len(), 2);
     }
 }
