@@ -167,6 +167,10 @@ pub async fn replicate(
 ) {
     loop {
         replicator.changed().await;
+        // Held until this round's calls are settled; none once stopped.
+        let Some(round) = replicator.round().await else {
+            return;
+        };
         tokio::time::sleep(REPLICATE_LINGER).await;
         let changed = replicator.take();
         if changed.is_empty() {
@@ -223,6 +227,7 @@ pub async fn replicate(
                 replicator.retry(keys);
             }
         }
+        drop(round);
         if failed {
             tokio::time::sleep(REPLICATE_BACKOFF).await;
         }

@@ -14,6 +14,7 @@ use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
 use super::replica::{Replicas, Sender};
+use super::replicate::Replicator;
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -96,6 +97,8 @@ pub struct Handoff {
     /// Counters promoted from copies hand back only what was spent since,
     /// to the owner process they were copied from.
     replicas: Arc<Replicas>,
+    /// Stopped by a leave before its counters are taken.
+    replicator: Arc<Replicator>,
     /// This process's boot, sent with every handoff.
     boot: u64,
 }
@@ -107,6 +110,7 @@ impl Handoff {
         link: Arc<dyn Link>,
         stats: Arc<Stats>,
         replicas: Arc<Replicas>,
+        replicator: Arc<Replicator>,
         boot: u64,
     ) -> Self {
         Handoff {
@@ -115,6 +119,7 @@ impl Handoff {
             link,
             stats,
             replicas,
+            replicator,
             boot,
         }
     }
@@ -176,6 +181,8 @@ impl Handoff {
     pub async fn leave(&self, give_up: tokio::time::Instant) -> u64 {
         let after = self.routing.leave();
         let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
+        // No copy taken before the handoff may land after it.
+        let _ = tokio::time::timeout_at(give_up, self.replicator.stop()).await;
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
         let lost = match tokio::time::timeout_at(give_up, self.hand_over(snaps, &after)).await {

@@ -106,8 +106,9 @@ pub struct Sender<'a> {
     pub at: Nanos,
 }
 
-/// A key handed over to this node, remembered so that a copy of it the
-/// sender took before the handoff is not taken after it.
+/// A key handed over to this node by the owner of the copy it held,
+/// remembered so that a copy the sender took before the handoff is not
+/// taken after it.
 struct Handed {
     from: String,
     boot: u64,
@@ -250,8 +251,12 @@ impl Replicas {
     /// - Anything else is merged whole.
     ///
     /// A copy the sender took before the handoff and that arrives after it
-    /// (a replication call in flight) is refused from then on (`take`): it
-    /// would be promoted on top of the count.
+    /// (a replication call in flight) would be promoted on top of the
+    /// count. A leaving sender stops replicating before it takes its
+    /// counters (`Replicator::stop`); should a call it gave up on still
+    /// land, a key whose copy this node held is refused older copies from
+    /// the sender for a minute (`take`). Only those are remembered: a
+    /// record per handed key would double a large handoff's memory.
     ///
     /// The copy's entry is held through the merge, so neither a ring change
     /// (`on_ring`) nor a copy (`take`) of the key lands in between.
@@ -262,19 +267,20 @@ impl Replicas {
         from: &Sender,
     ) -> Result<(), Absorb> {
         let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
-        let entry = self.meta.entry(key(&rule, &hash_part));
         let handed = Handed {
             from: from.node.to_string(),
             boot: from.boot,
             at: from.at,
             kept_from: self.store.now(),
         };
-        self.handed.insert(entry.key().clone(), handed);
-        match entry {
+        match self.meta.entry(key(&rule, &hash_part)) {
             Entry::Occupied(copy) => {
                 main.absorb(snap)?;
                 self.store.take(&rule, &hash_part);
                 let standins = uncharged(copy.get());
+                if copy.get().owner == from.node {
+                    self.handed.insert(copy.key().clone(), handed);
+                }
                 copy.remove();
                 if standins > 0 {
                     let _ = main.charge(&rule, &hash_part, standins);
@@ -286,7 +292,10 @@ impl Replicas {
                     b.owner == from.node && b.boot == from.boot
                 });
                 let snap = match promoted {
-                    Some((_, base)) => self.past(snap, &base),
+                    Some((_, base)) => {
+                        self.handed.insert(copy.key().clone(), handed);
+                        self.past(snap, &base)
+                    }
                     None => snap,
                 };
                 main.absorb(snap)

@@ -24,6 +24,9 @@ pub struct Replicator {
     /// Keys taken for a copy not yet acknowledged.
     in_flight: AtomicUsize,
     wake: Notify,
+    /// Held by the replication loop through a round (taking the marked
+    /// keys, copying them, settling the calls); true once stopped.
+    rounds: tokio::sync::Mutex<bool>,
 }
 
 impl Replicator {
@@ -33,7 +36,22 @@ impl Replicator {
             dirty: DashMap::default(),
             in_flight: AtomicUsize::new(0),
             wake: Notify::new(),
+            rounds: tokio::sync::Mutex::new(false),
         }
+    }
+
+    /// The replication loop's turn for one round; None once stopped.
+    pub async fn round(&self) -> Option<tokio::sync::MutexGuard<'_, bool>> {
+        let round = self.rounds.lock().await;
+        (!*round).then_some(round)
+    }
+
+    /// Stops replication for good, once the round in progress (if any) is
+    /// settled: its copies have landed or failed. A leaving node stops
+    /// before it takes its counters, so no copy it took can reach a holder
+    /// after its handoff, to be promoted there on top of the handed count.
+    pub async fn stop(&self) {
+        *self.rounds.lock().await = true;
     }
 
     pub fn is_on(&self) -> bool {
@@ -104,6 +122,22 @@ impl Replicator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guard: `stop` waits for the round in progress, and no round starts
+    /// after it.
+    #[tokio::test]
+    async fn stopping_waits_for_the_round_in_progress_and_ends_the_rounds() {
+        use futures::FutureExt;
+        let r = Replicator::new(true);
+        let round = r.round().await.expect("running");
+        let mut stop = Box::pin(r.stop());
+        assert!((&mut stop).now_or_never().is_none(), "stopped mid-round");
+        drop(round);
+        tokio::time::timeout(std::time::Duration::from_secs(5), stop)
+            .await
+            .expect("stopped once the round settled");
+        assert!(r.round().await.is_none());
+    }
 
     #[tokio::test]
     async fn a_fresh_mark_wakes_the_loop_and_a_marked_keys_change_does_not() {
