@@ -109,14 +109,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_leaving_node_routes_every_key_elsewhere() {
-        let members = [node("a", 1), node("b", 2), node("c", 3)];
+    /// Node a's routing in a ring of a, b and c, and a key a owns.
+    fn a_of_three() -> (Routing, Vec<NodeIdentity>, String) {
+        let members = vec![node("a", 1), node("b", 2), node("c", 3)];
         let r = Routing::new("a".into(), Ring::with_default_vnodes(&members));
         let mine = (0..1000)
             .map(|i| format!("k{i}"))
             .find(|k| r.remote_owner(k).is_none())
             .expect("a owns some key");
+        (r, members, mine)
+    }
+
+    #[test]
+    fn a_leaving_node_routes_every_key_elsewhere() {
+        let (r, _, mine) = a_of_three();
         let after = r.leave();
         assert_eq!(after.len(), 2);
         let new_owner = r
@@ -135,12 +141,7 @@ mod tests {
     /// ring its checks are routed by.
     #[test]
     fn a_member_view_during_a_leave_does_not_route_back_to_the_leaver() {
-        let members = [node("a", 1), node("b", 2), node("c", 3)];
-        let r = Routing::new("a".into(), Ring::with_default_vnodes(&members));
-        let mine = (0..1000)
-            .map(|i| format!("k{i}"))
-            .find(|k| r.remote_owner(k).is_none())
-            .expect("a owns some key");
+        let (r, members, mine) = a_of_three();
         r.leave();
         r.install(Arc::new(Ring::with_default_vnodes(&members)));
         assert_eq!(r.ring().len(), 3);
