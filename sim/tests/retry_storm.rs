@@ -50,7 +50,18 @@ fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_j
         measured >= predicted / 4.0 && measured <= predicted * 3.0,
         "peak ratio {measured:.1}, predicted Retry-After/width = {retry_after_ms}/{width_ms:.0} = {predicted:.1}"
     );
-    assert!(measured >= 5.0, "no herd: peak ratio {measured:.1}");
+    // A herd at all: the literal retries fire within a fraction of
+    // Retry-After, where full jitter spreads them over all of it, and their
+    // fullest bucket is well above full jitter's. How far above depends on
+    // how fast this machine sends 500 refusals: 10-20x on a quiet host,
+    // 5.7x with a herd 211 ms wide (docs/strategies.md), 4.9x once on a
+    // two-core machine busy with the rest of the test suite. Without a
+    // herd the two fullest buckets are alike (about 1x).
+    assert!(
+        width_ms <= retry_after_ms / 2.0,
+        "no herd: the retries without jitter took {width_ms:.0} ms to fire"
+    );
+    assert!(measured >= 2.5, "no herd: peak ratio {measured:.1}");
     // Server jitter spreads Retry-After over [base, 2 base]: the literal
     // retries cannot all land in one bucket any more.
     assert!(
