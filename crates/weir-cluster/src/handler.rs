@@ -131,7 +131,10 @@ impl PeerHandler {
             .into_iter()
             .filter_map(wire::snapshot_from_wire)
             .collect();
-        let accepted = self.replicas.take(&req.from_node, req.boot, req.at, states);
+        let ring = self.owner.routing.ring();
+        let accepted = self
+            .replicas
+            .take(&req.from_node, req.boot, req.at, states, &ring);
         ReplicateResponse { accepted }
     }
 

@@ -156,16 +156,24 @@ impl Replicas {
 
     /// Takes the copies `owner` streamed (taken at `taken_at` on its
     /// clock), replacing what was held, with the stand-in admissions they
-    /// cannot include yet applied on top.
+    /// cannot include yet applied on top. A copy of a key `owner` does not
+    /// own on `ring` (this node's) is refused: one sent before a join
+    /// moved the key elsewhere would otherwise outlive the ring change
+    /// that dropped the copy held, and be handed to the key's new owner on
+    /// top of its count should `owner` die.
     pub fn take(
         &self,
         owner: &str,
         boot: u64,
         taken_at: Nanos,
         states: Vec<CounterSnapshot>,
+        ring: &Ring,
     ) -> u32 {
         let mut taken = 0;
         for snap in states {
+            if ring.owner_id(&snap.hash_part) != Some(owner) {
+                continue;
+            }
             let k = key(&snap.rule, &snap.hash_part);
             let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
             // Held while the copy is put: a handoff of the key (which takes

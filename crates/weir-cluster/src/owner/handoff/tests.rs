@@ -85,6 +85,8 @@ struct Scene {
     /// `n1`'s counters and its copies of `n3`'s.
     main: Limiter,
     copies: Replicas,
+    /// The ring with n3, which n1 takes copies by.
+    with_owner: Ring,
     rule: &'static str,
     key: String,
 }
@@ -107,23 +109,31 @@ impl Scene {
         let owner = Limiter::new(rules.clone(), clock.clone(), LimiterConfig::default());
         let main = Limiter::new(rules, clock.clone(), LimiterConfig::default());
         let copies = Replicas::new(&main);
+        let with_owner = Ring::with_default_vnodes(&[node(ME), node("n2"), node(OWNER)]);
         let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
         let key = (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| after.owner_id(k) == Some(ME))
+            .find(|k| with_owner.owner_id(k) == Some(OWNER) && after.owner_id(k) == Some(ME))
             .unwrap();
         let s = Scene {
             clock,
             owner,
             main,
             copies,
+            with_owner,
             rule,
             key,
         };
         s.owner_admits(copied);
         let copy = s.owner.snapshot(rule, &s.key).unwrap();
-        assert_eq!(s.copies.take(OWNER, BOOT, s.owner.now(), vec![copy]), 1);
+        assert_eq!(s.take(s.owner.now(), copy), 1);
         s
+    }
+
+    /// A copy n3 took at `taken_at` reaches n1.
+    fn take(&self, taken_at: Nanos, copy: CounterSnapshot) -> u32 {
+        self.copies
+            .take(OWNER, BOOT, taken_at, vec![copy], &self.with_owner)
     }
 
     /// `n3` admits `n` more, a millisecond on; returns when.
@@ -270,20 +280,29 @@ fn a_copy_older_than_the_handoff_is_refused() {
         let taken_at = s.owner_admits(1);
         let in_flight = s.owner.snapshot(s.rule, &s.key).unwrap();
         s.handoff_arrives(BOOT);
-        assert_eq!(
-            s.copies
-                .take(OWNER, BOOT, taken_at, vec![in_flight.clone()]),
-            0
-        );
+        assert_eq!(s.take(taken_at, in_flight.clone()), 0);
         assert!(s.ring_drops_the_owner().is_empty(), "{kind:?}");
         assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
 
         s.clock.advance(Duration::from_millis(1));
         let later = s.owner.now();
-        assert_eq!(
-            s.copies.take(OWNER, BOOT, later, vec![in_flight]),
-            1,
-            "{kind:?}"
-        );
+        assert_eq!(s.take(later, in_flight), 1, "{kind:?}");
     }
+}
+
+/// Guard: a copy of a key its sender does not own on this node's ring is
+/// refused. One x sent before a join moved the key to n lands after the
+/// ring change that dropped the copy held here; kept, it would be handed
+/// to n on top of n's count were x to die.
+#[test]
+fn a_copy_from_a_node_that_no_longer_owns_the_key_is_refused() {
+    let s = Scene::new(AlgorithmKind::SlidingWindowCounter, 5);
+    let copy = s.owner.snapshot(s.rule, &s.key).unwrap();
+    let moved = Ring::with_default_vnodes(&[node(ME), node("n2")]);
+    let at = s.owner.now();
+    assert_eq!(
+        s.copies.take(OWNER, BOOT, at, vec![copy.clone()], &moved),
+        0
+    );
+    assert_eq!(s.take(at, copy), 1);
 }
