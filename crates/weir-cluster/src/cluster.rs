@@ -460,6 +460,15 @@ impl Cluster {
         if inner.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
+        // The whole leave is bounded by `leave_timeout`, so a shutdown
+        // (and the grace period deploy files allow for it) stays bounded
+        // even when peers are slow.
+        let give_up = tokio::time::Instant::now() + inner.config.leave_timeout;
+        // Replication is stopped once its round in flight is settled, not
+        // aborted with the other tasks: a copy call cut off mid-flight can
+        // still land at its holder after the handoff, and be promoted
+        // there on top of the handed count.
+        let _ = tokio::time::timeout_at(give_up, inner.replicator.stop()).await;
         inner.abort_tasks();
         let rest = inner.routing.peers();
         if rest.is_empty() {
@@ -467,10 +476,6 @@ impl Cluster {
             tracing::info!("left; no peer to hand anything to");
             return;
         }
-        // The whole leave is bounded by `leave_timeout`, so a shutdown
-        // (and the grace period deploy files allow for it) stays bounded
-        // even when peers are slow.
-        let give_up = tokio::time::Instant::now() + inner.config.leave_timeout;
         inner.strategy.leave(give_up).await;
         if let Err(e) = inner.membership.leave_gracefully().await {
             tracing::warn!(error = %e, "leave announcement failed");

@@ -181,7 +181,8 @@ impl Handoff {
     pub async fn leave(&self, give_up: tokio::time::Instant) -> u64 {
         let after = self.routing.leave();
         let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
-        // No copy taken before the handoff may land after it.
+        // No copy taken before the handoff may land after it (the cluster
+        // stopped replication already; this holds for any other caller).
         let _ = tokio::time::timeout_at(give_up, self.replicator.stop()).await;
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
