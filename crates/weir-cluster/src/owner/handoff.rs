@@ -14,7 +14,6 @@ use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
 use super::replica::{Replicas, Sender};
-use super::replicate::Replicator;
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -97,8 +96,6 @@ pub struct Handoff {
     /// Counters promoted from copies hand back only what was spent since,
     /// to the owner process they were copied from.
     replicas: Arc<Replicas>,
-    /// Stopped by a leave before its counters are taken.
-    replicator: Arc<Replicator>,
     /// This process's boot, sent with every handoff.
     boot: u64,
 }
@@ -110,7 +107,6 @@ impl Handoff {
         link: Arc<dyn Link>,
         stats: Arc<Stats>,
         replicas: Arc<Replicas>,
-        replicator: Arc<Replicator>,
         boot: u64,
     ) -> Self {
         Handoff {
@@ -119,7 +115,6 @@ impl Handoff {
             link,
             stats,
             replicas,
-            replicator,
             boot,
         }
     }
@@ -181,9 +176,6 @@ impl Handoff {
     pub async fn leave(&self, give_up: tokio::time::Instant) -> u64 {
         let after = self.routing.leave();
         let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
-        // No copy taken before the handoff may land after it (the cluster
-        // stopped replication already; this holds for any other caller).
-        let _ = tokio::time::timeout_at(give_up, self.replicator.stop()).await;
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
         let lost = match tokio::time::timeout_at(give_up, self.hand_over(snaps, &after)).await {

@@ -261,10 +261,11 @@ impl Replicas {
     /// A copy the sender took before the handoff and that arrives after it
     /// (a replication call in flight) would be promoted on top of the
     /// count. A leaving sender stops replicating before it takes its
-    /// counters (`Replicator::stop`); should a call it gave up on still
-    /// land, a key whose copy this node held is refused older copies from
-    /// the sender for a minute (`take`). Only those are remembered: a
-    /// record per handed key would double a large handoff's memory.
+    /// counters (`Cluster::leave`, `Replicator::stop`); should a call it
+    /// gave up on still land, a key whose copy this node held is refused
+    /// older copies from the sender for a minute (`take`). Only those are
+    /// remembered, so the records are bounded by the copies this node
+    /// held, not by the size of a handoff.
     ///
     /// The copy's entry is held through the merge, so neither a ring change
     /// (`on_ring`) nor a copy (`take`) of the key lands in between.
@@ -275,7 +276,7 @@ impl Replicas {
         from: &Sender,
     ) -> Result<(), Absorb> {
         let (rule, hash_part) = (snap.rule.clone(), snap.hash_part.clone());
-        let handed = Handed {
+        let handed = || Handed {
             from: from.node.to_string(),
             boot: from.boot,
             at: from.at,
@@ -287,7 +288,7 @@ impl Replicas {
                 self.store.take(&rule, &hash_part);
                 let standins = uncharged(copy.get());
                 if copy.get().owner == from.node {
-                    self.handed.insert(copy.key().clone(), handed);
+                    self.handed.insert(copy.key().clone(), handed());
                 }
                 copy.remove();
                 if standins > 0 {
@@ -301,7 +302,7 @@ impl Replicas {
                 });
                 let snap = match promoted {
                     Some((_, base)) => {
-                        self.handed.insert(copy.key().clone(), handed);
+                        self.handed.insert(copy.key().clone(), handed());
                         self.past(snap, &base)
                     }
                     None => snap,

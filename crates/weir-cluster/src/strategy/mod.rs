@@ -188,7 +188,6 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 p.link,
                 p.stats,
                 p.replicas.clone(),
-                p.replicator.clone(),
                 p.boot,
             );
             Arc::new(owner::OwnerStrategy::new(

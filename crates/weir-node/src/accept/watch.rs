@@ -346,6 +346,15 @@ mod tests {
         }
     }
 
+    /// The timeouts a node starts with, as the tests at the defaults
+    /// name them: 10 s head, 60 s idle, 20 s stall.
+    fn defaults() -> Timeouts {
+        let t = crate::config::InputLimits::default().timeouts();
+        let s = Duration::from_secs;
+        assert_eq!((t.head, t.idle, t.stall), (s(10), s(60), s(20)));
+        t
+    }
+
     /// A watch on a connection whose HTTP/2 start has arrived.
     fn started(timeouts: Timeouts) -> Watch {
         let mut w = Watch::new(timeouts);
@@ -428,11 +437,7 @@ mod tests {
     /// and the idle timeout plus one stall timeout after it began.
     #[tokio::test(start_paused = true)]
     async fn at_the_defaults_a_stuck_request_closes_its_connection_within_80_s() {
-        let t = crate::config::InputLimits::default().timeouts();
-        assert_eq!(
-            (t.idle, t.stall),
-            (Duration::from_secs(60), Duration::from_secs(20))
-        );
+        let t = defaults();
         let mut w = started(t);
         assert!(!w.expired(&mut noop()));
         let _stuck = w.activity().begin();
@@ -561,15 +566,7 @@ mod tests {
     /// and a stall timeout, never before a stall timeout.
     #[tokio::test(start_paused = true)]
     async fn at_the_defaults_an_http1_connection_keeps_the_head_and_stall_timeouts() {
-        let t = crate::config::InputLimits::default().timeouts();
-        assert_eq!(
-            (t.head, t.idle, t.stall),
-            (
-                Duration::from_secs(10),
-                Duration::from_secs(60),
-                Duration::from_secs(20)
-            )
-        );
+        let t = defaults();
         let mut idle = Watch::new(t);
         idle.saw(b"GET / HTTP/1.1\r\n");
         drop(idle.activity().begin());

@@ -45,11 +45,8 @@ fn shard_index() -> usize {
     })
 }
 
-/// The verdict label values, in the order of a shard's counts.
-pub const VERDICTS: [&str; 5] = ["allowed", "denied", "unlimited", "unavailable", "invalid"];
-
-/// A check's verdict label, as its index in [`VERDICTS`]: a check counts
-/// itself without comparing label strings.
+/// A check's verdict label. A shard counts each at its index
+/// (`as usize`), so a check counts itself without comparing strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Allowed,
@@ -59,13 +56,38 @@ pub enum Outcome {
     Invalid,
 }
 
-/// The index of a verdict label read back by name; None for a label no
-/// check is counted under.
-fn verdict_index(verdict: &str) -> Option<usize> {
-    VERDICTS.iter().position(|v| *v == verdict)
+/// How many verdict labels there are: a shard's counts per rule.
+const OUTCOMES: usize = Outcome::ALL.len();
+
+impl Outcome {
+    /// Every label, in the order of a shard's counts.
+    const ALL: [Outcome; 5] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::Unlimited,
+        Outcome::Unavailable,
+        Outcome::Invalid,
+    ];
+
+    /// The label value the metric carries.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::Unlimited => "unlimited",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Invalid => "invalid",
+        }
+    }
+
+    /// The label read back by name; None for a label no check is counted
+    /// under.
+    fn named(label: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.label() == label)
+    }
 }
 
-type RuleCounts = HashMap<Arc<str>, [u64; VERDICTS.len()], foldhash::fast::RandomState>;
+type RuleCounts = HashMap<Arc<str>, [u64; OUTCOMES], foldhash::fast::RandomState>;
 
 /// `weir_checks_total`: checks by rule and verdict. The rules are names
 /// from the rule set (or the fixed override and empty labels), so the
@@ -84,7 +106,7 @@ impl CheckCounts {
         match counts.get_mut(&**rule) {
             Some(c) => c[v] += n,
             None => {
-                let mut c = [0; VERDICTS.len()];
+                let mut c = [0; OUTCOMES];
                 c[v] = n;
                 counts.insert(rule.clone(), c);
             }
@@ -92,8 +114,8 @@ impl CheckCounts {
     }
 
     /// Every shard's counts added up, by rule.
-    fn totals(&self) -> BTreeMap<Arc<str>, [u64; VERDICTS.len()]> {
-        let mut all = BTreeMap::<Arc<str>, [u64; VERDICTS.len()]>::new();
+    fn totals(&self) -> BTreeMap<Arc<str>, [u64; OUTCOMES]> {
+        let mut all = BTreeMap::<Arc<str>, [u64; OUTCOMES]>::new();
         for shard in self.shards.iter() {
             // One shard locked at a time, and nothing else touched meanwhile.
             for (rule, counts) in shard.0.lock().iter() {
@@ -107,7 +129,7 @@ impl CheckCounts {
     }
 
     pub fn get(&self, rule: &str, verdict: &str) -> u64 {
-        let Some(v) = verdict_index(verdict) else {
+        let Some(v) = Outcome::named(verdict).map(|o| o as usize) else {
             return 0;
         };
         self.shards
@@ -120,13 +142,13 @@ impl CheckCounts {
 impl EncodeMetric for CheckCounts {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         for (rule, counts) in self.totals() {
-            for (verdict, n) in VERDICTS.into_iter().zip(counts) {
+            for (verdict, n) in Outcome::ALL.into_iter().zip(counts) {
                 if n == 0 {
                     continue;
                 }
                 let labels = CheckLabels {
                     rule: rule.clone(),
-                    verdict,
+                    verdict: verdict.label(),
                 };
                 encoder
                     .encode_family(&labels)?
@@ -223,6 +245,23 @@ impl<const B: usize> EncodeMetric for Histogram<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guard: a shard counts a verdict at its discriminant and the metric
+    /// reads it back at its place in `ALL`; the two orders must agree, or
+    /// every count would carry another verdict's label.
+    #[test]
+    fn each_verdict_is_counted_and_read_back_under_its_own_label() {
+        let c = CheckCounts::default();
+        let rule: Arc<str> = Arc::from("r");
+        for (n, o) in Outcome::ALL.into_iter().enumerate() {
+            c.add(&rule, o, n as u64 + 1);
+        }
+        for (n, o) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(c.get("r", o.label()), n as u64 + 1, "{o:?}");
+        }
+        // The n-th label of `ALL` is read from the n-th count.
+        assert_eq!(c.totals()["r"], [1, 2, 3, 4, 5]);
+    }
 
     #[test]
     fn counts_from_every_thread_add_up() {
