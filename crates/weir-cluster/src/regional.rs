@@ -14,13 +14,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use weir_core::{Gate, Limiter, Nanos, Rule, Scope};
 
 use crate::regions::allocator::{Allocator, Budget};
+use crate::regions::arrivals::Arrivals;
 use crate::regions::holder::{Holder, KeyStatus, Mode};
 use crate::regions::home;
 use crate::regions::{nanos, Grant, RegionConfig, Report};
+use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 
 /// Why a call to another region failed.
@@ -80,6 +82,8 @@ struct Ready {
     regions: Vec<Arc<str>>,
     holder: Holder,
     allocator: Allocator,
+    /// When keys came to this node as their home allocator.
+    arrivals: Mutex<Arrivals>,
 }
 
 /// Counters for metrics.
@@ -170,6 +174,7 @@ impl Regional {
         let _ = self.ready.set(Ready {
             holder: Holder::new(self.config.clone(), self.routing.me(), &regions, now),
             allocator: Allocator::new(self.config.clone(), &regions),
+            arrivals: Mutex::new(Arrivals::new(self.routing.ring(), now)),
             regions: regions.clone(),
         });
         tracing::info!(region = %self.me, ?regions, "every region known; global limits in force");
@@ -213,6 +218,9 @@ impl Regional {
         let now = self.limiter.now();
         let idle = 100 * nanos(self.config.round);
         ready.allocator.sweep(now, idle);
+        // Every round, not only when reports come: a key's arrival is
+        // counted from when the change was seen.
+        self.see_ring(ready, now);
         let mut by_home: Vec<(Arc<str>, Vec<Report>)> = Vec::new();
         for (home, rep) in ready.holder.reports(now) {
             match by_home.iter_mut().find(|(h, _)| *h == home) {
@@ -290,6 +298,14 @@ impl Regional {
         Err(last)
     }
 
+    /// The ring in force, noted in the arrivals.
+    fn see_ring(&self, ready: &Ready, now: Nanos) -> Arc<Ring> {
+        let ring = self.routing.ring();
+        let keep = self.config.silent_after();
+        ready.arrivals.lock().see(ring.clone(), now, keep);
+        ring
+    }
+
     /// Answers reports from region `from` for keys homed here: this node's
     /// own keys at its allocator, the others passed on to their owners in
     /// this region (or answered here when `forwarded`, or when the owner
@@ -304,7 +320,7 @@ impl Regional {
             return Vec::new();
         };
         let rules = self.limiter.rules();
-        let ring = self.routing.ring();
+        let ring = self.see_ring(ready, self.limiter.now());
         let me = self.routing.me();
         let mut grants = Vec::new();
         let mut elsewhere: Vec<(String, Vec<Report>)> = Vec::new();
@@ -328,7 +344,8 @@ impl Regional {
                 _ => {
                     self.counts.reports_answered.fetch_add(1, Ordering::Relaxed);
                     let now = self.limiter.now();
-                    grants.extend(ready.allocator.report(&rep, budget(rule), now));
+                    let arrived = ready.arrivals.lock().arrived(&rep.key, me);
+                    grants.extend(ready.allocator.report(&rep, budget(rule), now, arrived));
                 }
             }
         }
@@ -484,6 +501,61 @@ pub(crate) mod tests {
             .filter(|_| gate.take(&rule, "k", 1, now).is_ok())
             .count();
         assert_eq!(admitted, 10);
+    }
+
+    #[tokio::test]
+    async fn a_key_that_came_to_this_node_is_lent_only_once_the_regions_have_reported() {
+        let clock = Arc::new(FakeClock::at_secs(100.0));
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"g\"\nalgorithm = \"fixed_window\"\nlimit = 400\nwindow = \"10s\"\nscope = \"global\"\n",
+        )
+        .unwrap();
+        let limiter = Arc::new(Limiter::new(rules, clock.clone(), LimiterConfig::default()));
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (n1, n2) = (
+            NodeIdentity::new("n1", addr, addr),
+            NodeIdentity::new("n2", addr, addr),
+        );
+        let both = Ring::new(&[n1.clone(), n2], 16);
+        let key_of = |owner: &str| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .find(|k| both.owner_id(k) == Some(owner))
+                .unwrap()
+        };
+        let (moved, stayed) = (key_of("n2"), key_of("n1"));
+        let routing = Arc::new(Routing::new("n1".into(), both.clone()));
+        let mut config = RegionConfig::new("a");
+        config.peers = vec!["b=10.0.0.1:1".into()];
+        let r = Regional::new(config, limiter, routing.clone(), Arc::new(Says(None)));
+        // Past the three rounds after this node started, which count as
+        // an arrival of every key.
+        clock.advance(Duration::from_secs(1));
+        routing.install(Arc::new(Ring::new(&[n1], 16)));
+        let from_b = Arc::<str>::from("b");
+        let granted = |key: &str| {
+            let rep = Report {
+                rule: "g".into(),
+                key: key.into(),
+                region: from_b.clone(),
+                holder: "x".into(),
+                window: weir_core::Clock::now(&*clock) / 10_000_000_000,
+                used: 0,
+                received: 0,
+                released: 0,
+                allocation: 0,
+                fallback: false,
+                demand: 1_000,
+                retire: false,
+                answered: 0,
+            };
+            let r = r.clone();
+            async move { r.answer(&"b".into(), vec![rep], false).await[0].granted }
+        };
+        assert!(granted(&stayed).await > 0, "its owner did not change");
+        assert_eq!(granted(&moved).await, 0, "n2 may have lent it");
+        clock.advance(Duration::from_millis(760));
+        assert!(granted(&moved).await > 0, "three rounds on");
     }
 
     #[tokio::test]

@@ -15,6 +15,16 @@
 //! A grant is made only from budget no region holds. So a re-division never
 //! takes budget from under a region: what a region gives up reaches others
 //! only after the region has given it up, or when its window ends.
+//!
+//! The books live with the key's owner in the home region and are not
+//! copied anywhere, so a new owner (the old one left or died, or this node
+//! restarted) starts without them while regions still hold what the old
+//! owner granted. It rebuilds them from the regions' reports: each says
+//! every unit it received for the window, and the books count a region as
+//! holding at least that. Until every region has had three rounds to
+//! report ([`RegionConfig::silent_after`] from the key's arrival), it
+//! grants nothing for the windows the old owner may have lent, since a
+//! region that has not reported yet may hold any of the limit.
 
 use std::sync::Arc;
 
@@ -57,6 +67,18 @@ struct RegionBooks {
 #[derive(Debug, Clone)]
 struct KeyBooks {
     regions: Vec<RegionBooks>,
+    /// When the key last came to this node from another owner, or this
+    /// node started: another owner's grants may still be held from then.
+    arrived: Nanos,
+}
+
+impl KeyBooks {
+    /// Whether window `w` may still be lent elsewhere at `now`: the key
+    /// arrived less than three rounds ago, and the owner before may have
+    /// granted `w` (it lent the window it was in and the next).
+    fn settling(&self, w: u64, b: Budget, now: Nanos, quiet: Nanos) -> bool {
+        now < self.arrived.saturating_add(quiet) && w <= self.arrived / b.window.max(1) + 1
+    }
 }
 
 /// A global rule's figures as the allocator needs them.
@@ -150,8 +172,10 @@ impl Allocator {
     /// Takes a region's report and answers with its grant for the report's
     /// window. None: the region or window is not one this home allocates
     /// (unknown region, a window already over, or more than one ahead), or
-    /// the region retired the key.
-    pub fn report(&self, rep: &Report, b: Budget, now: Nanos) -> Option<Grant> {
+    /// the region retired the key. `arrived`: when the key last came to
+    /// this node from another owner of it, or this node started, whichever
+    /// is later (see the module's notes on a new owner).
+    pub fn report(&self, rep: &Report, b: Budget, now: Nanos, arrived: Nanos) -> Option<Grant> {
         let me = self.regions.iter().position(|r| *r == rep.region)?;
         let window = b.window.max(1);
         let current = now / window;
@@ -175,7 +199,9 @@ impl Allocator {
         let n = self.regions.len();
         let mut k = self.keys.entry(id).or_insert_with(|| KeyBooks {
             regions: vec![RegionBooks::default(); n],
+            arrived,
         });
+        k.arrived = k.arrived.max(arrived);
         {
             let silent = self.silent(&k.regions[me], now);
             let r = &mut k.regions[me];
@@ -225,6 +251,9 @@ impl Allocator {
                 }
             };
             // Totals only grow: a late or repeated report changes nothing.
+            // What the region received counts as granted: only a new
+            // owner of the key has granted less than that.
+            books.granted = books.granted.max(rep.received);
             books.released = books.released.max(rep.released);
             books.fallback |= rep.fallback;
         }
@@ -237,7 +266,11 @@ impl Allocator {
             .map(|(_, r)| self.held(r, rep.window, b))
             .sum();
         let mine = self.held(&k.regions[me], rep.window, b);
-        let room = b.limit.saturating_sub(others.saturating_add(mine));
+        let room = if k.settling(rep.window, b, now, self.config.silent_after()) {
+            0
+        } else {
+            b.limit.saturating_sub(others.saturating_add(mine))
+        };
         let grant = target.saturating_sub(mine).min(room);
         let books = k.regions[me]
             .windows

@@ -17,11 +17,13 @@
 //! - [`allocator`]: the home region's books per key, window and region;
 //! - [`holder`]: a region's side: what it may admit per key and window, its reports, its fallback;
 //! - [`home`]: which region is a key's home.
+//! - [`arrivals`]: when a key last came to this node as its home allocator.
 //!
 //! The gRPC edge is [`crate::net::regions`]; the bounds are written up in
 //! `docs/regions.md`.
 
 pub mod allocator;
+pub mod arrivals;
 pub mod holder;
 pub mod home;
 pub mod share;
