@@ -145,3 +145,58 @@ async fn cut_region_falls_back(round: Duration) {
     .await;
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_home_lends_nothing_a_region_still_holds() {
+    home_restarts(QUICK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_home_lends_nothing_a_region_still_holds_at_the_default_round() {
+    home_restarts(DEFAULT).await;
+}
+
+/// Region a spends most of a global limit homed in b; b's node restarts,
+/// its books lost; then both regions ask for as long as it takes the new
+/// books to settle and be lent again. Together they admit the limit, no
+/// more: the new node counts what a says it received.
+async fn home_restarts(round: Duration) {
+    let rules = rules("3600s", 200);
+    let (a, b, to_a, to_b) = two_regions(&rules, round).await;
+    let key = key_homed_in("b");
+    let window = || weir_tests::unix_secs() / 3600;
+    let start = window();
+    let mut admitted = 0;
+    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
+    while admitted < 180 && tokio::time::Instant::now() < give_up {
+        admitted += usize::from(allowed(&a, &key).await);
+    }
+    assert_eq!(admitted, 180, "a was granted most of the limit");
+    b.shutdown().await;
+    let b = TestNode::start(&rules, |c| {
+        in_region(c, "node-b", "b", &to_a.addr.to_string(), round)
+    })
+    .await;
+    to_b.point_at(b.node().grpc_addr());
+    wait_until("the new b knows both regions", || async {
+        b.get_json("/v1/cluster").await["region"]["ready"] == true
+    })
+    .await;
+    // Long enough for the new books to settle (3 rounds) and for several
+    // rounds of grants after: each region asks every few milliseconds.
+    let until = tokio::time::Instant::now() + round * 12;
+    while tokio::time::Instant::now() < until {
+        for n in [&a, &b] {
+            admitted += usize::from(allowed(n, &key).await);
+        }
+    }
+    if window() == start {
+        assert!(admitted <= 200, "{admitted} admitted of a limit of 200");
+        assert!(admitted >= 190, "the limit is lent again: {admitted}");
+    }
+    let doc = b.get_json("/v1/cluster").await;
+    assert!(
+        doc["region"]["allocator_keys"].as_u64() > Some(0),
+        "b allocates the key again: {doc}"
+    );
+}
