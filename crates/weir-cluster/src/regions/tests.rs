@@ -84,6 +84,18 @@ impl Net {
         }
     }
 
+    /// [`Net::new`] with delays and phases in milliseconds; the home
+    /// region's own delay is 0 whatever `delays` says.
+    fn in_ms(limit: u64, delays: &[u64], phases: &[u64]) -> Net {
+        let delays: Vec<u64> = delays
+            .iter()
+            .enumerate()
+            .map(|(i, d)| if i == 0 { 0 } else { d * MS })
+            .collect();
+        let phases: Vec<u64> = phases.iter().map(|p| p * MS).collect();
+        Net::new(limit, &delays, &phases)
+    }
+
     fn send(&mut self, at: u64, m: Msg) {
         self.seq += 1;
         self.flight.insert((at, self.seq), m);
@@ -327,9 +339,7 @@ proptest! {
         rates in proptest::collection::vec(proptest::collection::vec(0u64..4, 3), 4),
         cut in proptest::option::of((0usize..3, 0u64..6_000, 0u64..3_000)),
     ) {
-        let delays: Vec<u64> = delays.iter().enumerate().map(|(i, d)| if i == 0 { 0 } else { d * MS }).collect();
-        let phases: Vec<u64> = phases.iter().map(|p| p * MS).collect();
-        let mut net = Net::new(limit, &delays, &phases);
+        let mut net = Net::in_ms(limit, &delays, &phases);
         for t in 0..8_000u64 {
             let d: Vec<u64> = rates[(t / 2_000) as usize].iter().map(|&r| demand(t, r)).collect();
             let mut cuts = [false; 3];
@@ -357,9 +367,7 @@ proptest! {
         rates in proptest::collection::vec(proptest::collection::vec(0u64..4, 3), 4),
         moves in proptest::collection::vec(0u64..8_000, 1..3),
     ) {
-        let delays: Vec<u64> = delays.iter().enumerate().map(|(i, d)| if i == 0 { 0 } else { d * MS }).collect();
-        let phases: Vec<u64> = phases.iter().map(|p| p * MS).collect();
-        let mut net = Net::new(limit, &delays, &phases);
+        let mut net = Net::in_ms(limit, &delays, &phases);
         for t in 0..8_000u64 {
             if moves.contains(&t) {
                 net.home = Allocator::new(net.config.clone(), &net.names());
