@@ -1,10 +1,10 @@
-//! Two regions of one node each, linked through relays: a global limit holds across both, and a cut region falls back visibly.
+//! Regions linked through relays (one node each, and a region of two): a global limit holds across them, a cut region falls back visibly, and a new home owner of a key lends nothing twice.
 
 use std::time::Duration;
 
 use serde_json::json;
 use weir_node::ServeConfig;
-use weir_tests::{cluster_member, metric_value, wait_until, Relay, TestNode};
+use weir_tests::{cluster_member, metric_value, start_cluster, wait_until, Relay, TestNode};
 
 fn rules(window: &str, limit: u64) -> String {
     format!(
@@ -19,8 +19,12 @@ const DEFAULT: Duration = weir_cluster::regions::RegionConfig::DEFAULT_ROUND;
 
 fn in_region(c: &mut ServeConfig, id: &str, region: &str, peer: &str, round: Duration) {
     cluster_member(c, id, None);
+    set_region(c, region, &[peer.to_string()], round);
+}
+
+fn set_region(c: &mut ServeConfig, region: &str, peers: &[String], round: Duration) {
     let mut r = weir_cluster::regions::RegionConfig::new(region);
-    r.peers = vec![peer.to_string()];
+    r.peers = peers.to_vec();
     r.round = round;
     c.cluster.region = Some(r);
 }
@@ -199,4 +203,83 @@ async fn home_restarts(round: Duration) {
         doc["region"]["allocator_keys"].as_u64() > Some(0),
         "b allocates the key again: {doc}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_owner_that_leaves_leaves_no_budget_to_lend_twice() {
+    home_owner_leaves(QUICK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_owner_that_leaves_leaves_no_budget_to_lend_twice_at_the_default_round() {
+    home_owner_leaves(DEFAULT).await;
+}
+
+/// Region b has two nodes; a reaches either. After a spent 180 of 200,
+/// the node of b holding the key's books leaves gracefully, and the other
+/// becomes the key's owner with no books: it waits, counts what a says it
+/// received, and lends only the rest.
+async fn home_owner_leaves(round: Duration) {
+    let rules = rules("3600s", 200);
+    let relays = [
+        Relay::start().await,
+        Relay::start().await,
+        Relay::start().await,
+    ];
+    let [to_a, to_b1, to_b2] = &relays;
+    let a = TestNode::start(&rules, |c| {
+        cluster_member(c, "node-a", None);
+        let peers = [to_b1, to_b2].map(|r| format!("b={}", r.addr));
+        set_region(c, "a", &peers, round);
+    })
+    .await;
+    let mut b = start_cluster(2, &rules, |c| {
+        set_region(c, "b", &[format!("a={}", to_a.addr)], round);
+    })
+    .await;
+    to_a.point_at(a.node().grpc_addr());
+    to_b1.point_at(b[0].node().grpc_addr());
+    to_b2.point_at(b[1].node().grpc_addr());
+    let key = key_homed_in("b");
+    let window = || weir_tests::unix_secs() / 3600;
+    let start = window();
+    let mut admitted = 0;
+    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
+    while admitted < 180 && tokio::time::Instant::now() < give_up {
+        admitted += usize::from(allowed(&a, &key).await);
+    }
+    assert_eq!(admitted, 180, "a was granted most of the limit");
+    // Whichever node of b answered a's reports first passed them to the
+    // key's owner there, the one node that keeps its books.
+    let books = std::sync::atomic::AtomicUsize::new(usize::MAX);
+    wait_until("one node of b keeps the key's books", || async {
+        for (i, n) in b.iter().enumerate() {
+            if n.get_json("/v1/cluster").await["region"]["allocator_keys"] == 1 {
+                books.store(i, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        books.load(std::sync::atomic::Ordering::Relaxed) != usize::MAX
+    })
+    .await;
+    let owner = b.remove(books.into_inner());
+    let heir = b.remove(0);
+    owner.shutdown().await;
+    wait_until("the other node of b is alone", || async {
+        let doc = heir.get_json("/v1/cluster").await;
+        let alive = doc["members"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["state"] == "alive").count());
+        alive == 1
+    })
+    .await;
+    let until = tokio::time::Instant::now() + round * 12;
+    while tokio::time::Instant::now() < until {
+        for n in [&a, &heir] {
+            admitted += usize::from(allowed(n, &key).await);
+        }
+    }
+    if window() == start {
+        assert!(admitted <= 200, "{admitted} admitted of a limit of 200");
+        assert!(admitted >= 190, "the limit is lent again: {admitted}");
+    }
 }
