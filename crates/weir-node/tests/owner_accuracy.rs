@@ -1,4 +1,4 @@
-//! The owner strategy at the binary's defaults, on real processes: exact with the CPU busy, and a SIGKILLed owner costs at most what it had not yet copied to its replica holder.
+//! The owner strategy at the binary's defaults, on real processes: never over with the CPU busy and exact once late answers are settled, and a SIGKILLed owner costs at most what it had not yet copied to its replica holder.
 
 mod procs;
 
@@ -97,8 +97,47 @@ async fn every_key_gets_exactly_its_limit_at_the_defaults_with_the_cpu_busy() {
         owner_path(&client, &nodes).await
     );
     for k in &keys {
-        assert_eq!(admitted[k], L, "{k}: exactly its limit");
+        assert!(
+            admitted[k] <= L,
+            "{k}: {} admitted, over its limit",
+            admitted[k]
+        );
     }
+    // A check refused because its owner answered late is refunded at the
+    // owner if the late answer admitted it (docs/cluster.md, "slow is not
+    // dead"); until the refund lands the owner counts it, so a key whose
+    // traffic ended first is short by it. Once the refunds land every key
+    // has exactly its limit: what it is short of is admitted at its
+    // owner, and nothing more.
+    let names = ["n1", "n2", "n3"];
+    let ring = ring_of(&names);
+    let mut short = 0;
+    for k in &keys {
+        let at = names
+            .iter()
+            .position(|n| ring.owner_id(k) == Some(n))
+            .unwrap();
+        let owner = &urls[at];
+        let mut got = admitted[k];
+        short += L - got;
+        wait_for(
+            &format!("{k}: the rest of its limit"),
+            Duration::from_secs(10),
+            async || {
+                if got < L && check(&client, owner, k).await == 200 {
+                    got += 1;
+                }
+                got == L
+            },
+        )
+        .await;
+        assert_eq!(
+            check(&client, owner, k).await,
+            429,
+            "{k}: exactly its limit"
+        );
+    }
+    println!("{short} refused for a late owner, then refunded and admitted");
 }
 
 /// What a SIGKILL of an owner may cost: its admissions not yet copied to
