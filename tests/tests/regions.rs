@@ -150,6 +150,47 @@ async fn cut_region_falls_back(round: Duration) {
     drop(b);
 }
 
+/// The hour-long window the home-change tests run in.
+fn hour() -> u64 {
+    weir_tests::unix_secs() / 3600
+}
+
+/// Region a asks for `key` (a limit of 200 homed in b) until it has
+/// admitted 180: it holds nearly all of the limit.
+async fn spend_most_in_a(a: &TestNode, key: &str) {
+    let mut admitted = 0;
+    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
+    while admitted < 180 && tokio::time::Instant::now() < give_up {
+        admitted += usize::from(allowed(a, key).await);
+    }
+    assert_eq!(admitted, 180, "a was granted most of the limit");
+}
+
+/// After the home's owner of `key` changed, regions a and b ask long
+/// enough for the new books to settle (3 rounds) and for several rounds
+/// of grants after, each every few milliseconds. With a's 180 before,
+/// they admit the limit of 200 and no more (unless the hour's window
+/// ended meanwhile).
+async fn both_ask_after_the_change(
+    a: &TestNode,
+    b: &TestNode,
+    key: &str,
+    round: Duration,
+    start: u64,
+) {
+    let mut admitted = 180;
+    let until = tokio::time::Instant::now() + round * 12;
+    while tokio::time::Instant::now() < until {
+        for n in [a, b] {
+            admitted += usize::from(allowed(n, key).await);
+        }
+    }
+    if hour() == start {
+        assert!(admitted <= 200, "{admitted} admitted of a limit of 200");
+        assert!(admitted >= 190, "the limit is lent again: {admitted}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_home_lends_nothing_a_region_still_holds() {
     home_restarts(QUICK).await;
@@ -168,14 +209,8 @@ async fn home_restarts(round: Duration) {
     let rules = rules("3600s", 200);
     let (a, b, to_a, to_b) = two_regions(&rules, round).await;
     let key = key_homed_in("b");
-    let window = || weir_tests::unix_secs() / 3600;
-    let start = window();
-    let mut admitted = 0;
-    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
-    while admitted < 180 && tokio::time::Instant::now() < give_up {
-        admitted += usize::from(allowed(&a, &key).await);
-    }
-    assert_eq!(admitted, 180, "a was granted most of the limit");
+    let start = hour();
+    spend_most_in_a(&a, &key).await;
     b.shutdown().await;
     let b = TestNode::start(&rules, |c| {
         in_region(c, "node-b", "b", &to_a.addr.to_string(), round)
@@ -186,18 +221,7 @@ async fn home_restarts(round: Duration) {
         b.get_json("/v1/cluster").await["region"]["ready"] == true
     })
     .await;
-    // Long enough for the new books to settle (3 rounds) and for several
-    // rounds of grants after: each region asks every few milliseconds.
-    let until = tokio::time::Instant::now() + round * 12;
-    while tokio::time::Instant::now() < until {
-        for n in [&a, &b] {
-            admitted += usize::from(allowed(n, &key).await);
-        }
-    }
-    if window() == start {
-        assert!(admitted <= 200, "{admitted} admitted of a limit of 200");
-        assert!(admitted >= 190, "the limit is lent again: {admitted}");
-    }
+    both_ask_after_the_change(&a, &b, &key, round, start).await;
     let doc = b.get_json("/v1/cluster").await;
     assert!(
         doc["region"]["allocator_keys"].as_u64() > Some(0),
@@ -241,14 +265,8 @@ async fn home_owner_leaves(round: Duration) {
     to_b1.point_at(b[0].node().grpc_addr());
     to_b2.point_at(b[1].node().grpc_addr());
     let key = key_homed_in("b");
-    let window = || weir_tests::unix_secs() / 3600;
-    let start = window();
-    let mut admitted = 0;
-    let give_up = tokio::time::Instant::now() + weir_tests::DEADLINE;
-    while admitted < 180 && tokio::time::Instant::now() < give_up {
-        admitted += usize::from(allowed(&a, &key).await);
-    }
-    assert_eq!(admitted, 180, "a was granted most of the limit");
+    let start = hour();
+    spend_most_in_a(&a, &key).await;
     // Whichever node of b answered a's reports first passed them to the
     // key's owner there, the one node that keeps its books.
     let books = std::sync::atomic::AtomicUsize::new(usize::MAX);
@@ -272,14 +290,5 @@ async fn home_owner_leaves(round: Duration) {
         alive == 1
     })
     .await;
-    let until = tokio::time::Instant::now() + round * 12;
-    while tokio::time::Instant::now() < until {
-        for n in [&a, &heir] {
-            admitted += usize::from(allowed(n, &key).await);
-        }
-    }
-    if window() == start {
-        assert!(admitted <= 200, "{admitted} admitted of a limit of 200");
-        assert!(admitted >= 190, "the limit is lent again: {admitted}");
-    }
+    both_ask_after_the_change(&a, &heir, &key, round, start).await;
 }
