@@ -523,13 +523,7 @@ pub(crate) mod tests {
             NodeIdentity::new("n2", addr, addr),
         );
         let both = Ring::new(&[n1.clone(), n2], 16);
-        let key_of = |owner: &str| {
-            (0..)
-                .map(|i| format!("k{i}"))
-                .find(|k| both.owner_id(k) == Some(owner))
-                .unwrap()
-        };
-        let (moved, stayed) = (key_of("n2"), key_of("n1"));
+        let (moved, stayed) = (both.first_key_of("n2"), both.first_key_of("n1"));
         let routing = Arc::new(Routing::new("n1".into(), both.clone()));
         let mut config = RegionConfig::new("a");
         config.peers = vec!["b=10.0.0.1:1".into()];

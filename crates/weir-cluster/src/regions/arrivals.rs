@@ -78,18 +78,10 @@ mod tests {
         Arc::new(Ring::with_default_vnodes(&members))
     }
 
-    /// A key `owner` owns on `r`.
-    fn key_of(r: &Ring, owner: &str) -> String {
-        (0..)
-            .map(|i| format!("k{i}"))
-            .find(|k| r.owner_id(k) == Some(owner))
-            .unwrap()
-    }
-
     #[test]
     fn a_key_arrives_when_a_change_makes_this_node_its_owner() {
         let both = ring(&["a", "b"]);
-        let (was_b, was_a) = (key_of(&both, "b"), key_of(&both, "a"));
+        let (was_b, was_a) = (both.first_key_of("b"), both.first_key_of("a"));
         let mut arrivals = Arrivals::new(both, 100);
         assert_eq!(arrivals.arrived(&was_b, "a"), 100, "since it started");
         arrivals.see(ring(&["a"]), 500, 1_000);

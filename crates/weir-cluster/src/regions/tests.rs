@@ -164,8 +164,12 @@ impl Net {
         }
     }
 
-    fn names(&self) -> Vec<Arc<str>> {
-        self.regions.iter().map(|r| r.name.clone()).collect()
+    /// The home's owner of the key changes at `at`: the new one starts
+    /// with no books.
+    fn home_owner_changes(&mut self, at: u64) {
+        let names: Vec<Arc<str>> = self.regions.iter().map(|r| r.name.clone()).collect();
+        self.home = Allocator::new(self.config.clone(), &names);
+        self.arrived = at;
     }
 
     fn allocation(&self, i: usize, w: u64) -> u64 {
@@ -294,8 +298,7 @@ fn a_new_home_owner_lends_nothing_a_region_still_holds_from_the_old_one() {
     let moved = 5_700;
     for t in 0..9_000 {
         if t == moved {
-            net.home = Allocator::new(net.config.clone(), &net.names());
-            net.arrived = t * MS;
+            net.home_owner_changes(t * MS);
         }
         let d = if t < moved { [0, 2, 0] } else { [0, 2, 2] };
         net.step(t * MS, &d, &[false; 3]);
@@ -370,8 +373,7 @@ proptest! {
         let mut net = Net::in_ms(limit, &delays, &phases);
         for t in 0..8_000u64 {
             if moves.contains(&t) {
-                net.home = Allocator::new(net.config.clone(), &net.names());
-                net.arrived = t * MS;
+                net.home_owner_changes(t * MS);
             }
             let d: Vec<u64> = rates[(t / 2_000) as usize].iter().map(|&r| demand(t, r)).collect();
             net.step(t * MS, &d, &[false; 3]);

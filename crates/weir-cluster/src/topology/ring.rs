@@ -141,6 +141,16 @@ impl Ring {
         self.owner(hash_part).map(|m| m.id.as_str())
     }
 
+    /// The first of `k0`, `k1`, ... that member `id` owns: a test's key
+    /// chosen by its owner.
+    #[cfg(test)]
+    pub(crate) fn first_key_of(&self, id: &str) -> String {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| self.owner_id(k) == Some(id))
+            .expect("a member owns some key")
+    }
+
     /// Where a hash part's counter is copied: the next member clockwise
     /// after its owner, which is also who owns it once the owner is gone.
     /// None on a ring of one.
