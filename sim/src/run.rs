@@ -1,7 +1,5 @@
 //! The comparison: which runs happen under which strategy, in what order, on which clusters.
 
-use std::time::Duration;
-
 use crate::cli::{Cli, StrategyName};
 use crate::cluster::ClusterOptions;
 use crate::error::SimError;
@@ -244,13 +242,6 @@ async fn run_plans(
     results
 }
 
-/// Owner deadline for the retry storm when none is given. The herd's
-/// refusals overload two shared cores well past weir's 5 ms, and a check
-/// its owner answers late is refused for now, which changes who is refused
-/// and so who retries: the storm is about clients, so it runs where the
-/// owner has time to answer, and its rows say so.
-const STORM_OWNER_DEADLINE: Duration = Duration::from_millis(250);
-
 /// The retry storm on clusters of its own: clients with no jitter and with
 /// full jitter, then clients obeying literally a cluster started with
 /// `--retry-jitter`.
@@ -264,10 +255,6 @@ async fn retry_storms(
 ) -> Vec<RunResult> {
     let name = strategy.as_str();
     opts.netns = fault == Some(FaultKind::Partition) && opts.netns;
-    let patient = cli.owner_deadline.is_none();
-    if patient {
-        opts.owner_deadline = Some(STORM_OWNER_DEADLINE);
-    }
     say(
         cli.quiet,
         &format!(
@@ -287,14 +274,6 @@ async fn retry_storms(
     opts.log_dir = opts.log_dir.with_file_name(format!("{name}-retry-jitter"));
     let server = retry_storm::plan(params, Retry::Literal, "server-jitter");
     results.extend(run_plans(opts, cli, load, strategy, &[(server, None)]).await);
-    if patient {
-        for r in &mut results {
-            r.figures.note.push_str(&format!(
-                "; at --owner-deadline {}ms",
-                STORM_OWNER_DEADLINE.as_millis()
-            ));
-        }
-    }
     results
 }
 
