@@ -29,14 +29,12 @@ fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_j
     let full = only(&runs, "retry-storm", "full-jitter");
     let server = only(&runs, "retry-storm", "server-jitter");
     let clients = retry_storm::CLIENTS as f64;
-    // Every client's second check is refused and retried once.
+    // Every client is refused once and retries: its second check, by the
+    // limit (the herd), or its first, when the owner missed the deadline
+    // (then the second usually finds the budget and is admitted).
     for r in [none, full, server] {
-        assert!(
-            figure(r, "retries") >= 0.95 * clients,
-            "{}: {:?}",
-            r.label(),
-            r.figures
-        );
+        let retried = figure(r, "retries") + figure(r, "first_check_retries");
+        assert!(retried >= 0.95 * clients, "{}: {:?}", r.label(), r.figures);
     }
     let retry_after_ms = 1000.0 * figure(none, "max_retry_after_s");
     assert_eq!(retry_after_ms, 1000.0, "Retry-After should round up to 1 s");
@@ -56,9 +54,9 @@ fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_j
     // A herd at all: the literal retries fire within a fraction of
     // Retry-After, where full jitter spreads them over all of it, and their
     // fullest bucket is well above full jitter's. How far above depends on
-    // how fast this machine sends 500 refusals: 10-20x on a quiet host,
-    // 5.7x with a herd 211 ms wide (docs/strategies.md), 4.9x once on a
-    // two-core machine busy with the rest of the test suite. Without a
+    // how fast this machine sends the refusals: 9-10x with herds 71-93 ms
+    // wide on 3 nodes (a spinning thread beside them or not), 4.9x once on
+    // a two-core machine busy with the rest of the test suite. Without a
     // herd the two fullest buckets are alike (about 1x).
     assert!(
         width_ms <= retry_after_ms / 2.0,
