@@ -183,13 +183,37 @@ impl Algorithm for SlidingLog {
     /// got (a stand-in's). What `s` holds past the base's total, over the
     /// same window, is what was spent since; its newest entries carry it,
     /// so the window stays full longest.
+    ///
+    /// At the limit the count alone falls short: a charge or a merge past L
+    /// drops the oldest entries of `s`, the base's among them, so a full log
+    /// can hold as many as its base and still have spent since. What the
+    /// base holds up to the oldest entry of `s`, beyond what `s` still holds
+    /// there, is what `s` dropped, when holding it would have put `s` past
+    /// L; otherwise `s` never had it (a stand-in's at the copy's newest
+    /// instant). It is added back. It can only overstate what was spent,
+    /// which under-admits, never over-admits.
     fn since(&self, s: &SlidingLogState, base: &SlidingLogState, now: Nanos) -> SlidingLogState {
         let (mut s, mut base) = (s.clone(), base.clone());
         let newest = s.entries.back().into_iter().chain(base.entries.back());
         let now = newest.fold(now, |n, &(t, _)| n.max(t));
         self.trim(&mut s, now);
         self.trim(&mut base, now);
-        let mut past = s.used.saturating_sub(base.used);
+        let dropped = s.entries.front().map_or(0, |&(oldest, _)| {
+            let upto = |l: &SlidingLogState| -> u64 {
+                l.entries
+                    .iter()
+                    .take_while(|&&(t, _)| t <= oldest)
+                    .map(|&(_, c)| u64::from(c))
+                    .sum()
+            };
+            upto(&base).saturating_sub(upto(&s))
+        });
+        let dropped = if s.used + dropped > self.limit {
+            dropped
+        } else {
+            0
+        };
+        let mut past = (s.used + dropped).saturating_sub(base.used);
         let mut entries = VecDeque::new();
         for &(t, c) in s.entries.iter().rev() {
             if past == 0 {

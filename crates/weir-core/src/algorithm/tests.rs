@@ -616,3 +616,21 @@ fn since_ignores_what_aged_out_of_the_window() {
     assert!(p.merge(&mut fresh, delta, t + 61 * SEC));
     assert_eq!(burst(&p, &mut fresh, t + 61 * SEC, 10), 7, "10 - 3");
 }
+
+/// A full log charged past its limit drops its oldest entries, the base's
+/// among them: it holds as many as the base and still spent since. What it
+/// holds after the base's newest entry is handed on, or the node holding the
+/// base would admit those units a second time.
+#[test]
+fn since_counts_what_a_full_log_was_charged_past_its_base() {
+    let p = policy_full(AlgorithmKind::SlidingWindowLog, 10, 60);
+    let t = 9_000 * SEC;
+    let mut base = p.fresh();
+    burst(&p, &mut base, t, 10);
+    let mut s = base.clone();
+    assert!(p.charge(&mut s, t + MS, 3));
+    let delta = p.since(&s, &base, t + MS).expect("same algorithm");
+    let mut fresh = p.fresh();
+    assert!(p.merge(&mut fresh, delta, t + MS));
+    assert_eq!(burst(&p, &mut fresh, t + MS, 10), 7, "10 - 3");
+}

@@ -269,6 +269,25 @@ fn stand_in_admissions_the_owner_never_got_stay_counted() {
     }
 }
 
+/// Guard: n3, full, is charged past its limit (gateways reporting what they
+/// admitted on their fallback) before its handoff. Its log keeps the newest
+/// L and drops the copy's oldest entries, so it holds as many as the copy
+/// and still spent since. Once the copy's entries leave the window, n1 must
+/// still count the charged ones: counted as the difference alone, it lent
+/// them again (20 of 20 left, not 17).
+#[test]
+fn a_full_owner_charged_past_its_limit_hands_over_what_it_was_charged() {
+    let s = Scene::new(AlgorithmKind::SlidingWindowLog, LIMIT);
+    s.merge(s.ring_drops_the_owner());
+    s.clock.advance(Duration::from_millis(1));
+    s.owner.charge(s.rule, &s.key, 3).unwrap();
+    s.handoff_arrives(BOOT);
+    assert_eq!(s.left(), 0, "the window is full");
+    // The copy's entries have left the window; the charged ones have not.
+    s.clock.advance(Duration::from_millis(59_999));
+    assert_eq!(s.left(), LIMIT - 3);
+}
+
 /// Guard: a copy n3 took before its handoff, carried by a replication call
 /// still in flight, lands after the handoff. Taken, it was promoted on the
 /// ring change on top of the handed count (15 + 15 of 20, the rolling
