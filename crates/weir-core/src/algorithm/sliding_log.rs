@@ -53,6 +53,27 @@ impl SlidingLog {
         now
     }
 
+    /// Keeps the newest L units past a merge or a charge: the window then
+    /// stays full longest, so either can only under-admit. The oldest
+    /// entry kept is cut to what fits, so a log that went past L is full,
+    /// as `since` relies on, rather than short by the rest of an entry.
+    fn keep_newest(&self, s: &mut SlidingLogState) {
+        while s.used > self.limit {
+            let excess = s.used - self.limit;
+            let Some(front) = s.entries.front_mut() else {
+                break;
+            };
+            if u64::from(front.1) > excess {
+                // excess < front.1, a u32.
+                front.1 -= excess as u32;
+                s.used = self.limit;
+            } else {
+                s.used -= u64::from(front.1);
+                s.entries.pop_front();
+            }
+        }
+    }
+
     /// Exact wait until `cost` fits: the instant enough of the oldest entries
     /// have left the window (oldest + W - now).
     fn wait_for(&self, s: &SlidingLogState, now: Nanos, cost: u64) -> Nanos {
@@ -153,13 +174,7 @@ impl Algorithm for SlidingLog {
         into.entries = all.into();
         into.used = into.entries.iter().map(|&(_, c)| u64::from(c)).sum();
         self.trim(into, now);
-        // Keep the newest L: the window then stays full for longest, so the
-        // merge can only under-admit, never over-admit.
-        while into.used > self.limit {
-            if let Some((_, c)) = into.entries.pop_front() {
-                into.used -= u64::from(c);
-            }
-        }
+        self.keep_newest(into);
     }
 
     fn charge(&self, s: &mut SlidingLogState, now: Nanos, cost: u64) {
@@ -168,12 +183,7 @@ impl Algorithm for SlidingLog {
         let cost = cost.min(self.limit);
         s.entries.push_back((now, cost as u32));
         s.used += cost;
-        // As in a merge: keep the newest L, the window stays full longest.
-        while s.used > self.limit {
-            if let Some((_, c)) = s.entries.pop_front() {
-                s.used -= u64::from(c);
-            }
-        }
+        self.keep_newest(s);
     }
 
     /// Counted, not matched by time: a later count of a key may hold the
@@ -185,35 +195,30 @@ impl Algorithm for SlidingLog {
     /// so the window stays full longest.
     ///
     /// At the limit the count alone falls short: a charge or a merge past L
-    /// drops the oldest entries of `s`, the base's among them, so a full log
-    /// can hold as many as its base and still have spent since. What the
-    /// base holds up to the oldest entry of `s`, beyond what `s` still holds
-    /// there, is what `s` dropped, when holding it would have put `s` past
-    /// L; otherwise `s` never had it (a stand-in's at the copy's newest
-    /// instant). It is added back. It can only overstate what was spent,
-    /// which under-admits, never over-admits.
+    /// drops the oldest units of `s`, the base's among them, so a full log
+    /// can hold as many as its base and still have spent since. Everything
+    /// a full `s` holds after the base's newest entry was spent since, so
+    /// that much at least is handed on. (A base entry at the very instant
+    /// of a later one is taken as the base's.) It can only overstate what
+    /// was spent, which under-admits, never over-admits.
     fn since(&self, s: &SlidingLogState, base: &SlidingLogState, now: Nanos) -> SlidingLogState {
         let (mut s, mut base) = (s.clone(), base.clone());
         let newest = s.entries.back().into_iter().chain(base.entries.back());
         let now = newest.fold(now, |n, &(t, _)| n.max(t));
         self.trim(&mut s, now);
         self.trim(&mut base, now);
-        let dropped = s.entries.front().map_or(0, |&(oldest, _)| {
-            let upto = |l: &SlidingLogState| -> u64 {
-                l.entries
-                    .iter()
-                    .take_while(|&&(t, _)| t <= oldest)
-                    .map(|&(_, c)| u64::from(c))
-                    .sum()
-            };
-            upto(&base).saturating_sub(upto(&s))
-        });
-        let dropped = if s.used + dropped > self.limit {
-            dropped
-        } else {
-            0
-        };
-        let mut past = (s.used + dropped).saturating_sub(base.used);
+        let mut past = s.used.saturating_sub(base.used);
+        if s.used >= self.limit {
+            let base_newest = base.entries.back().map(|&(t, _)| t);
+            let after_base: u64 = s
+                .entries
+                .iter()
+                .rev()
+                .take_while(|&&(t, _)| base_newest.is_none_or(|b| t > b))
+                .map(|&(_, c)| u64::from(c))
+                .sum();
+            past = past.max(after_base);
+        }
         let mut entries = VecDeque::new();
         for &(t, c) in s.entries.iter().rev() {
             if past == 0 {

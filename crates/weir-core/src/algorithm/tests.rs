@@ -634,3 +634,42 @@ fn since_counts_what_a_full_log_was_charged_past_its_base() {
     assert!(p.merge(&mut fresh, delta, t + MS));
     assert_eq!(burst(&p, &mut fresh, t + MS, 10), 7, "10 - 3");
 }
+
+proptest! {
+    /// What a holder of the base admits, once handed what a later count spent
+    /// since, is never more than the later count admits, at any time after:
+    /// whatever the later count decided and was charged, past its limit too.
+    #[test]
+    fn since_hands_over_all_a_later_log_will_still_hold(
+        before in prop::collection::vec((0u64..20_000, 1u64..4), 0..30),
+        after in prop::collection::vec((0u64..20_000, 1u64..4, any::<bool>()), 0..30),
+    ) {
+        for kind in AlgorithmKind::ALL {
+            let p = policy_full(kind, 10, 60);
+            let mut now = 9_000 * SEC;
+            let mut base = p.fresh();
+            for &(gap, cost) in &before {
+                now += gap * MS;
+                p.decide(&mut base, now, cost).unwrap();
+            }
+            let mut s = base.clone();
+            for &(gap, cost, charged) in &after {
+                now += gap * MS;
+                if charged {
+                    prop_assert!(p.charge(&mut s, now, cost));
+                } else {
+                    p.decide(&mut s, now, cost).unwrap();
+                }
+            }
+            let delta = p.since(&s, &base, now).expect("same algorithm");
+            let mut merged = base.clone();
+            prop_assert!(p.merge(&mut merged, delta, now));
+            for k in 0..=8 {
+                let t = now + k * 60 * SEC / 8;
+                let holder = burst(&p, &mut merged.clone(), t, 20);
+                let later = burst(&p, &mut s.clone(), t, 20);
+                prop_assert!(holder <= later, "{kind} at +{k}/8 W: the holder admits {holder}, the later count {later}");
+            }
+        }
+    }
+}

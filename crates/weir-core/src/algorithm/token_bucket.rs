@@ -97,8 +97,11 @@ impl Algorithm for TokenBucket {
         let mut other = other;
         self.refill(into, now);
         self.refill(&mut other, now);
-        // Spent budgets add: (C - a) + (C - b) spent leaves a + b - C.
-        into.tokens = (into.tokens + other.tokens - self.capacity as f64).max(0.0);
+        // Spent budgets add: (C - a) + (C - b) spent leaves a + b - C, down
+        // to the one bucket of debt a charge may leave, which must carry
+        // over: floored at zero, a handed-over debt was admitted again.
+        let capacity = self.capacity as f64;
+        into.tokens = (into.tokens + other.tokens - capacity).max(-capacity);
         into.ts = into.ts.max(other.ts);
     }
 
