@@ -32,6 +32,24 @@ pub struct Record {
     pub outcome: Outcome,
 }
 
+#[cfg(test)]
+impl Record {
+    /// The first try of planned request 0 (key 0, rule 0, node 0), sent at
+    /// `sent_ns` and allowed: a test sets the fields it is about.
+    pub(crate) fn sent_at(sent_ns: u64) -> Record {
+        Record {
+            planned: 0,
+            attempt: 0,
+            node: 0,
+            key: 0,
+            rule: 0,
+            sent_ns,
+            latency_ns: 0,
+            outcome: Outcome::Allowed,
+        }
+    }
+}
+
 /// Which nodes take traffic. A fault marks its victim down, as a load
 /// balancer that health-checks would; its share goes to the next live node.
 #[derive(Debug)]

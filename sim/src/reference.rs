@@ -40,19 +40,12 @@ mod tests {
 
     use super::*;
     use crate::rules::RuleSpec;
-    use crate::target::Outcome;
     use crate::workloads::Workload;
 
     fn record(key: u32, sent_ns: u64) -> Record {
         Record {
-            planned: 0,
-            attempt: 0,
-            node: 0,
             key,
-            rule: 0,
-            sent_ns,
-            latency_ns: 0,
-            outcome: Outcome::Allowed,
+            ..Record::sent_at(sent_ns)
         }
     }
 

@@ -55,8 +55,9 @@ fn retry_storm_peak_without_jitter_is_retry_after_over_firing_width_times_full_j
     // Retry-After, where full jitter spreads them over all of it, and their
     // fullest bucket is well above full jitter's. How far above depends on
     // how fast this machine sends the refusals: 9-10x with herds 71-93 ms
-    // wide on 3 nodes (a spinning thread beside them or not), 4.9x once on
-    // a two-core machine busy with the rest of the test suite. Without a
+    // wide on 3 nodes (a spinning thread beside them or not); 4.9x once at
+    // the old 250 ms deadline, on a two-core machine busy with the rest of
+    // the test suite. Without a
     // herd the two fullest buckets are alike (about 1x).
     assert!(
         width_ms <= retry_after_ms / 2.0,
