@@ -403,16 +403,34 @@ pub fn main() -> ExitCode {
 /// scripts and service managers show the first line of stderr.
 fn flag_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        let _ = e.print();
-        return ExitCode::SUCCESS;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        // `weir` alone: the help is the answer, but nothing ran.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(2)
+        }
+        _ => fail(2, &usage_error(&e.render().to_string())),
     }
-    let text = e.render().to_string();
-    let first = text
+}
+
+/// A rendered usage error without its usage and help pointer, on one
+/// line. What clap puts on the lines after the first belongs to the error:
+/// the missing flags, the possible values, a tip with the flag meant.
+fn usage_error(rendered: &str) -> String {
+    let error: Vec<&str> = rendered
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments");
-    fail(2, first.trim_start_matches("error: "))
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
+    let line = one_line(&error.join("\n"));
+    match line.strip_prefix("error: ") {
+        Some(rest) => rest.to_string(),
+        None if line.is_empty() => "invalid arguments".to_string(),
+        None => line,
+    }
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {

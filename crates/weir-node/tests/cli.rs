@@ -71,6 +71,25 @@ fn bad_flag_values_exit_non_zero_with_one_line() {
 }
 
 #[test]
+fn missing_flags_and_possible_values_are_named_on_the_one_line() {
+    assert_one_line_error(&run(&["check", "--key", "k"]), &["--server <URL>"]);
+    let mut args = vec!["serve"];
+    args.extend(EPHEMERAL);
+    args.extend(["--strategy", "fastest"]);
+    assert_one_line_error(&run(&args), &["possible values: owner, gossip, divide"]);
+}
+
+#[test]
+fn no_command_prints_the_help_and_exits_two() {
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for part in ["Usage: weir <COMMAND>", "serve", "check"] {
+        assert!(stderr.contains(part), "{part:?} missing from {stderr}");
+    }
+}
+
+#[test]
 fn invalid_rules_file_exits_non_zero_naming_rule_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.toml");

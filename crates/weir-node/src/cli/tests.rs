@@ -278,3 +278,33 @@ fn region_peers_without_a_region_are_refused() {
     let e = parse(&["weir", "serve", "--region="]).unwrap_err();
     assert!(e.contains("--region"), "{e}");
 }
+
+fn usage_error_of(args: &[&str]) -> String {
+    let e = Cli::try_parse_from(args).err().expect("a usage error");
+    usage_error(&e.render().to_string())
+}
+
+#[test]
+fn a_usage_error_keeps_what_follows_its_first_line() {
+    assert_eq!(
+        usage_error_of(&["weir", "check"]),
+        "the following required arguments were not provided: --server <URL> --key <K>"
+    );
+    assert_eq!(
+        usage_error_of(&["weir", "serve", "--strategy", "nope"]),
+        "invalid value 'nope' for '--strategy <STRATEGY>' [possible values: owner, gossip, divide]"
+    );
+    let tip = usage_error_of(&[
+        "weir", "check", "--server", "x", "--key", "k", "--tiers", "t",
+    ]);
+    assert!(
+        tip.starts_with("unexpected argument '--tiers' found") && tip.contains("'--tier'"),
+        "{tip}"
+    );
+}
+
+#[test]
+fn a_usage_error_leaves_out_the_usage_and_the_help_pointer() {
+    let e = usage_error_of(&["weir", "bogus"]);
+    assert_eq!(e, "unrecognized subcommand 'bogus'");
+}
