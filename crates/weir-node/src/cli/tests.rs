@@ -280,7 +280,9 @@ fn region_peers_without_a_region_are_refused() {
 }
 
 fn usage_error_of(args: &[&str]) -> String {
-    let e = Cli::try_parse_from(args).err().expect("a usage error");
+    let Err(e) = Cli::try_parse_from(args) else {
+        panic!("{args:?} parsed");
+    };
     usage_error(&e.render().to_string())
 }
 
