@@ -1,13 +1,11 @@
 //! The `weir` command line (docs/configuration.md): `weir serve` and `weir check`.
 
-use std::error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde_json::{json, Value};
 use weir_cluster::{ClusterConfig, OwnerFailure, StrategyKind};
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
@@ -236,26 +234,6 @@ fn names(names: &[&'static str]) -> clap::builder::PossibleValuesParser {
 pub enum LogFormatArg {
     Text,
     Json,
-}
-
-#[derive(Debug, Args)]
-pub struct CheckArgs {
-    /// The node's base URL, e.g. http://127.0.0.1:8080.
-    #[arg(long, value_name = "URL")]
-    pub server: String,
-    #[arg(long, value_name = "K")]
-    pub key: String,
-    #[arg(long, value_name = "R")]
-    pub route: Option<String>,
-    #[arg(long, value_name = "N")]
-    pub cost: Option<u64>,
-    #[arg(long, value_name = "T")]
-    pub tier: Option<String>,
-    #[arg(long, value_name = "IP")]
-    pub ip: Option<String>,
-    /// Give up after this long.
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, default_value = "5s")]
-    pub timeout: Duration,
 }
 
 /// A name clap has already checked against the accepted ones, or the default.
@@ -505,127 +483,9 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     }
 }
 
-/// The headers `weir check` shows, in the order a reader compares them.
-const SHOWN_HEADERS: [&str; 9] = [
-    "RateLimit-Limit",
-    "RateLimit-Remaining",
-    "RateLimit-Reset",
-    "RateLimit-Policy",
-    "RateLimit",
-    "X-RateLimit-Limit",
-    "X-RateLimit-Remaining",
-    "X-RateLimit-Reset",
-    "Retry-After",
-];
-
-async fn check(args: CheckArgs) -> ExitCode {
-    match send_check(&args).await {
-        Ok((allowed, report)) => {
-            print!("{report}");
-            if allowed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => fail(2, &e),
-    }
-}
-
-/// Sends the check; Ok((allowed, what to print)) for a 200 or a 429.
-async fn send_check(args: &CheckArgs) -> Result<(bool, String), String> {
-    let mut body = json!({"key": args.key});
-    if let Some(r) = &args.route {
-        body["route"] = r.clone().into();
-    }
-    if let Some(c) = args.cost {
-        body["cost"] = c.into();
-    }
-    if let Some(t) = &args.tier {
-        body["tier"] = t.clone().into();
-    }
-    if let Some(ip) = &args.ip {
-        body["ip"] = ip.clone().into();
-    }
-    let url = format!("{}/v1/check", args.server.trim_end_matches('/'));
-    let client = reqwest::Client::builder()
-        .timeout(args.timeout)
-        .build()
-        .map_err(|e| chain(&e))?;
-    let res = client
-        .post(&url)
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| chain(&e))?;
-    let status = res.status().as_u16();
-    let headers: Vec<(String, String)> = SHOWN_HEADERS
-        .iter()
-        .filter_map(|name| {
-            let v = res.headers().get(*name)?.to_str().ok()?;
-            Some((name.to_string(), v.to_string()))
-        })
-        .collect();
-    let body: Value = res.json().await.unwrap_or(Value::Null);
-    report(status, &headers, &body)
-}
-
-/// The verdict line and the rate-limit headers, or the server's refusal.
-fn report(
-    status: u16,
-    headers: &[(String, String)],
-    body: &Value,
-) -> Result<(bool, String), String> {
-    let allowed = match status {
-        200 => true,
-        429 => false,
-        _ => {
-            let detail = body["detail"].as_str().unwrap_or("no detail");
-            let field = body["field"]
-                .as_str()
-                .map(|f| format!(" (field {f})"))
-                .unwrap_or_default();
-            return Err(format!("server answered {status}: {detail}{field}"));
-        }
-    };
-    let mut out = String::new();
-    match body["rule"].as_str() {
-        None => out.push_str("allowed: no rule matched (unlimited)\n"),
-        Some(rule) => {
-            let verdict = if allowed { "allowed" } else { "denied" };
-            out.push_str(&format!(
-                "{verdict}: rule={rule} limit={} remaining={} reset_at={}",
-                body["limit"], body["remaining"], body["reset_at"]
-            ));
-            if !allowed {
-                out.push_str(&format!(" retry_after_ms={}", body["retry_after_ms"]));
-            }
-            if let Some(delay) = body["delay_ms"].as_u64() {
-                out.push_str(&format!(" delay_ms={delay}"));
-            }
-            out.push('\n');
-        }
-    }
-    for (name, value) in headers {
-        out.push_str(&format!("{name}: {value}\n"));
-    }
-    Ok((allowed, out))
-}
-
-/// An error with its causes, on one line ("error sending request: connection refused").
-fn chain(e: &dyn Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let c = cause.to_string();
-        if !s.contains(&c) {
-            s.push_str(": ");
-            s.push_str(&c);
-        }
-        source = cause.source();
-    }
-    s
-}
-
+mod check;
 #[cfg(test)]
 mod tests;
+
+use check::check;
+pub use check::CheckArgs;

@@ -80,6 +80,21 @@ fn missing_flags_and_possible_values_are_named_on_the_one_line() {
 }
 
 #[test]
+fn check_refuses_a_zero_timeout_before_sending() {
+    let out = run(&[
+        "check",
+        "--server",
+        "127.0.0.1:9",
+        "--key",
+        "k",
+        "--timeout",
+        "0s",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out, &["--timeout must be more than 0"]);
+}
+
+#[test]
 fn no_command_prints_the_help_and_exits_two() {
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2));
@@ -232,4 +247,62 @@ async fn check_exit_codes_follow_the_verdict() {
     let unreachable = check(&[]).await.unwrap();
     assert_eq!(unreachable.status.code(), Some(2));
     assert_one_line_error(&unreachable, &["/v1/check"]);
+}
+
+/// `weir check` against a node serving HTTPS with a self-signed certificate:
+/// trusted through `--ca`, refused without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_speaks_https_trusting_the_ca_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let node = Node::start(ServeConfig {
+        tls: Some(weir_node::tls::TlsFiles {
+            cert: cert.clone(),
+            key,
+        }),
+        peer_grpc: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServeConfig::ephemeral()
+    })
+    .await
+    .unwrap();
+    let https = format!("https://{}", node.http_addr());
+    let http = format!("http://{}", node.http_addr());
+    let ca = cert.to_str().unwrap().to_string();
+    let check = |server: String, extra: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["check", "--server", &server, "--key", "cust_1"];
+            args.extend(extra.iter().map(String::as_str));
+            run(&args)
+        })
+    };
+
+    let trusted = check(https.clone(), vec!["--ca".into(), ca.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    assert!(String::from_utf8_lossy(&trusted.stdout).starts_with("allowed: "));
+
+    // The public roots alone do not vouch for a self-signed certificate.
+    let untrusted = check(https.clone(), vec![]).await.unwrap();
+    assert_eq!(untrusted.status.code(), Some(2));
+    assert_one_line_error(&untrusted, &["certificate"]);
+
+    let plain = check(http, vec!["--ca".into(), ca]).await.unwrap();
+    assert_one_line_error(&plain, &["--ca is for an https:// --server"]);
+
+    let no_cert = dir.path().join("empty.pem");
+    std::fs::write(&no_cert, "not a certificate\n").unwrap();
+    let empty = check(https, vec!["--ca".into(), no_cert.to_str().unwrap().into()])
+        .await
+        .unwrap();
+    assert_one_line_error(&empty, &["--ca", "no PEM certificate"]);
+    node.shutdown().await;
 }

@@ -1,5 +1,8 @@
 //! Flag parsing and `weir check` output, without a process.
 
+use serde_json::json;
+
+use super::check::{check_url, report};
 use super::*;
 
 fn parse(args: &[&str]) -> Result<ServeConfig, String> {
@@ -309,4 +312,36 @@ fn a_usage_error_keeps_what_follows_its_first_line() {
 fn a_usage_error_leaves_out_the_usage_and_the_help_pointer() {
     let e = usage_error_of(&["weir", "bogus"]);
     assert_eq!(e, "unrecognized subcommand 'bogus'");
+}
+
+#[test]
+fn check_url_puts_the_check_path_under_the_base() {
+    for (server, url) in [
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1/check"),
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/check"),
+        ("https://weir.internal", "https://weir.internal/v1/check"),
+        // As every address flag of `weir serve` is written.
+        ("127.0.0.1:8080", "http://127.0.0.1:8080/v1/check"),
+        ("localhost:8080", "http://localhost:8080/v1/check"),
+        // Behind a proxy at a path.
+        ("http://gw:80/weir/", "http://gw/weir/v1/check"),
+    ] {
+        assert_eq!(check_url(server).unwrap().as_str(), url, "{server}");
+    }
+}
+
+#[test]
+fn check_url_refuses_what_is_not_a_node_base_url_naming_the_flag() {
+    for (server, why) in [
+        ("ftp://h:21", "http:// or https://"),
+        ("http://", "empty host"),
+        ("http://h:8080/?x=1", "without a query"),
+        ("http://h:99999", "invalid port"),
+    ] {
+        let e = check_url(server).unwrap_err();
+        assert!(
+            e.starts_with("--server") && e.contains(why),
+            "{server}: {e}"
+        );
+    }
 }

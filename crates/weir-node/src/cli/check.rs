@@ -1,0 +1,218 @@
+//! `weir check`: one `POST /v1/check` from the command line, its verdict and headers printed.
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::fail;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The node's base URL, e.g. http://127.0.0.1:8080 or https://weir.internal:8080;
+    /// a bare HOST:PORT means http://.
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    #[arg(long, value_name = "K")]
+    pub key: String,
+    #[arg(long, value_name = "R")]
+    pub route: Option<String>,
+    #[arg(long, value_name = "N")]
+    pub cost: Option<u64>,
+    #[arg(long, value_name = "T")]
+    pub tier: Option<String>,
+    #[arg(long, value_name = "IP")]
+    pub ip: Option<String>,
+    /// Give up after this long.
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// PEM certificates to trust for an https:// server besides the public
+    /// roots: the node's own --tls-cert when it is self-signed, or its CA.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+}
+
+/// The headers `weir check` shows, in the order a reader compares them.
+const SHOWN_HEADERS: [&str; 9] = [
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "RateLimit-Policy",
+    "RateLimit",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "Retry-After",
+];
+
+pub(super) async fn check(args: CheckArgs) -> ExitCode {
+    match send_check(&args).await {
+        Ok((allowed, report)) => {
+            print!("{report}");
+            if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => fail(2, &e),
+    }
+}
+
+/// Sends the check; Ok((allowed, what to print)) for a 200 or a 429.
+async fn send_check(args: &CheckArgs) -> Result<(bool, String), String> {
+    let mut body = json!({"key": args.key});
+    if let Some(r) = &args.route {
+        body["route"] = r.clone().into();
+    }
+    if let Some(c) = args.cost {
+        body["cost"] = c.into();
+    }
+    if let Some(t) = &args.tier {
+        body["tier"] = t.clone().into();
+    }
+    if let Some(ip) = &args.ip {
+        body["ip"] = ip.clone().into();
+    }
+    let url = check_url(&args.server)?;
+    let client = http_client(args, url.scheme() == "https")?;
+    let res = client
+        .post(url.clone())
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| chain(&e))?;
+    let status = res.status().as_u16();
+    let headers: Vec<(String, String)> = SHOWN_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let v = res.headers().get(*name)?.to_str().ok()?;
+            Some((name.to_string(), v.to_string()))
+        })
+        .collect();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    // A 404 is most often a wrong --server path: show where it went.
+    report(status, &headers, &body).map_err(|e| match status {
+        404 => format!("{e} (at {url})"),
+        _ => e,
+    })
+}
+
+/// Where the check goes: `/v1/check` under the node's base URL. A bare
+/// HOST:PORT, as every address flag of `weir serve` takes, means http://.
+pub(super) fn check_url(server: &str) -> Result<reqwest::Url, String> {
+    let server = server.trim();
+    let with_scheme = if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("http://{server}")
+    };
+    let bad = |why: &str| format!("--server {server:?}: {why}, e.g. http://127.0.0.1:8080");
+    let mut url = reqwest::Url::parse(&with_scheme).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("must be an http:// or https:// URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("must be a base URL, without a query or fragment"));
+    }
+    // A path is kept as a prefix (a node behind a proxy at /weir).
+    let path = format!("{}/v1/check", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    Ok(url)
+}
+
+/// The client for one check; `--ca` adds the node's certificate to the
+/// public roots an https:// server is verified against.
+fn http_client(args: &CheckArgs, https: bool) -> Result<reqwest::Client, String> {
+    if args.timeout.is_zero() {
+        return Err("--timeout must be more than 0".to_string());
+    }
+    let mut builder = reqwest::Client::builder().timeout(args.timeout);
+    if let Some(path) = &args.ca {
+        if !https {
+            return Err(format!(
+                "--ca is for an https:// --server; {:?} is plain http",
+                args.server
+            ));
+        }
+        for cert in ca_certificates(path)? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().map_err(|e| chain(&e))
+}
+
+/// Every certificate in a PEM file, or why there is none to trust.
+fn ca_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| format!("--ca {shown}: cannot read it: {e}"))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("--ca {shown}: not PEM certificates: {}", chain(&e)))?;
+    if certs.is_empty() {
+        return Err(format!("--ca {shown}: holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+/// The verdict line and the rate-limit headers, or the server's refusal.
+pub(super) fn report(
+    status: u16,
+    headers: &[(String, String)],
+    body: &Value,
+) -> Result<(bool, String), String> {
+    let allowed = match status {
+        200 => true,
+        429 => false,
+        _ => {
+            let detail = body["detail"].as_str().unwrap_or("no detail");
+            let field = body["field"]
+                .as_str()
+                .map(|f| format!(" (field {f})"))
+                .unwrap_or_default();
+            return Err(format!("server answered {status}: {detail}{field}"));
+        }
+    };
+    let mut out = String::new();
+    match body["rule"].as_str() {
+        None => out.push_str("allowed: no rule matched (unlimited)\n"),
+        Some(rule) => {
+            let verdict = if allowed { "allowed" } else { "denied" };
+            out.push_str(&format!(
+                "{verdict}: rule={rule} limit={} remaining={} reset_at={}",
+                body["limit"], body["remaining"], body["reset_at"]
+            ));
+            if !allowed {
+                out.push_str(&format!(" retry_after_ms={}", body["retry_after_ms"]));
+            }
+            if let Some(delay) = body["delay_ms"].as_u64() {
+                out.push_str(&format!(" delay_ms={delay}"));
+            }
+            out.push('\n');
+        }
+    }
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\n"));
+    }
+    Ok((allowed, out))
+}
+
+/// An error with its causes, on one line ("error sending request: connection refused").
+fn chain(e: &dyn Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !s.contains(&c) {
+            s.push_str(": ");
+            s.push_str(&c);
+        }
+        source = cause.source();
+    }
+    s
+}
