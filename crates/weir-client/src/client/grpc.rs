@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 use weir_core::{CheckError, CheckResponse};
 use weir_proto::convert;
@@ -14,11 +14,25 @@ use crate::error::ClientError;
 /// A lazily connected channel: built without I/O, so a client for a node
 /// that is down can still be made, and each call reconnects when needed
 /// (an open connection to a restarted node would otherwise stay dead).
-pub(crate) fn channel(url: &str, connect_timeout: Duration) -> Result<Channel, ClientError> {
-    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| ClientError::Endpoint {
+pub(crate) fn channel(
+    url: &str,
+    connect_timeout: Duration,
+    ca_pem: Option<&[u8]>,
+) -> Result<Channel, ClientError> {
+    let bad = |e: tonic::transport::Error| ClientError::Endpoint {
         url: url.to_string(),
         reason: e.to_string(),
-    })?;
+    };
+    let mut endpoint = Endpoint::from_shared(url.to_string()).map_err(bad)?;
+    // Checked here, as the HTTP transport checks it, though tonic reads the PEM itself.
+    super::tls::extra_roots(url, ca_pem)?;
+    if super::tls::is_https(url) {
+        let mut tls = ClientTlsConfig::new().with_webpki_roots();
+        if let Some(pem) = ca_pem {
+            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        }
+        endpoint = endpoint.tls_config(tls).map_err(bad)?;
+    }
     Ok(endpoint
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)

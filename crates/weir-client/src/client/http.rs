@@ -53,7 +53,11 @@ struct Problem {
 }
 
 impl HttpTransport {
-    pub(crate) fn new(base: &str, connect_timeout: Duration) -> Result<Self, ClientError> {
+    pub(crate) fn new(
+        base: &str,
+        connect_timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, ClientError> {
         let bad = |reason: String| ClientError::Endpoint {
             url: base.to_string(),
             reason,
@@ -61,11 +65,13 @@ impl HttpTransport {
         let url = reqwest::Url::parse(base)
             .and_then(|u| u.join("/v1/check"))
             .map_err(|e| bad(e.to_string()))?;
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| bad(e.to_string()))?;
+            .tcp_nodelay(true);
+        for cert in super::tls::extra_roots(base, ca_pem)? {
+            builder = builder.add_root_certificate(cert);
+        }
+        let client = builder.build().map_err(|e| bad(e.to_string()))?;
         Ok(HttpTransport { client, url })
     }
 
@@ -147,6 +153,22 @@ fn transport_error(e: &reqwest::Error, deadline: Duration) -> ClientError {
     } else if e.is_decode() {
         ClientError::Protocol(e.to_string())
     } else {
-        ClientError::Unavailable(e.to_string())
+        // reqwest's own message stops at "error sending request"; the
+        // cause (refused, a certificate not trusted) is in its sources.
+        ClientError::Unavailable(with_causes(e))
     }
+}
+
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !s.contains(&c) {
+            s.push_str(": ");
+            s.push_str(&c);
+        }
+        source = cause.source();
+    }
+    s
 }

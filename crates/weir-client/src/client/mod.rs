@@ -3,6 +3,7 @@
 mod batch;
 mod grpc;
 mod http;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,7 @@ pub struct ClientBuilder {
     max_batch: usize,
     max_in_flight: usize,
     queue: usize,
+    ca_pem: Option<Vec<u8>>,
 }
 
 impl Default for ClientBuilder {
@@ -61,6 +63,7 @@ impl Default for ClientBuilder {
             // next; more would only shrink batches.
             max_in_flight: 4,
             queue: 4096,
+            ca_pem: None,
         }
     }
 }
@@ -96,12 +99,26 @@ impl ClientBuilder {
         self
     }
 
-    /// A client for a node's gRPC address (`http://127.0.0.1:8081`). Makes no
+    /// PEM certificates to trust for an `https://` node besides the public
+    /// roots: a node's self-signed `--tls-cert`, or the CA that signed it.
+    /// Given with an `http://` URL, or holding no certificate, the builder
+    /// refuses it with [`ClientError::Endpoint`].
+    pub fn ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// A client for a node's gRPC address (`http://127.0.0.1:8081`, or
+    /// `https://` for a node serving TLS). Makes no
     /// connection yet: a node that is down shows up as
     /// [`ClientError::Unavailable`] on the first check, not here. Must be
     /// called inside a tokio runtime (it starts the batching task).
     pub fn grpc(self, url: &str) -> Result<Client, ClientError> {
-        let channel = grpc::channel(url, self.connect_timeout.unwrap_or(self.deadline))?;
+        let channel = grpc::channel(
+            url,
+            self.connect_timeout.unwrap_or(self.deadline),
+            self.ca_pem.as_deref(),
+        )?;
         let tx = batch::spawn(
             channel,
             BatchConfig {
@@ -113,10 +130,15 @@ impl ClientBuilder {
         Ok(self.build(Transport::Grpc(tx)))
     }
 
-    /// A client for a node's HTTP address (`http://127.0.0.1:8080`); one
-    /// `POST /v1/check` per check over a pooled keep-alive connection.
+    /// A client for a node's HTTP address (`http://127.0.0.1:8080`, or
+    /// `https://`); one `POST /v1/check` per check over a pooled keep-alive
+    /// connection.
     pub fn http(self, url: &str) -> Result<Client, ClientError> {
-        let t = HttpTransport::new(url, self.connect_timeout.unwrap_or(self.deadline))?;
+        let t = HttpTransport::new(
+            url,
+            self.connect_timeout.unwrap_or(self.deadline),
+            self.ca_pem.as_deref(),
+        )?;
         Ok(self.build(Transport::Http(t)))
     }
 
