@@ -113,16 +113,7 @@ impl MemoryNet {
             // Regions are linked over gRPC only (the protocol's own tests
             // run on `regions::tests`' network).
             region_link: Arc::new(crate::net::regions::TonicRegionLink::new(None)),
-            resolver: {
-                let state = self.state.clone();
-                SeedResolver::new(move |name| match name.parse::<SocketAddr>() {
-                    Ok(a) => Ok(vec![a]),
-                    Err(e) => match state.lock().names.clone() {
-                        Some(names) => names.resolve(name),
-                        None => Err(io::Error::other(e)),
-                    },
-                })
-            },
+            resolver: self.seed_resolver(),
         };
         let cluster = Cluster::assemble(config, identity, limiter, transport).await?;
         let handler = Arc::downgrade(cluster.handler());
@@ -145,6 +136,23 @@ impl MemoryNet {
             net: self.clone(),
             local: gossip,
             rx: tokio::sync::Mutex::new(rx),
+        })
+    }
+
+    /// `ip:port` as itself; any other name by the test's `names`.
+    fn seed_resolver(&self) -> SeedResolver {
+        let state = self.state.clone();
+        SeedResolver::new(move |name| match name.parse::<SocketAddr>() {
+            Ok(a) => Ok(vec![a]),
+            Err(e) => {
+                // Cloned out first: the test's resolver runs with the
+                // network unlocked, so it may use the network itself.
+                let names = state.lock().names.clone();
+                match names {
+                    Some(names) => names.resolve(name),
+                    None => Err(io::Error::other(e)),
+                }
+            }
         })
     }
 
@@ -429,5 +437,35 @@ impl Link for MemoryLink {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
         self.call(to, deadline, move |h| async move { Ok(h.summary(req)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_name_is_resolved_with_the_network_unlocked() {
+        let net = MemoryNet::new();
+        let inner = net.clone();
+        // A resolver that uses the network, as a test that partitions
+        // while names resolve would: under the network's lock it would
+        // wait on itself for ever.
+        net.resolve_names(SeedResolver::new(move |_| {
+            inner.heal();
+            Ok(vec![SocketAddr::from(([10, 0, 0, 9], GOSSIP_PORT))])
+        }));
+        let resolver = net.seed_resolver();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(resolver.resolve("peers.weir.test:7946"));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("resolved within the deadline, not stuck on the network's lock");
+        assert_eq!(
+            got.unwrap(),
+            [SocketAddr::from(([10, 0, 0, 9], GOSSIP_PORT))]
+        );
     }
 }
