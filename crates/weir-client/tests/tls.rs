@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{per_client, rules_file};
 use tempfile::TempDir;
-use weir_client::{CheckRequest, Client, ClientError};
+use weir_client::{CheckRequest, Client, ClientBuilder, ClientError};
 use weir_node::tls::TlsFiles;
 use weir_node::{Node, ServeConfig};
 
@@ -38,6 +38,17 @@ async fn tls_node() -> (Node, String, TempDir) {
     (node, pem, dir)
 }
 
+/// An HTTPS and a TLS gRPC client of `node`, each from `builder`.
+fn https_clients(node: &Node, builder: impl Fn() -> ClientBuilder) -> (Client, Client) {
+    let http = builder()
+        .http(&format!("https://{}", node.http_addr()))
+        .unwrap();
+    let grpc = builder()
+        .grpc(&format!("https://{}", node.grpc_addr()))
+        .unwrap();
+    (http, grpc)
+}
+
 fn check(key: &str) -> CheckRequest {
     CheckRequest::new(key, "GET /")
 }
@@ -45,17 +56,11 @@ fn check(key: &str) -> CheckRequest {
 #[tokio::test(flavor = "multi_thread")]
 async fn https_and_tls_grpc_answer_with_the_given_certificate_trusted() {
     let (node, pem, _dir) = tls_node().await;
-    let builder = || {
+    let (http, grpc) = https_clients(&node, || {
         Client::builder()
             .deadline(DEADLINE)
             .ca_certificate_pem(pem.as_bytes())
-    };
-    let http = builder()
-        .http(&format!("https://{}", node.http_addr()))
-        .unwrap();
-    let grpc = builder()
-        .grpc(&format!("https://{}", node.grpc_addr()))
-        .unwrap();
+    });
 
     let first = http.check(check("c1")).await.expect("HTTPS verdict");
     assert!(first.allowed && first.limited);
@@ -68,13 +73,7 @@ async fn https_and_tls_grpc_answer_with_the_given_certificate_trusted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_self_signed_node_is_not_trusted_on_the_public_roots_alone() {
     let (node, _pem, _dir) = tls_node().await;
-    let builder = || Client::builder().deadline(DEADLINE);
-    let http = builder()
-        .http(&format!("https://{}", node.http_addr()))
-        .unwrap();
-    let grpc = builder()
-        .grpc(&format!("https://{}", node.grpc_addr()))
-        .unwrap();
+    let (http, grpc) = https_clients(&node, || Client::builder().deadline(DEADLINE));
     for (name, outcome) in [
         ("http", http.check(check("c2")).await),
         ("grpc", grpc.check(check("c2")).await),

@@ -139,3 +139,57 @@ impl CheckError {
         !matches!(self, CheckError::Unavailable(_))
     }
 }
+
+/// An error and its causes on one line ("error sending request: connection
+/// refused"), each cause once: clients' transport errors keep the reason
+/// (a refused connection, an untrusted certificate) in their sources.
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !s.contains(&c) {
+            s.push_str(": ");
+            s.push_str(&c);
+        }
+        source = cause.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a fixed message and an optional cause.
+    #[derive(Debug)]
+    struct Link(&'static str, Option<Box<Link>>);
+
+    impl std::fmt::Display for Link {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Link {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|c| c as _)
+        }
+    }
+
+    #[test]
+    fn with_causes_names_each_cause_once() {
+        let e = Link(
+            "error sending request",
+            Some(Box::new(Link(
+                "tls handshake: invalid peer certificate",
+                Some(Box::new(Link("invalid peer certificate", None))),
+            ))),
+        );
+        assert_eq!(
+            with_causes(&e),
+            "error sending request: tls handshake: invalid peer certificate"
+        );
+        assert_eq!(with_causes(&Link("alone", None)), "alone");
+    }
+}

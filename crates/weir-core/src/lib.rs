@@ -27,7 +27,7 @@ pub use check::{
 };
 pub use clock::{Clock, FakeClock, Nanos, SystemClock, NANOS_PER_MS, NANOS_PER_SEC};
 pub use decision::{ceil_ms, Decision};
-pub use error::{CheckError, InputField, Unavailable};
+pub use error::{with_causes, CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Applied, Gate, Limiter, LimiterConfig, Placed, Verdict};
 pub use rules::{

@@ -155,20 +155,6 @@ fn transport_error(e: &reqwest::Error, deadline: Duration) -> ClientError {
     } else {
         // reqwest's own message stops at "error sending request"; the
         // cause (refused, a certificate not trusted) is in its sources.
-        ClientError::Unavailable(with_causes(e))
+        ClientError::Unavailable(weir_core::with_causes(e))
     }
-}
-
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let c = cause.to_string();
-        if !s.contains(&c) {
-            s.push_str(": ");
-            s.push_str(&c);
-        }
-        source = cause.source();
-    }
-    s
 }

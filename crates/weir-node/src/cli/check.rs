@@ -1,12 +1,13 @@
 //! `weir check`: one `POST /v1/check` from the command line, its verdict and headers printed.
 
-use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
+
+use weir_core::with_causes;
 
 use super::fail;
 
@@ -84,7 +85,7 @@ async fn send_check(args: &CheckArgs) -> Result<(bool, String), String> {
         .json(&body)
         .send()
         .await
-        .map_err(|e| chain(&e))?;
+        .map_err(|e| with_causes(&e))?;
     let status = res.status().as_u16();
     let headers: Vec<(String, String)> = SHOWN_HEADERS
         .iter()
@@ -145,7 +146,7 @@ fn http_client(args: &CheckArgs, https: bool) -> Result<reqwest::Client, String>
             builder = builder.add_root_certificate(cert);
         }
     }
-    builder.build().map_err(|e| chain(&e))
+    builder.build().map_err(|e| with_causes(&e))
 }
 
 /// Every certificate in a PEM file, or why there is none to trust.
@@ -153,7 +154,7 @@ fn ca_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, 
     let shown = path.display();
     let pem = std::fs::read(path).map_err(|e| format!("--ca {shown}: cannot read it: {e}"))?;
     let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| format!("--ca {shown}: not PEM certificates: {}", chain(&e)))?;
+        .map_err(|e| format!("--ca {shown}: not PEM certificates: {}", with_causes(&e)))?;
     if certs.is_empty() {
         return Err(format!("--ca {shown}: holds no PEM certificate"));
     }
@@ -200,19 +201,4 @@ pub(super) fn report(
         out.push_str(&format!("{name}: {value}\n"));
     }
     Ok((allowed, out))
-}
-
-/// An error with its causes, on one line ("error sending request: connection refused").
-fn chain(e: &dyn Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let c = cause.to_string();
-        if !s.contains(&c) {
-            s.push_str(": ");
-            s.push_str(&c);
-        }
-        source = cause.source();
-    }
-    s
 }
