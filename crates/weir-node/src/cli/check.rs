@@ -122,8 +122,13 @@ pub(super) fn check_url(server: &str) -> Result<reqwest::Url, String> {
     if url.query().is_some() || url.fragment().is_some() {
         return Err(bad("must be a base URL, without a query or fragment"));
     }
-    // A path is kept as a prefix (a node behind a proxy at /weir).
-    let path = format!("{}/v1/check", url.path().trim_end_matches('/'));
+    // A path is kept as a prefix (a node behind a proxy at /weir); one that
+    // already ends in the check's own path is not given it twice.
+    let base = url.path().trim_end_matches('/');
+    let path = format!(
+        "{}/v1/check",
+        base.strip_suffix("/v1/check").unwrap_or(base)
+    );
     url.set_path(&path);
     Ok(url)
 }

@@ -325,6 +325,8 @@ fn check_url_puts_the_check_path_under_the_base() {
         ("localhost:8080", "http://localhost:8080/v1/check"),
         // Behind a proxy at a path.
         ("http://gw:80/weir/", "http://gw/weir/v1/check"),
+        // The whole URL of the check, as curl would be given it.
+        ("http://h:8080/v1/check", "http://h:8080/v1/check"),
     ] {
         assert_eq!(check_url(server).unwrap().as_str(), url, "{server}");
     }
