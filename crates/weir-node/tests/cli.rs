@@ -249,25 +249,38 @@ async fn check_exit_codes_follow_the_verdict() {
     assert_one_line_error(&unreachable, &["/v1/check"]);
 }
 
+/// A node serving HTTPS with a self-signed certificate for 127.0.0.1, made
+/// a CA certificate when `as_ca` (as `openssl req -x509` makes one by
+/// default); `dir` holds its cert.pem and key.pem.
+async fn tls_node(dir: &std::path::Path, as_ca: bool) -> Node {
+    let key_pair = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    if as_ca {
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    let cert = params.self_signed(&key_pair).unwrap();
+    let files = weir_node::tls::TlsFiles {
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key_pair.serialize_pem()).unwrap();
+    Node::start(ServeConfig {
+        tls: Some(files),
+        peer_grpc: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServeConfig::ephemeral()
+    })
+    .await
+    .unwrap()
+}
+
 /// `weir check` against a node serving HTTPS with a self-signed certificate:
 /// trusted through `--ca`, refused without it.
 #[tokio::test(flavor = "multi_thread")]
 async fn check_speaks_https_trusting_the_ca_it_is_given() {
     let dir = tempfile::tempdir().unwrap();
-    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, ck.cert.pem()).unwrap();
-    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
-    let node = Node::start(ServeConfig {
-        tls: Some(weir_node::tls::TlsFiles {
-            cert: cert.clone(),
-            key,
-        }),
-        peer_grpc: Some("127.0.0.1:0".parse().unwrap()),
-        ..ServeConfig::ephemeral()
-    })
-    .await
-    .unwrap();
+    let node = tls_node(dir.path(), false).await;
+    let cert = dir.path().join("cert.pem");
     let https = format!("https://{}", node.http_addr());
     let http = format!("http://{}", node.http_addr());
     let ca = cert.to_str().unwrap().to_string();
@@ -304,5 +317,23 @@ async fn check_speaks_https_trusting_the_ca_it_is_given() {
         .await
         .unwrap();
     assert_one_line_error(&empty, &["--ca", "no PEM certificate"]);
+    node.shutdown().await;
+}
+
+/// A CA certificate served as the node's own is refused by rustls even
+/// with `--ca`; the error says why and what to make instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_explains_a_ca_certificate_served_as_the_nodes_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = tls_node(dir.path(), true).await;
+    let https = format!("https://{}", node.http_addr());
+    let ca = dir.path().join("cert.pem").to_str().unwrap().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        run(&["check", "--server", &https, "--key", "k", "--ca", &ca])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out, &["CaUsedAsEndEntity", "CA:FALSE"]);
     node.shutdown().await;
 }

@@ -85,7 +85,7 @@ async fn send_check(args: &CheckArgs) -> Result<(bool, String), String> {
         .json(&body)
         .send()
         .await
-        .map_err(|e| with_causes(&e))?;
+        .map_err(|e| with_hint(with_causes(&e)))?;
     let status = res.status().as_u16();
     let headers: Vec<(String, String)> = SHOWN_HEADERS
         .iter()
@@ -131,6 +131,24 @@ pub(super) fn check_url(server: &str) -> Result<reqwest::Url, String> {
     );
     url.set_path(&path);
     Ok(url)
+}
+
+/// A transport error, with what to do about the ones a first TLS setup
+/// meets, whose own words do not say it.
+pub(super) fn with_hint(error: String) -> String {
+    let hint = if error.contains("CaUsedAsEndEntity") {
+        "the node's certificate is a CA certificate (basicConstraints CA:TRUE, \
+         as `openssl req -x509` makes by default), which TLS clients refuse as \
+         a server's own: make it with CA:FALSE, or sign it with a CA and give \
+         --ca that CA (docs/security.md)"
+    } else if error.contains("invalid HTTP version parsed") {
+        "the node may be serving TLS (--tls-cert): try https://"
+    } else if error.contains("InvalidContentType") {
+        "the node may be serving plain HTTP: try http://"
+    } else {
+        return error;
+    };
+    format!("{error} ({hint})")
 }
 
 /// The client for one check; `--ca` adds the node's certificate to the

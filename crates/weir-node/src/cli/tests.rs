@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::check::{check_url, report};
+use super::check::{check_url, report, with_hint};
 use super::*;
 
 fn parse(args: &[&str]) -> Result<ServeConfig, String> {
@@ -346,4 +346,18 @@ fn check_url_refuses_what_is_not_a_node_base_url_naming_the_flag() {
             "{server}: {e}"
         );
     }
+}
+
+#[test]
+fn a_first_tls_mistake_is_explained() {
+    let ca_as_leaf = with_hint(
+        "error sending request: invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))"
+            .into(),
+    );
+    assert!(ca_as_leaf.contains("CA:FALSE"), "{ca_as_leaf}");
+    let plain_to_tls = with_hint("client error (SendRequest): invalid HTTP version parsed".into());
+    assert!(plain_to_tls.ends_with("try https://)"), "{plain_to_tls}");
+    let tls_to_plain = with_hint("received corrupt message of type InvalidContentType".into());
+    assert!(tls_to_plain.ends_with("try http://)"), "{tls_to_plain}");
+    assert_eq!(with_hint("connection refused".into()), "connection refused");
 }
