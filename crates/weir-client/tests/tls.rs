@@ -70,6 +70,30 @@ async fn https_and_tls_grpc_answer_with_the_given_certificate_trusted() {
     node.shutdown().await;
 }
 
+/// At the client's defaults (a 50 ms deadline, which also bounds the
+/// connection and its handshake) each transport reaches a verdict: a busy
+/// machine may miss a deadline, which is only ever a timeout, never a
+/// refusal of the certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn https_and_tls_grpc_answer_at_the_default_deadline() {
+    let (node, pem, _dir) = tls_node().await;
+    let (http, grpc) = https_clients(&node, || {
+        Client::builder().ca_certificate_pem(pem.as_bytes())
+    });
+    for (name, client) in [("http", http), ("grpc", grpc)] {
+        let started = std::time::Instant::now();
+        let verdict = loop {
+            match client.check(check("c3")).await {
+                Ok(v) => break v,
+                Err(ClientError::Timeout(_)) if started.elapsed() < DEADLINE => continue,
+                Err(e) => panic!("{name}: {e:?}"),
+            }
+        };
+        assert!(verdict.limited, "{name}: {verdict:?}");
+    }
+    node.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_self_signed_node_is_not_trusted_on_the_public_roots_alone() {
     let (node, _pem, _dir) = tls_node().await;
