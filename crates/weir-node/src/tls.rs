@@ -113,18 +113,60 @@ fn is_ca_certificate(leaf: &CertificateDer<'_>) -> bool {
 mod tests {
     use super::*;
 
-    fn self_signed(as_ca: bool) -> CertificateDer<'static> {
+    /// A self-signed certificate for 127.0.0.1 and its key, a CA one when `as_ca`.
+    fn self_signed(as_ca: bool) -> (rcgen::Certificate, rcgen::KeyPair) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
         if as_ca {
             params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         }
-        params.self_signed(&key).unwrap().der().clone()
+        (params.self_signed(&key).unwrap(), key)
     }
 
     #[test]
     fn a_ca_certificate_served_as_the_nodes_own_is_recognised() {
-        assert!(is_ca_certificate(&self_signed(true)));
-        assert!(!is_ca_certificate(&self_signed(false)));
+        assert!(is_ca_certificate(self_signed(true).0.der()));
+        assert!(!is_ca_certificate(self_signed(false).0.der()));
+    }
+
+    /// What loading the files logs, for a CA certificate or not.
+    fn load_logs(as_ca: bool) -> String {
+        use std::sync::Mutex;
+        let (cert, key) = self_signed(as_ca);
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || files.load().map(|_| ()))
+            .expect("a certificate and key that match");
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn loading_a_ca_certificate_warns_and_serves_it() {
+        assert!(load_logs(true).contains("is a CA certificate"));
+        assert!(!load_logs(false).contains("CA certificate"));
     }
 }

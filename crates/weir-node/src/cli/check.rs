@@ -116,9 +116,7 @@ pub(super) fn check_url(server: &str) -> Result<reqwest::Url, String> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad("must be an http:// or https:// URL"));
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("has no host"));
-    }
+    // http and https URLs have a host, or do not parse ("empty host").
     if url.query().is_some() || url.fragment().is_some() {
         return Err(bad("must be a base URL, without a query or fragment"));
     }
