@@ -34,5 +34,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;
+
+    // weir.v1.RateLimiter's server once more, on the hand-written codec
+    // (src/check_wire.rs): weir.v1.RateLimiter.rs beside prost's weir.v1.rs.
+    let check = tonic_build::manual::Method::builder()
+        .name("check")
+        .route_name("Check")
+        .input_type("crate::check_wire::Request")
+        .output_type("crate::check_wire::Response")
+        .codec_path("crate::check_wire::CheckCodec")
+        .build();
+    let service = tonic_build::manual::Service::builder()
+        .name("RateLimiter")
+        .package("weir.v1")
+        .method(check)
+        .build();
+    tonic_build::manual::Builder::new()
+        .build_client(false)
+        .compile(&[service]);
     Ok(())
 }

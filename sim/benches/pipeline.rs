@@ -4,10 +4,12 @@
 //! less everything both sides share but the message: no sockets, no h2, no
 //! generator on the same cores. The calls are `weir_sim::bench::pipeline`'s:
 //!
-//! - `node`: the handler of a node started in process with the edges rules;
+//! - `node`: the handler of a node started in process with the edges
+//!   rules, on its own codec as `weir serve` runs it;
 //! - `counting`: the counting reference (`weir-bare --grpc-counting`),
 //!   which bumps one counter per item's key and decides nothing;
-//! - `plain`: the reference that answers every item without a counter.
+//! - `plain`: the reference that answers every item without a counter;
+//!   both references on prost's codec, as their servers run.
 //!
 //! The three run one after the other in one process, so their ratios share the machine's
 //! state. Run: `cargo bench -p weir-sim --bench pipeline`. For instruction
@@ -17,21 +19,21 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use weir_sim::bench::pipeline::{bodies, InProcess, ITEMS};
+use weir_sim::bench::pipeline::{all_admitted, bodies, InProcess, Prost, ITEMS};
 use weir_sim::bench::reference::grpc::rate_limiter;
 
 // The allocator both servers run with (`weir` and `weir-bare`).
 #[global_allocator]
 static ALLOC: weir_alloc::Mimalloc = weir_alloc::Mimalloc;
 
-/// One call of a service on one encoded request.
-type Run<'a> = dyn Fn(&[u8]) -> (usize, bool) + 'a;
+/// One call of a handler on one encoded request: the encoded answer.
+type Run<'a> = dyn Fn(&[u8]) -> Vec<u8> + 'a;
 
 fn pipeline(c: &mut Criterion) {
     let here = InProcess::start();
     let node_service = here.service();
-    let counting = rate_limiter(true);
-    let plain = rate_limiter(false);
+    let counting = Prost(rate_limiter(true));
+    let plain = Prost(rate_limiter(false));
     let bodies = bodies();
 
     let mut group = c.benchmark_group("check_100_items");
@@ -44,7 +46,7 @@ fn pipeline(c: &mut Criterion) {
     ];
     for (name, run) in services {
         // Every key exists before timing, as it does in a long edges.sh run.
-        let admitted = bodies.iter().all(|b| run(b).1);
+        let admitted = bodies.iter().all(|b| all_admitted(&run(b)));
         assert!(admitted, "{name}: the bench rules admit every item");
         let mut next = 0;
         group.bench_function(name, |b| {

@@ -15,8 +15,9 @@
 use std::hint::black_box;
 
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_sim::bench::pipeline::{bodies, http_bodies, one_item_body, rls_body, InProcess};
+use weir_sim::bench::pipeline::{
+    all_admitted, bodies, http_bodies, one_item_body, rls_body, Handler, InProcess, Prost,
+};
 use weir_sim::bench::reference::axum_check;
 use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
 
@@ -30,27 +31,54 @@ fn measured(n: usize, mut call: impl FnMut(usize) -> usize) -> usize {
     (0..n).map(&mut call).sum()
 }
 
+/// What a call answers: its size, summed inside `measured` so nothing is
+/// optimised away, and whether it is `ok`, read outside it.
+trait Answered {
+    fn size(&self) -> usize;
+    fn ok(&self) -> bool;
+}
+
+/// RLS and HTTP calls: the answer's length, and whether it was OK.
+impl Answered for (usize, bool) {
+    fn size(&self) -> usize {
+        self.0
+    }
+    fn ok(&self) -> bool {
+        self.1
+    }
+}
+
+/// A weir.v1 Check's encoded answer: ok when every item was admitted.
+impl Answered for Vec<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn ok(&self) -> bool {
+        all_admitted(self)
+    }
+}
+
 /// `bodies` answered in turn: each once to create its keys (and take a
 /// denied route's one admission an hour), once more to check the answer
 /// is `ok`, then cycled through `n` counted calls.
-fn cycled<B>(bodies: &[B], ok: bool, n: usize, mut call: impl FnMut(&B) -> (usize, bool)) {
+fn cycled<B, A: Answered>(bodies: &[B], ok: bool, n: usize, mut call: impl FnMut(&B) -> A) {
     for b in bodies {
         call(b);
     }
-    let answered = bodies.iter().all(|b| call(b).1 == ok);
+    let answered = bodies.iter().all(|b| call(b).ok() == ok);
     assert!(answered, "the bench rules answer every call with ok = {ok}");
-    black_box(measured(n, |i| call(&bodies[i % bodies.len()]).0));
+    black_box(measured(n, |i| call(&bodies[i % bodies.len()]).size()));
 }
 
-fn batch(here: &InProcess, service: &impl RateLimiter, n: usize) {
-    cycled(&bodies(), true, n, |b| here.run(service, b));
+fn batch(here: &InProcess, handler: &impl Handler, n: usize) {
+    cycled(&bodies(), true, n, |b| here.run(handler, b));
 }
 
 /// The 1-item Check; the plain reference admits every item, as it does
 /// over the wire.
-fn one_item(here: &InProcess, service: &impl RateLimiter, plain: bool, denied: bool, n: usize) {
+fn one_item(here: &InProcess, handler: &impl Handler, plain: bool, denied: bool, n: usize) {
     let ok = plain || !denied;
-    cycled(&[one_item_body(denied)], ok, n, |b| here.run(service, b));
+    cycled(&[one_item_body(denied)], ok, n, |b| here.run(handler, b));
 }
 
 fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize) {
@@ -73,11 +101,11 @@ fn main() {
     let here = InProcess::start();
     match (handler.as_str(), call.as_str()) {
         ("node", "batch") => batch(&here, &here.service(), n),
-        ("counting", "batch") => batch(&here, &rate_limiter(true), n),
-        ("plain", "batch") => batch(&here, &rate_limiter(false), n),
+        ("counting", "batch") => batch(&here, &Prost(rate_limiter(true)), n),
+        ("plain", "batch") => batch(&here, &Prost(rate_limiter(false)), n),
         ("node", "one" | "one-denied") => one_item(&here, &here.service(), false, call != "one", n),
         ("plain", "one" | "one-denied") => {
-            one_item(&here, &rate_limiter(false), true, call != "one", n)
+            one_item(&here, &Prost(rate_limiter(false)), true, call != "one", n)
         }
         ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
         ("plain", "rls" | "rls-denied") => rls(&here, &rls_responder(), call != "rls", n),

@@ -11,7 +11,7 @@ use tempfile::TempPath;
 use tokio::net::TcpListener;
 use weir_client::{CheckRequest, Client, ClientError};
 use weir_node::{Node, ServeConfig};
-use weir_proto::weir::v1::rate_limiter_server::RateLimiterServer;
+use weir_proto::check_wire::rate_limiter_server::RateLimiterServer;
 
 /// A node on ephemeral ports, and its rules file, which lives as long as
 /// the caller keeps it.

@@ -75,28 +75,69 @@ pub fn result(r: &CheckResponse) -> CheckResult {
     }
 }
 
-/// [`result`] of `v.response()` without the response in between: a
-/// batch answers each item straight from its verdict, the rule's name
-/// copied once instead of its `Arc` cloned and dropped on the way.
-pub fn verdict_result(v: &Verdict) -> CheckResult {
+/// One item's answer as `CheckResult` carries it, the rule's name
+/// borrowed: what a node's batch writes straight to the wire
+/// ([`crate::check_wire`]) and what [`verdict_result`] copies into a message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Answer<'a> {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_at_ms: u64,
+    /// Empty when unlimited.
+    pub rule: &'a str,
+    pub delay_ms: u64,
+    pub limited: bool,
+    pub window_ms: u64,
+}
+
+impl Answer<'_> {
+    pub fn to_result(&self) -> CheckResult {
+        CheckResult {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            retry_after_ms: self.retry_after_ms,
+            reset_at_ms: self.reset_at_ms,
+            // Copied as a `str`: `to_string` goes through `Display`, 110
+            // instructions more per item.
+            rule: String::from(self.rule),
+            delay_ms: self.delay_ms,
+            limited: self.limited,
+            error: None,
+            window_ms: self.window_ms,
+        }
+    }
+}
+
+/// [`result`] of `v.response()` without the response in between, the
+/// rule's name borrowed instead of its `Arc` cloned and dropped.
+pub fn verdict_answer(v: &Verdict) -> Answer<'_> {
     let Some((a, delay)) = v.shown() else {
-        return result(&v.response());
+        // Unlimited: `CheckResponse::default()` but for `allowed`.
+        return Answer {
+            allowed: v.allowed,
+            ..Answer::default()
+        };
     };
     let d = &a.decision;
-    CheckResult {
+    Answer {
         allowed: v.allowed,
         limit: d.limit,
         remaining: d.remaining,
         retry_after_ms: if v.allowed { 0 } else { d.retry_after_ms() },
         reset_at_ms: d.reset_at,
-        // Copied as a `str`: `to_string` on the `Arc<str>` goes through
-        // `Display`, 110 instructions more per item.
-        rule: String::from(&*a.rule.name),
+        rule: &a.rule.name,
         delay_ms: ceil_ms(delay),
         limited: true,
-        error: None,
         window_ms: millis(a.rule.window),
     }
+}
+
+/// [`verdict_answer`] as a message.
+pub fn verdict_result(v: &Verdict) -> CheckResult {
+    verdict_answer(v).to_result()
 }
 
 pub fn error_result(e: &CheckError) -> CheckResult {

@@ -9,11 +9,13 @@
 //!
 //! - the node: `RateLimiterService` of a node started in process with the
 //!   rules `bench/edges.sh` serves (the admitting rule's window an hour
-//!   instead of a minute), the owner strategy on a ring of one, as
-//!   `weir serve` runs;
+//!   instead of a minute), the owner strategy on a ring of one, on its own
+//!   codec (`weir_proto::check_wire`), as `weir serve` runs;
 //! - the counting reference (`weir-bare --grpc-counting`), which bumps one
 //!   counter per item's key and decides nothing;
 //! - the plain reference, which answers every item without a counter.
+//!
+//! The references decode and encode with prost, as their servers do.
 //!
 //! The same for Envoy's ShouldRateLimit with the one-descriptor request
 //! `bench/edges.sh` sends: the node's `EnvoyRls`, and the bare RLS
@@ -22,6 +24,7 @@
 //! node's router, and the axum reference, which parses the same JSON and
 //! bumps one counter.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -32,11 +35,12 @@ use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use weir_node::grpc::{EnvoyRls, RateLimiterService};
 use weir_node::{Node, NodeState, ServeConfig};
+use weir_proto::check_wire;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_proto::envoy::service::ratelimit::v3::{rate_limit_response::Code, RateLimitRequest};
 use weir_proto::prost;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_proto::weir::v1::{CheckItem, CheckRequest};
+use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResponse};
 
 use super::keys::{worker_rng, Keys};
 use super::reference::grpc::DENY_DOMAIN;
@@ -85,17 +89,44 @@ pub fn bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Decodes `body`, answers it with `service`, encodes the answer: the
-/// answer's length, and whether every item was admitted.
-pub async fn call(service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
-    let request = CheckRequest::decode(body).expect("a request this bench encoded");
-    let answer = service
-        .check(tonic::Request::new(request))
-        .await
-        .expect("a well-formed batch")
-        .into_inner();
-    let admitted = answer.results.iter().all(|r| r.allowed);
-    (answer.encode_to_vec().len(), admitted)
+/// A weir.v1 Check handler as its server runs it: from the encoded
+/// request to the encoded answer, through the codec that server uses.
+pub trait Handler {
+    fn answer(&self, body: &[u8]) -> impl Future<Output = Vec<u8>>;
+}
+
+/// A handler on prost's messages and codec: the bare references.
+pub struct Prost<S>(pub S);
+
+impl<S: RateLimiter> Handler for Prost<S> {
+    async fn answer(&self, body: &[u8]) -> Vec<u8> {
+        let request = CheckRequest::decode(body).expect("a request this bench encoded");
+        let answer = self
+            .0
+            .check(tonic::Request::new(request))
+            .await
+            .expect("a well-formed batch");
+        answer.into_inner().encode_to_vec()
+    }
+}
+
+/// The node's handler on its own codec.
+impl Handler for RateLimiterService {
+    async fn answer(&self, body: &[u8]) -> Vec<u8> {
+        let request = check_wire::decode_request(body).expect("a request this bench encoded");
+        let answer =
+            check_wire::rate_limiter_server::RateLimiter::check(self, tonic::Request::new(request))
+                .await
+                .expect("a well-formed batch");
+        answer.into_inner().into_bytes()
+    }
+}
+
+/// Whether an encoded answer admits every item: read apart from the
+/// calls that are timed or counted.
+pub fn all_admitted(answer: &[u8]) -> bool {
+    let answer = CheckResponse::decode(answer).expect("an answer a handler encoded");
+    answer.results.iter().all(|r| r.allowed)
 }
 
 /// The RLS request `bench/edges.sh` sends (one `user_id` descriptor), to
@@ -110,7 +141,7 @@ pub fn one_item_body(denied: bool) -> Vec<u8> {
     check1(if denied { DENY_DOMAIN } else { ROUTE }).encode_to_vec()
 }
 
-/// [`call`] for Envoy's ShouldRateLimit: the answer's length, and whether
+/// Envoy's ShouldRateLimit decoded, answered and encoded: the answer's length, and whether
 /// it was OK.
 pub async fn call_rls(service: &impl RateLimitService, body: &[u8]) -> (usize, bool) {
     let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
@@ -136,7 +167,7 @@ pub fn http_bodies(denied: bool) -> Vec<Bytes> {
         .collect()
 }
 
-/// [`call`] for `POST /v1/check` through `app`: the answer body's length,
+/// `POST /v1/check` through `app`: the answer body's length,
 /// and whether it was 200.
 pub async fn call_http(app: &Router, body: &Bytes) -> (usize, bool) {
     let request = http::Request::post("/v1/check")
@@ -202,9 +233,9 @@ impl InProcess {
         weir_node::http::router(self.state())
     }
 
-    /// One call of `service` on `body`, as [`call`] makes it.
-    pub fn run(&self, service: &impl RateLimiter, body: &[u8]) -> (usize, bool) {
-        self.rt.block_on(call(service, body))
+    /// One call of `handler` on `body`: the encoded answer.
+    pub fn run(&self, handler: &impl Handler, body: &[u8]) -> Vec<u8> {
+        self.rt.block_on(handler.answer(body))
     }
 
     /// One `POST /v1/check`, as [`call_http`] makes it.

@@ -1,13 +1,16 @@
 //! weir.v1.RateLimiter/Check: a batch of checks, one verdict (or item error) per item.
+//!
+//! Served on weir-proto's hand-written codec (`check_wire`): the items
+//! arrive as checks, and each answer is written to the wire as it is made.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, CheckRequest, Verdict};
+use weir_core::{CheckError, Verdict};
+use weir_proto::check_wire::rate_limiter_server::RateLimiter;
+use weir_proto::check_wire::{Request as CheckCall, Response as CheckResponse};
 use weir_proto::convert;
-use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
-use weir_proto::weir::v1::{CheckRequest as CheckCall, CheckResponse, CheckResult};
 
 use crate::jitter::jittered_wait;
 use crate::state::NodeState;
@@ -28,56 +31,46 @@ impl RateLimiter for RateLimiterService {
         &self,
         request: GrpcRequest<CheckCall>,
     ) -> Result<Response<CheckResponse>, Status> {
-        let items = request.into_inner().items;
+        // An item whose carried limit cannot limit is refused alone, like
+        // any other bad item, and stands as an empty check the engine
+        // refuses at once, moving nothing; the rest are decided together.
+        let CheckCall {
+            checks: requests,
+            refused,
+        } = request.into_inner();
         let max = self.state.config.limits.max_batch_items;
         let metrics = &self.state.metrics;
-        if items.is_empty() {
+        if requests.is_empty() {
             metrics.record_rejected_input("items");
             return Err(Status::invalid_argument("items: must not be empty"));
         }
-        if items.len() > max {
+        if requests.len() > max {
             metrics.record_rejected_input("items");
             return Err(Status::invalid_argument(format!(
                 "items: at most {max} per call, got {}",
-                items.len()
+                requests.len()
             )));
         }
 
         // One item skips the batch machinery (the slot vectors, the label
         // tally), as a lone RLS descriptor does.
-        if items.len() == 1 {
-            let item = items.into_iter().next().expect("one item");
-            let (outcome, elapsed) = match convert::request(item) {
-                Ok(req) => {
+        if requests.len() == 1 {
+            let (outcome, elapsed) = match refused.into_iter().next() {
+                None => {
                     let started = tokio::time::Instant::now();
-                    let outcome = self.state.engine.check(&req).await;
+                    let outcome = self.state.engine.check(&requests[0]).await;
                     (outcome, started.elapsed())
                 }
-                Err(e) => (Err(e), Duration::ZERO),
+                Some((_, e)) => (Err(e), Duration::ZERO),
             };
             if let Ok(v) = &outcome {
                 metrics.record_verdict(v, elapsed);
             }
-            let results = vec![self.answer(&outcome, elapsed)];
-            return Ok(Response::new(CheckResponse { results }));
+            let mut results = CheckResponse::with_capacity(1);
+            self.answer(&mut results, &outcome, elapsed);
+            return Ok(Response::new(results));
         }
 
-        // An item whose carried limit cannot limit is refused alone, like
-        // any other bad item; the rest are decided together. Only the
-        // refused are listed: a slot per item was written and read again
-        // for every batch, which almost never has one.
-        let mut refused: Vec<(usize, CheckError)> = Vec::new();
-        let requests: Vec<CheckRequest> = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
-                convert::request(item).unwrap_or_else(|e| {
-                    refused.push((i, e));
-                    // A placeholder the engine refuses at once (empty key), moving nothing.
-                    CheckRequest::new("", "")
-                })
-            })
-            .collect();
         // Latency is for metrics only, never for a decision (those read the core's clock).
         let started = tokio::time::Instant::now();
         let mut verdicts = self.state.engine.check_many(&requests).await;
@@ -96,31 +89,36 @@ impl RateLimiter for RateLimiterService {
         }
 
         metrics.record_verdicts(verdicts.iter().filter_map(|o| o.as_ref().ok()), per_item);
-        let results = verdicts
-            .iter()
-            .map(|outcome| self.answer(outcome, per_item))
-            .collect::<Vec<CheckResult>>();
-        Ok(Response::new(CheckResponse { results }))
+        let mut results = CheckResponse::with_capacity(verdicts.len());
+        for outcome in &verdicts {
+            self.answer(&mut results, outcome, per_item);
+        }
+        Ok(Response::new(results))
     }
 }
 
 impl RateLimiterService {
-    /// One item's result; a failure is counted here, a verdict by the caller.
-    fn answer(&self, outcome: &Result<Verdict, CheckError>, took: Duration) -> CheckResult {
+    /// Appends one item's result; a failure is counted here, a verdict by the caller.
+    fn answer(
+        &self,
+        results: &mut CheckResponse,
+        outcome: &Result<Verdict, CheckError>,
+        took: Duration,
+    ) {
         match outcome {
             Ok(v) => {
-                let mut result = convert::verdict_result(v);
+                let mut answer = convert::verdict_answer(v);
                 // Each denied item draws its own wait, so the callers
                 // behind one batch do not come back together either.
                 let jitter = self.state.config.retry_jitter;
-                if let Some(ms) = jittered_wait(!v.allowed, result.retry_after_ms, jitter) {
-                    result.retry_after_ms = ms;
+                if let Some(ms) = jittered_wait(!v.allowed, answer.retry_after_ms, jitter) {
+                    answer.retry_after_ms = ms;
                 }
-                result
+                results.push_answer(&answer);
             }
             Err(f) => {
                 self.state.metrics.record_failure(f, took);
-                convert::error_result(f)
+                results.push_result(&convert::error_result(f));
             }
         }
     }
