@@ -35,22 +35,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(fds)?;
 
-    // weir.v1.RateLimiter's server once more, on the hand-written codec
-    // (src/check_wire.rs): weir.v1.RateLimiter.rs beside prost's weir.v1.rs.
-    let check = tonic_build::manual::Method::builder()
-        .name("check")
-        .route_name("Check")
-        .input_type("crate::check_wire::Request")
-        .output_type("crate::check_wire::Response")
-        .codec_path("crate::check_wire::CheckCodec")
-        .build();
-    let service = tonic_build::manual::Service::builder()
-        .name("RateLimiter")
-        .package("weir.v1")
-        .method(check)
-        .build();
+    // Two servers once more, on codecs of their own: weir.v1.RateLimiter
+    // (src/check_wire.rs) and Envoy's RateLimitService (src/rls_wire.rs),
+    // each in a file named for its package and service beside prost's.
     tonic_build::manual::Builder::new()
         .build_client(false)
-        .compile(&[service]);
+        .compile(&[
+            unary_server(
+                ("weir.v1", "RateLimiter"),
+                ("check", "Check"),
+                [
+                    "crate::check_wire::Request",
+                    "crate::check_wire::Response",
+                    "crate::check_wire::CheckCodec",
+                ],
+            ),
+            unary_server(
+                ("envoy.service.ratelimit.v3", "RateLimitService"),
+                ("should_rate_limit", "ShouldRateLimit"),
+                [
+                    "crate::envoy::service::ratelimit::v3::RateLimitRequest",
+                    "crate::rls_wire::Encoded",
+                    "crate::rls_wire::RlsCodec",
+                ],
+            ),
+        ]);
     Ok(())
+}
+
+/// A service of one unary method: `(package, service)`, `(method, route
+/// name)`, and the paths of its input and output types and its codec.
+fn unary_server(
+    (package, name): (&str, &str),
+    (method, route): (&str, &str),
+    [input, output, codec]: [&str; 3],
+) -> tonic_build::manual::Service {
+    let method = tonic_build::manual::Method::builder()
+        .name(method)
+        .route_name(route)
+        .input_type(input)
+        .output_type(output)
+        .codec_path(codec)
+        .build();
+    tonic_build::manual::Service::builder()
+        .name(name)
+        .package(package)
+        .method(method)
+        .build()
 }

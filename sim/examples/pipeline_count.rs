@@ -14,9 +14,9 @@
 
 use std::hint::black_box;
 
-use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use weir_sim::bench::pipeline::{
-    all_admitted, bodies, http_bodies, one_item_body, rls_body, Handler, InProcess, Prost,
+    all_admitted, bodies, http_bodies, one_item_body, rls_body, rls_ok, Handler, InProcess, Prost,
+    RlsHandler,
 };
 use weir_sim::bench::reference::axum_check;
 use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
@@ -49,12 +49,26 @@ impl Answered for (usize, bool) {
 }
 
 /// A weir.v1 Check's encoded answer: ok when every item was admitted.
-impl Answered for Vec<u8> {
+struct CheckAnswer(Vec<u8>);
+
+impl Answered for CheckAnswer {
     fn size(&self) -> usize {
-        self.len()
+        self.0.len()
     }
     fn ok(&self) -> bool {
-        all_admitted(self)
+        all_admitted(&self.0)
+    }
+}
+
+/// An RLS call's encoded answer: ok when its overall code is OK.
+struct RlsAnswer(Vec<u8>);
+
+impl Answered for RlsAnswer {
+    fn size(&self) -> usize {
+        self.0.len()
+    }
+    fn ok(&self) -> bool {
+        rls_ok(&self.0)
     }
 }
 
@@ -71,19 +85,21 @@ fn cycled<B, A: Answered>(bodies: &[B], ok: bool, n: usize, mut call: impl FnMut
 }
 
 fn batch(here: &InProcess, handler: &impl Handler, n: usize) {
-    cycled(&bodies(), true, n, |b| here.run(handler, b));
+    cycled(&bodies(), true, n, |b| CheckAnswer(here.run(handler, b)));
 }
 
 /// The 1-item Check; the plain reference admits every item, as it does
 /// over the wire.
 fn one_item(here: &InProcess, handler: &impl Handler, plain: bool, denied: bool, n: usize) {
     let ok = plain || !denied;
-    cycled(&[one_item_body(denied)], ok, n, |b| here.run(handler, b));
+    cycled(&[one_item_body(denied)], ok, n, |b| {
+        CheckAnswer(here.run(handler, b))
+    });
 }
 
-fn rls(here: &InProcess, service: &impl RateLimitService, denied: bool, n: usize) {
+fn rls(here: &InProcess, handler: &impl RlsHandler, denied: bool, n: usize) {
     cycled(&[rls_body(denied)], !denied, n, |b| {
-        here.run_rls(service, b)
+        RlsAnswer(here.run_rls(handler, b))
     });
 }
 
@@ -108,7 +124,7 @@ fn main() {
             one_item(&here, &Prost(rate_limiter(false)), true, call != "one", n)
         }
         ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
-        ("plain", "rls" | "rls-denied") => rls(&here, &rls_responder(), call != "rls", n),
+        ("plain", "rls" | "rls-denied") => rls(&here, &Prost(rls_responder()), call != "rls", n),
         ("node", "http" | "http-denied") => http(&here, &here.router(), call != "http", n),
         ("counting", "http" | "http-denied") => {
             http(&here, &axum_check::router(), call != "http", n)

@@ -1,14 +1,20 @@
-//! weir.v1.RateLimiter/Check's hand-written codec over a real socket, with
-//! bytes no prost client sends: malformed messages refused as tonic's
-//! prost codec refuses them, unknown fields passed over, and a lone item
-//! refused alone. (The codec against prost, byte for byte, is tested in
-//! weir-proto's check_wire/tests.)
+//! The node's own codecs over a real socket, with bytes no prost client
+//! sends: weir.v1.RateLimiter/Check's malformed messages refused as tonic's
+//! prost codec refuses them, unknown fields passed over, a lone item
+//! refused alone; and Envoy's ShouldRateLimit, whose answer the node
+//! writes itself, refusing a malformed request the same way. (Both
+//! against prost, byte for byte: weir-proto's check_wire/tests and
+//! weir-node's envoy_map/wire.rs.)
 
 use bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::Code as RlsCode;
+use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use weir_proto::prost;
 use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResponse, ErrorCode, ItemLimit};
 use weir_tests::TestNode;
@@ -70,15 +76,25 @@ async fn connect(node: &TestNode) -> tonic::client::Grpc<Channel> {
     tonic::client::Grpc::new(channel)
 }
 
+/// `body` sent to `path` as it is: the answer's bytes, or the status.
+async fn call(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    path: &'static str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, Status> {
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static(path);
+    let answer = grpc.unary(tonic::Request::new(body), path, Raw).await?;
+    Ok(answer.into_inner())
+}
+
 /// `body` as a Check call: the answer decoded, or the status.
 async fn check(
     grpc: &mut tonic::client::Grpc<Channel>,
     body: Vec<u8>,
 ) -> Result<CheckResponse, Status> {
-    grpc.ready().await.expect("ready");
-    let path = http::uri::PathAndQuery::from_static("/weir.v1.RateLimiter/Check");
-    let answer = grpc.unary(tonic::Request::new(body), path, Raw).await?;
-    Ok(CheckResponse::decode(answer.into_inner().as_slice()).expect("a CheckResponse"))
+    let answer = call(grpc, "/weir.v1.RateLimiter/Check", body).await?;
+    Ok(CheckResponse::decode(answer.as_slice()).expect("a CheckResponse"))
 }
 
 fn item(key: &str) -> CheckItem {
@@ -161,5 +177,32 @@ async fn a_lone_item_whose_limit_cannot_limit_is_refused_naming_the_limit() {
         (ErrorCode::InvalidArgument as i32, "limit")
     );
     assert!(!result.allowed);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_rls_request_is_refused_and_a_good_one_answered() {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let mut grpc = connect(&node).await;
+    const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let status = call(&mut grpc, RLS, vec![0x0a, 0x05, b'd'])
+        .await
+        .expect_err("a domain longer than the message");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "client".into(),
+                value: "c1".into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let answer = call(&mut grpc, RLS, request.encode_to_vec()).await.unwrap();
+    let answer = RateLimitResponse::decode(answer.as_slice()).expect("a RateLimitResponse");
+    assert_eq!(answer.overall_code, RlsCode::Ok as i32, "{answer:?}");
+    assert_eq!(answer.statuses.len(), 1, "{answer:?}");
     node.shutdown().await;
 }

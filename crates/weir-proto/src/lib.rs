@@ -7,6 +7,8 @@
 //!   one mapping shared by the node and the client.
 //! - [`check_wire`]: `weir.v1.RateLimiter/Check`'s server on a hand-written
 //!   codec, the node's side of its busiest call.
+//! - [`rls_wire`]: Envoy's `ShouldRateLimit` server with an answer written by
+//!   the server itself ([`write`]).
 //!
 //! Well-known types (`google.protobuf.Duration`, `Struct`, `Timestamp`) are
 //! [`prost_types`]; `google.protobuf.UInt64Value` maps to `Option<u64>`.
@@ -15,6 +17,8 @@
 
 pub mod check_wire;
 pub mod convert;
+pub mod rls_wire;
+pub mod write;
 
 pub use prost;
 pub use prost_types;

@@ -18,8 +18,9 @@
 //! The references decode and encode with prost, as their servers do.
 //!
 //! The same for Envoy's ShouldRateLimit with the one-descriptor request
-//! `bench/edges.sh` sends: the node's `EnvoyRls`, and the bare RLS
-//! responder, which answers with the same fields deciding nothing; and
+//! `bench/edges.sh` sends: the node's `EnvoyRls`, writing its answer's
+//! bytes itself, and the bare RLS responder, which answers with the same
+//! fields deciding nothing, encoded by prost; and
 //! for `POST /v1/check` with the bodies `bench/wrk/check.lua` sends: the
 //! node's router, and the axum reference, which parses the same JSON and
 //! bumps one counter.
@@ -35,12 +36,14 @@ use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use weir_node::grpc::{EnvoyRls, RateLimiterService};
 use weir_node::{Node, NodeState, ServeConfig};
-use weir_proto::check_wire;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use weir_proto::envoy::service::ratelimit::v3::{rate_limit_response::Code, RateLimitRequest};
+use weir_proto::envoy::service::ratelimit::v3::{
+    rate_limit_response::Code, RateLimitRequest, RateLimitResponse,
+};
 use weir_proto::prost;
 use weir_proto::weir::v1::rate_limiter_server::RateLimiter;
 use weir_proto::weir::v1::{CheckItem, CheckRequest, CheckResponse};
+use weir_proto::{check_wire, rls_wire};
 
 use super::keys::{worker_rng, Keys};
 use super::reference::grpc::DENY_DOMAIN;
@@ -141,19 +144,43 @@ pub fn one_item_body(denied: bool) -> Vec<u8> {
     check1(if denied { DENY_DOMAIN } else { ROUTE }).encode_to_vec()
 }
 
-/// Envoy's ShouldRateLimit decoded, answered and encoded: the answer's length, and whether
-/// it was OK.
-pub async fn call_rls(service: &impl RateLimitService, body: &[u8]) -> (usize, bool) {
-    let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
-    let answer = service
-        .should_rate_limit(tonic::Request::new(request))
+/// Envoy's ShouldRateLimit as its server runs it, from the encoded request
+/// to the encoded answer: prost both ways for the bare responder, prost in
+/// and the node's own bytes out (`weir_proto::rls_wire`) for the node.
+pub trait RlsHandler {
+    fn answer(&self, body: &[u8]) -> impl Future<Output = Vec<u8>>;
+}
+
+impl<S: RateLimitService> RlsHandler for Prost<S> {
+    async fn answer(&self, body: &[u8]) -> Vec<u8> {
+        let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
+        let answer = self
+            .0
+            .should_rate_limit(tonic::Request::new(request))
+            .await
+            .expect("a well-formed request");
+        answer.into_inner().encode_to_vec()
+    }
+}
+
+impl RlsHandler for EnvoyRls {
+    async fn answer(&self, body: &[u8]) -> Vec<u8> {
+        let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
+        let answer = rls_wire::rate_limit_service_server::RateLimitService::should_rate_limit(
+            self,
+            tonic::Request::new(request),
+        )
         .await
-        .expect("a well-formed request")
-        .into_inner();
-    (
-        answer.encode_to_vec().len(),
-        answer.overall_code == Code::Ok as i32,
-    )
+        .expect("a well-formed request");
+        answer.into_inner().0
+    }
+}
+
+/// Whether an encoded RLS answer is OK: read apart from the calls that are
+/// timed or counted.
+pub fn rls_ok(answer: &[u8]) -> bool {
+    let answer = RateLimitResponse::decode(answer).expect("an answer a handler encoded");
+    answer.overall_code == Code::Ok as i32
 }
 
 /// The bodies `bench/wrk/check.lua` sends: each a key of 100,000 drawn
@@ -243,9 +270,9 @@ impl InProcess {
         self.rt.block_on(call_http(app, body))
     }
 
-    /// One RLS call, as [`call_rls`] makes it.
-    pub fn run_rls(&self, service: &impl RateLimitService, body: &[u8]) -> (usize, bool) {
-        self.rt.block_on(call_rls(service, body))
+    /// One RLS call of `handler` on `body`: the encoded answer.
+    pub fn run_rls(&self, handler: &impl RlsHandler, body: &[u8]) -> Vec<u8> {
+        self.rt.block_on(handler.answer(body))
     }
 }
 

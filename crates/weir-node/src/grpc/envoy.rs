@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
 use weir_core::{CheckError, CheckRequest, CheckResponse, Verdict};
-use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use weir_proto::rls_wire::rate_limit_service_server::RateLimitService;
+use weir_proto::rls_wire::Encoded;
 
 use super::envoy_map::{self, MapError};
 use crate::jitter::jittered_ms;
@@ -47,10 +48,11 @@ impl EnvoyRls {
         }
     }
 
-    fn respond(&self, verdicts: &[Verdict]) -> Response<RateLimitResponse> {
+    /// The answer's bytes, written from the verdicts (`envoy_map::wire`).
+    fn respond(&self, verdicts: &[Verdict]) -> Response<Encoded> {
         let jitter = self.state.config.retry_jitter;
         let wait = |answer: &CheckResponse| jittered_ms(answer, jitter);
-        Response::new(envoy_map::to_response(verdicts, wait))
+        Response::new(Encoded(envoy_map::wire::response(verdicts, wait)))
     }
 
     fn refuse(&self, e: MapError) -> Status {
@@ -72,7 +74,7 @@ impl RateLimitService for EnvoyRls {
     async fn should_rate_limit(
         &self,
         request: GrpcRequest<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
+    ) -> Result<Response<Encoded>, Status> {
         let req = request.into_inner();
         let engine = &self.state.engine;
         let max = self.state.config.limits.max_batch_items;

@@ -242,6 +242,16 @@ pub fn override_rule(o: &RateLimitOverride) -> Result<Rule, String> {
 /// any other window is scaled to requests per second, rounded down (never
 /// below 1, since 0 would read as "no requests allowed").
 pub fn rate_limit(name: &str, limit: u64, window: Duration) -> RateLimit {
+    let (requests_per_unit, unit) = rate(limit, window);
+    RateLimit {
+        name: name.to_string(),
+        requests_per_unit,
+        unit: unit as i32,
+    }
+}
+
+/// [`rate_limit`]'s requests per unit, and the unit.
+fn rate(limit: u64, window: Duration) -> (u32, Unit) {
     let exact = UNITS
         .iter()
         .find(|u| window == Duration::from_secs(u.3))
@@ -253,37 +263,44 @@ pub fn rate_limit(name: &str, limit: u64, window: Duration) -> RateLimit {
             Unit::Second,
         )
     });
-    RateLimit {
-        name: name.to_string(),
-        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
-        unit: unit as i32,
+    (u32::try_from(per_unit).unwrap_or(u32::MAX), unit)
+}
+
+/// A descriptor's code: OK, or OVER_LIMIT when its verdict denies.
+fn code(verdict: &Verdict) -> Code {
+    if verdict.allowed {
+        Code::Ok
+    } else {
+        Code::OverLimit
     }
+}
+
+/// `duration_until_reset` of a binding limit: seconds and nanoseconds.
+fn until_reset(a: &Applied) -> (i64, i32) {
+    let d = &a.decision;
+    let reset_ms = d.reset_at.saturating_sub(d.at / NANOS_PER_MS);
+    (
+        i64::try_from(reset_ms / 1000).unwrap_or(i64::MAX),
+        ((reset_ms % 1000) * 1_000_000) as i32,
+    )
 }
 
 /// One descriptor's status. A descriptor no enforcing rule limits is OK
 /// with no current limit, as Envoy's own service answers an unmatched one.
 pub fn status(verdict: &Verdict) -> DescriptorStatus {
-    let code = if verdict.allowed {
-        Code::Ok
-    } else {
-        Code::OverLimit
-    };
+    let code = code(verdict) as i32;
     let Some(a) = verdict.binding() else {
         return DescriptorStatus {
-            code: code as i32,
+            code,
             ..DescriptorStatus::default()
         };
     };
-    let d = &a.decision;
-    let reset_ms = d.reset_at.saturating_sub(d.at / NANOS_PER_MS);
+    let (seconds, nanos) = until_reset(a);
     DescriptorStatus {
-        code: code as i32,
+        code,
         current_limit: Some(rate_limit(&a.rule.name, a.rule.limit, a.rule.window)),
-        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(prost_types::Duration {
-            seconds: i64::try_from(reset_ms / 1000).unwrap_or(i64::MAX),
-            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
-        }),
+        limit_remaining: u32::try_from(a.decision.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(prost_types::Duration { seconds, nanos }),
         quota: None,
     }
 }
@@ -315,33 +332,44 @@ pub fn response_headers(
     verdicts: &[Verdict],
     wait: impl FnOnce(&CheckResponse) -> Option<u64>,
 ) -> Vec<HeaderValue> {
+    let mut out = Vec::with_capacity(6);
+    each_header(verdicts, wait, |key, value| {
+        out.push(HeaderValue {
+            key: key.to_string(),
+            value,
+            raw_value: Vec::new(),
+        });
+    });
+    out
+}
+
+/// [`response_headers`]' names and values, in order, each given to `add`.
+fn each_header(
+    verdicts: &[Verdict],
+    wait: impl FnOnce(&CheckResponse) -> Option<u64>,
+    mut add: impl FnMut(&'static str, String),
+) {
     let Some(applied) = most_restrictive(verdicts) else {
-        return Vec::new();
+        return;
     };
     let answer = CheckResponse::of(applied.decision.allowed, applied);
     let secs = wait(&answer).map(|ms| whole_secs_up(Duration::from_millis(ms)));
     let Some(h) = RateLimitHeaders::of(&answer, applied.decision.at, secs) else {
-        return Vec::new();
+        return;
     };
-    let header = |key: &str, value: String| HeaderValue {
-        key: key.to_string(),
-        value,
-        raw_value: Vec::new(),
-    };
-    let mut out = Vec::with_capacity(6);
-    out.push(header(RATELIMIT_LIMIT, decimal(h.limit)));
-    out.push(header(RATELIMIT_REMAINING, decimal(h.remaining)));
-    out.push(header(RATELIMIT_RESET, decimal(h.reset_in)));
-    out.push(header(RATELIMIT_POLICY, h.policy()));
-    out.push(header(RATELIMIT, h.state()));
+    add(RATELIMIT_LIMIT, decimal(h.limit));
+    add(RATELIMIT_REMAINING, decimal(h.remaining));
+    add(RATELIMIT_RESET, decimal(h.reset_in));
+    add(RATELIMIT_POLICY, h.policy());
+    add(RATELIMIT, h.state());
     if let Some(secs) = h.retry_after {
-        out.push(header(RETRY_AFTER, decimal(secs)));
+        add(RETRY_AFTER, decimal(secs));
     }
-    out
 }
 
 /// The response to a request whose descriptors got these verdicts, in
-/// order; `wait` as for [`response_headers`].
+/// order; `wait` as for [`response_headers`]. The node sends
+/// [`wire::response`]'s bytes, which are this message's.
 pub fn to_response(
     verdicts: &[Verdict],
     wait: impl FnOnce(&CheckResponse) -> Option<u64>,
@@ -358,3 +386,4 @@ pub fn to_response(
 
 #[cfg(test)]
 mod tests;
+pub mod wire;

@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 use tonic::transport::Server;
 use weir_core::{MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN};
 use weir_proto::check_wire::rate_limiter_server::RateLimiterServer;
-use weir_proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use weir_proto::rls_wire::rate_limit_service_server::RateLimitServiceServer;
 
 pub use envoy::EnvoyRls;
 pub use ratelimiter::RateLimiterService;
