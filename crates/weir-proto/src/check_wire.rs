@@ -21,8 +21,8 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
-use bytes::{Buf, BufMut};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use bytes::Buf;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::Status;
 use weir_core::{CheckError, CheckRequest};
 
@@ -30,6 +30,7 @@ pub use decode::{decode_request, WireError};
 
 use crate::convert::Answer;
 use crate::weir::v1::CheckResult;
+use crate::write::Written;
 
 /// A decoded `CheckRequest`: each item as the check it asks for, in order.
 /// An item refused alone (a carried limit that cannot limit) stands as an
@@ -90,6 +91,12 @@ impl Response {
     }
 }
 
+impl AsRef<[u8]> for Response {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// The tonic codec of the generated server below: decodes into
 /// [`Request`], sends a [`Response`]'s bytes as they are.
 #[derive(Debug, Default, Clone, Copy)]
@@ -98,25 +105,15 @@ pub struct CheckCodec;
 impl Codec for CheckCodec {
     type Encode = Response;
     type Decode = Request;
-    type Encoder = CheckCodec;
+    type Encoder = Written<Response>;
     type Decoder = CheckCodec;
 
-    fn encoder(&mut self) -> CheckCodec {
-        CheckCodec
+    fn encoder(&mut self) -> Written<Response> {
+        Written::default()
     }
 
     fn decoder(&mut self) -> CheckCodec {
         CheckCodec
-    }
-}
-
-impl Encoder for CheckCodec {
-    type Item = Response;
-    type Error = Status;
-
-    fn encode(&mut self, item: Response, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.put_slice(&item.bytes);
-        Ok(())
     }
 }
 

@@ -6,16 +6,23 @@
 //! measured, encoded and dropped, it cost more than the decision
 //! (docs/performance.md).
 
-use bytes::{Buf, BufMut};
+use bytes::Buf;
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::Status;
 
 use crate::envoy::service::ratelimit::v3::RateLimitRequest;
+use crate::write::Written;
 
 /// An encoded `RateLimitResponse`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Encoded(pub Vec<u8>);
+
+impl AsRef<[u8]> for Encoded {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 /// The tonic codec of the generated server below: prost's decoding, the
 /// answer's bytes as they are.
@@ -25,25 +32,15 @@ pub struct RlsCodec;
 impl Codec for RlsCodec {
     type Encode = Encoded;
     type Decode = RateLimitRequest;
-    type Encoder = RlsCodec;
+    type Encoder = Written<Encoded>;
     type Decoder = RlsCodec;
 
-    fn encoder(&mut self) -> RlsCodec {
-        RlsCodec
+    fn encoder(&mut self) -> Written<Encoded> {
+        Written::default()
     }
 
     fn decoder(&mut self) -> RlsCodec {
         RlsCodec
-    }
-}
-
-impl Encoder for RlsCodec {
-    type Item = Encoded;
-    type Error = Status;
-
-    fn encode(&mut self, item: Encoded, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.put_slice(&item.0);
-        Ok(())
     }
 }
 
