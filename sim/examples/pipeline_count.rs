@@ -16,7 +16,7 @@ use std::hint::black_box;
 
 use weir_sim::bench::pipeline::{
     all_admitted, bodies, http_bodies, one_item_body, rls_body, rls_ok, Handler, InProcess, Prost,
-    RlsHandler,
+    ProstRls,
 };
 use weir_sim::bench::reference::axum_check;
 use weir_sim::bench::reference::grpc::{rate_limiter, rls_responder};
@@ -38,7 +38,7 @@ trait Answered {
     fn ok(&self) -> bool;
 }
 
-/// RLS and HTTP calls: the answer's length, and whether it was OK.
+/// HTTP calls: the answer's length, and whether it was OK.
 impl Answered for (usize, bool) {
     fn size(&self) -> usize {
         self.0
@@ -48,27 +48,16 @@ impl Answered for (usize, bool) {
     }
 }
 
-/// A weir.v1 Check's encoded answer: ok when every item was admitted.
-struct CheckAnswer(Vec<u8>);
+/// A gRPC call's encoded answer, and what reads it as ok: every item
+/// admitted (`all_admitted`) or the overall code OK (`rls_ok`).
+struct Encoded(Vec<u8>, fn(&[u8]) -> bool);
 
-impl Answered for CheckAnswer {
+impl Answered for Encoded {
     fn size(&self) -> usize {
         self.0.len()
     }
     fn ok(&self) -> bool {
-        all_admitted(&self.0)
-    }
-}
-
-/// An RLS call's encoded answer: ok when its overall code is OK.
-struct RlsAnswer(Vec<u8>);
-
-impl Answered for RlsAnswer {
-    fn size(&self) -> usize {
-        self.0.len()
-    }
-    fn ok(&self) -> bool {
-        rls_ok(&self.0)
+        (self.1)(&self.0)
     }
 }
 
@@ -85,7 +74,9 @@ fn cycled<B, A: Answered>(bodies: &[B], ok: bool, n: usize, mut call: impl FnMut
 }
 
 fn batch(here: &InProcess, handler: &impl Handler, n: usize) {
-    cycled(&bodies(), true, n, |b| CheckAnswer(here.run(handler, b)));
+    cycled(&bodies(), true, n, |b| {
+        Encoded(here.run(handler, b), all_admitted)
+    });
 }
 
 /// The 1-item Check; the plain reference admits every item, as it does
@@ -93,13 +84,13 @@ fn batch(here: &InProcess, handler: &impl Handler, n: usize) {
 fn one_item(here: &InProcess, handler: &impl Handler, plain: bool, denied: bool, n: usize) {
     let ok = plain || !denied;
     cycled(&[one_item_body(denied)], ok, n, |b| {
-        CheckAnswer(here.run(handler, b))
+        Encoded(here.run(handler, b), all_admitted)
     });
 }
 
-fn rls(here: &InProcess, handler: &impl RlsHandler, denied: bool, n: usize) {
+fn rls(here: &InProcess, handler: &impl Handler, denied: bool, n: usize) {
     cycled(&[rls_body(denied)], !denied, n, |b| {
-        RlsAnswer(here.run_rls(handler, b))
+        Encoded(here.run(handler, b), rls_ok)
     });
 }
 
@@ -124,7 +115,7 @@ fn main() {
             one_item(&here, &Prost(rate_limiter(false)), true, call != "one", n)
         }
         ("node", "rls" | "rls-denied") => rls(&here, &here.rls_service(), call != "rls", n),
-        ("plain", "rls" | "rls-denied") => rls(&here, &Prost(rls_responder()), call != "rls", n),
+        ("plain", "rls" | "rls-denied") => rls(&here, &ProstRls(rls_responder()), call != "rls", n),
         ("node", "http" | "http-denied") => http(&here, &here.router(), call != "http", n),
         ("counting", "http" | "http-denied") => {
             http(&here, &axum_check::router(), call != "http", n)

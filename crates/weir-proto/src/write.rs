@@ -7,19 +7,42 @@
 use std::marker::PhantomData;
 
 use bytes::BufMut;
-use tonic::codec::{EncodeBuf, Encoder};
+use tonic::codec::{Codec, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
-/// The tonic encoder of a message whose bytes the server wrote itself
-/// (`check_wire`'s answer, `rls_wire`'s): they are sent as they are.
-#[derive(Debug, Clone, Copy)]
-pub struct Written<T>(PhantomData<T>);
+/// The tonic codec of a server that writes its answers' bytes itself
+/// (`check_wire`, `rls_wire`): requests go through the decoder `D`, and an
+/// answer `T`'s bytes are sent as they are.
+pub struct ServerCodec<D, T>(PhantomData<fn() -> (D, T)>);
 
-impl<T> Default for Written<T> {
+impl<D, T> Default for ServerCodec<D, T> {
     fn default() -> Self {
-        Written(PhantomData)
+        ServerCodec(PhantomData)
     }
 }
+
+impl<D, T> Codec for ServerCodec<D, T>
+where
+    D: Decoder<Error = Status> + Default + Send + 'static,
+    D::Item: Send + 'static,
+    T: AsRef<[u8]> + Send + 'static,
+{
+    type Encode = T;
+    type Decode = D::Item;
+    type Encoder = Written<T>;
+    type Decoder = D;
+
+    fn encoder(&mut self) -> Written<T> {
+        Written(PhantomData)
+    }
+
+    fn decoder(&mut self) -> D {
+        D::default()
+    }
+}
+
+/// [`ServerCodec`]'s encoder: an answer's bytes, sent as they are.
+pub struct Written<T>(PhantomData<fn() -> T>);
 
 impl<T: AsRef<[u8]> + Send + 'static> Encoder for Written<T> {
     type Item = T;

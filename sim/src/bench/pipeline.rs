@@ -92,13 +92,14 @@ pub fn bodies() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A weir.v1 Check handler as its server runs it: from the encoded
-/// request to the encoded answer, through the codec that server uses.
+/// A gRPC handler (weir.v1 Check, or Envoy's ShouldRateLimit) as its
+/// server runs it: from the encoded request to the encoded answer, through
+/// the codec that server uses.
 pub trait Handler {
     fn answer(&self, body: &[u8]) -> impl Future<Output = Vec<u8>>;
 }
 
-/// A handler on prost's messages and codec: the bare references.
+/// A weir.v1 Check handler on prost's messages and codec: the bare references.
 pub struct Prost<S>(pub S);
 
 impl<S: RateLimiter> Handler for Prost<S> {
@@ -144,14 +145,10 @@ pub fn one_item_body(denied: bool) -> Vec<u8> {
     check1(if denied { DENY_DOMAIN } else { ROUTE }).encode_to_vec()
 }
 
-/// Envoy's ShouldRateLimit as its server runs it, from the encoded request
-/// to the encoded answer: prost both ways for the bare responder, prost in
-/// and the node's own bytes out (`weir_proto::rls_wire`) for the node.
-pub trait RlsHandler {
-    fn answer(&self, body: &[u8]) -> impl Future<Output = Vec<u8>>;
-}
+/// Envoy's bare RLS responder on prost's messages and codec.
+pub struct ProstRls<S>(pub S);
 
-impl<S: RateLimitService> RlsHandler for Prost<S> {
+impl<S: RateLimitService> Handler for ProstRls<S> {
     async fn answer(&self, body: &[u8]) -> Vec<u8> {
         let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
         let answer = self
@@ -163,7 +160,8 @@ impl<S: RateLimitService> RlsHandler for Prost<S> {
     }
 }
 
-impl RlsHandler for EnvoyRls {
+/// The node's RLS: prost's decoding, its own answer's bytes (`weir_proto::rls_wire`).
+impl Handler for EnvoyRls {
     async fn answer(&self, body: &[u8]) -> Vec<u8> {
         let request = RateLimitRequest::decode(body).expect("a request this bench encoded");
         let answer = rls_wire::rate_limit_service_server::RateLimitService::should_rate_limit(
@@ -268,11 +266,6 @@ impl InProcess {
     /// One `POST /v1/check`, as [`call_http`] makes it.
     pub fn run_http(&self, app: &Router, body: &Bytes) -> (usize, bool) {
         self.rt.block_on(call_http(app, body))
-    }
-
-    /// One RLS call of `handler` on `body`: the encoded answer.
-    pub fn run_rls(&self, handler: &impl RlsHandler, body: &[u8]) -> Vec<u8> {
-        self.rt.block_on(handler.answer(body))
     }
 }
 

@@ -275,6 +275,15 @@ fn code(verdict: &Verdict) -> Code {
     }
 }
 
+/// The response's code: OVER_LIMIT when any descriptor's is.
+fn overall(verdicts: &[Verdict]) -> Code {
+    if verdicts.iter().any(|v| !v.allowed) {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    }
+}
+
 /// `duration_until_reset` of a binding limit: seconds and nanoseconds.
 fn until_reset(a: &Applied) -> (i64, i32) {
     let d = &a.decision;
@@ -374,11 +383,9 @@ pub fn to_response(
     verdicts: &[Verdict],
     wait: impl FnOnce(&CheckResponse) -> Option<u64>,
 ) -> RateLimitResponse {
-    let statuses: Vec<DescriptorStatus> = verdicts.iter().map(status).collect();
-    let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
     RateLimitResponse {
-        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-        statuses,
+        overall_code: overall(verdicts) as i32,
+        statuses: verdicts.iter().map(status).collect(),
         response_headers_to_add: response_headers(verdicts, wait),
         ..RateLimitResponse::default()
     }

@@ -4,18 +4,15 @@
 //! measure, encode and drop.
 
 use weir_core::{CheckResponse, Verdict};
-use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_proto::write;
 
-use super::{code, each_header, rate, until_reset};
+use super::{code, each_header, overall, rate, until_reset};
 
 /// What [`super::to_response`] answers, encoded.
 pub fn response(verdicts: &[Verdict], wait: impl FnOnce(&CheckResponse) -> Option<u64>) -> Vec<u8> {
     // A status is some 40 bytes, the headers about 120.
     let mut out = Vec::with_capacity(160 + 48 * verdicts.len());
-    let over = verdicts.iter().any(|v| !v.allowed);
-    let overall = if over { Code::OverLimit } else { Code::Ok };
-    write::uint(&mut out, 1, overall as u64);
+    write::uint(&mut out, 1, overall(verdicts) as u64);
     for v in verdicts {
         write::message(&mut out, 2, |out| status(out, v));
     }
