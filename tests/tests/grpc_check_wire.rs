@@ -206,3 +206,26 @@ async fn a_malformed_rls_request_is_refused_and_a_good_one_answered() {
     assert_eq!(answer.statuses.len(), 1, "{answer:?}");
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_batch_over_the_item_limit_is_refused_before_its_items_are_read() {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let mut grpc = connect(&node).await;
+    // The default limit's worth of empty items and one more, whose key is
+    // not UTF-8: refused for its size, so no item was decoded.
+    let mut body = [0x0a, 0x00].repeat(1000);
+    body.extend_from_slice(&[0x0a, 0x03, 0x0a, 0x01, 0xff]);
+    let status = check(&mut grpc, body).await.expect_err("over the limit");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("at most 1000 per call, got 1001"),
+        "{}",
+        status.message()
+    );
+    // Within the limit, the same item is read, and refused as malformed.
+    let status = check(&mut grpc, vec![0x0a, 0x03, 0x0a, 0x01, 0xff])
+        .await
+        .expect_err("a key that is not UTF-8");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    node.shutdown().await;
+}

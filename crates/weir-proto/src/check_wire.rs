@@ -21,7 +21,7 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use tonic::codec::{DecodeBuf, Decoder};
 use tonic::Status;
 use weir_core::{CheckError, CheckRequest};
@@ -32,17 +32,51 @@ use crate::convert::Answer;
 use crate::weir::v1::CheckResult;
 use crate::write::ServerCodec;
 
+/// A `CheckRequest` as it arrived: its bytes, and how many items they
+/// hold, counted from the message's top-level fields alone.
+///
+/// The items are decoded only when asked, so a batch over the node's limit
+/// is refused before it costs anything. An empty item is two bytes on the
+/// wire and a [`CheckRequest`] of over a hundred in memory: decoded
+/// first, the largest message a node accepts could have become some
+/// 740,000 checks and 94 MB before the limit was read.
+#[derive(Debug, Clone)]
+pub struct Request {
+    bytes: Bytes,
+    items: usize,
+}
+
+impl Request {
+    /// Reads the message's top level: each item's length, and every other
+    /// field passed over. A message malformed there is refused now; one
+    /// malformed inside an item, when it is decoded.
+    pub fn new(bytes: Bytes) -> Result<Self, WireError> {
+        let items = decode::count_items(&bytes)?;
+        Ok(Request { bytes, items })
+    }
+
+    /// How many items the message holds.
+    pub fn items(&self) -> usize {
+        self.items
+    }
+
+    /// Each item's check, in order.
+    pub fn decode(&self) -> Result<Checks, WireError> {
+        decode::checks(&self.bytes, self.items)
+    }
+}
+
 /// A decoded `CheckRequest`: each item as the check it asks for, in order.
 /// An item refused alone (a carried limit that cannot limit) stands as an
 /// empty check, which no limiter admits, and is listed in `refused` with
 /// its error; a batch almost never has one.
 #[derive(Debug, Default, PartialEq)]
-pub struct Request {
+pub struct Checks {
     pub checks: Vec<CheckRequest>,
     pub refused: Vec<(usize, CheckError)>,
 }
 
-impl Request {
+impl Checks {
     /// Each item's check, or its refusal.
     pub fn into_items(self) -> Vec<Result<CheckRequest, CheckError>> {
         let mut items: Vec<_> = self.checks.into_iter().map(Ok).collect();
@@ -110,19 +144,18 @@ impl Decoder for CheckDecoder {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Request>, Status> {
+        // tonic's buffer gives the message up without a copy.
         let len = buf.remaining();
-        // tonic hands over one message in one contiguous buffer; gathered
-        // into one only if that ever changes.
-        let decoded = if buf.chunk().len() == len {
-            decode_request(buf.chunk())
-        } else {
-            decode_request(&buf.copy_to_bytes(len))
-        };
-        buf.advance(buf.remaining());
-        // INTERNAL, as tonic's prost codec answers a message it cannot parse.
-        decoded
+        Request::new(buf.copy_to_bytes(len))
             .map(Some)
-            .map_err(|e| Status::internal(format!("failed to decode Protobuf message: {e}")))
+            .map_err(Status::from)
+    }
+}
+
+impl From<WireError> for Status {
+    /// INTERNAL, as tonic's prost codec answers a message it cannot parse.
+    fn from(e: WireError) -> Status {
+        Status::internal(format!("failed to decode Protobuf message: {e}"))
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::{Request as GrpcRequest, Response, Status};
 use weir_core::{CheckError, Verdict};
 use weir_proto::check_wire::rate_limiter_server::RateLimiter;
-use weir_proto::check_wire::{Request as CheckCall, Response as CheckResponse};
+use weir_proto::check_wire::{Checks, Request as CheckCall, Response as CheckResponse};
 use weir_proto::convert;
 
 use crate::jitter::jittered_wait;
@@ -31,26 +31,29 @@ impl RateLimiter for RateLimiterService {
         &self,
         request: GrpcRequest<CheckCall>,
     ) -> Result<Response<CheckResponse>, Status> {
-        // An item whose carried limit cannot limit is refused alone, like
-        // any other bad item, and stands as an empty check the engine
-        // refuses at once, moving nothing; the rest are decided together.
-        let CheckCall {
-            checks: requests,
-            refused,
-        } = request.into_inner();
+        // The batch is measured before any item is decoded, so one over
+        // the limit costs its count and no more (check_wire::Request).
+        let call = request.into_inner();
         let max = self.state.config.limits.max_batch_items;
         let metrics = &self.state.metrics;
-        if requests.is_empty() {
+        if call.items() == 0 {
             metrics.record_rejected_input("items");
             return Err(Status::invalid_argument("items: must not be empty"));
         }
-        if requests.len() > max {
+        if call.items() > max {
             metrics.record_rejected_input("items");
             return Err(Status::invalid_argument(format!(
                 "items: at most {max} per call, got {}",
-                requests.len()
+                call.items()
             )));
         }
+        // An item whose carried limit cannot limit is refused alone, like
+        // any other bad item, and stands as an empty check the engine
+        // refuses at once, moving nothing; the rest are decided together.
+        let Checks {
+            checks: requests,
+            refused,
+        } = call.decode()?;
 
         // One item skips the batch machinery (the slot vectors, the label
         // tally), as a lone RLS descriptor does.

@@ -148,11 +148,17 @@ fn utf8(bytes: &[u8]) -> Result<String, WireError> {
         .map_err(|_| WireError("invalid string value: data is not UTF-8 encoded"))
 }
 
-/// A whole `CheckRequest` message: each item's check in order, an item
-/// refused alone (a carried limit that cannot limit) standing as an empty
-/// check and listed with its error.
-pub fn decode_request(bytes: &[u8]) -> Result<super::Request, WireError> {
-    let mut checks = Vec::with_capacity(count_items(bytes));
+/// A whole `CheckRequest` message, read in both passes: each item's check
+/// in order, an item refused alone (a carried limit that cannot limit)
+/// standing as an empty check and listed with its error.
+pub fn decode_request(bytes: &[u8]) -> Result<super::Checks, WireError> {
+    checks(bytes, count_items(bytes)?)
+}
+
+/// The items of a message whose top level [`count_items`] has read, into
+/// a vector of `items` checks allocated once.
+pub(super) fn checks(bytes: &[u8], items: usize) -> Result<super::Checks, WireError> {
+    let mut checks = Vec::with_capacity(items);
     let mut refused = Vec::new();
     let mut r = Reader { bytes };
     while !r.is_empty() {
@@ -170,26 +176,25 @@ pub fn decode_request(bytes: &[u8]) -> Result<super::Request, WireError> {
             (tag, wt) => r.skip(tag, wt, RECURSION_LIMIT)?,
         }
     }
-    Ok(super::Request { checks, refused })
+    Ok(super::Checks { checks, refused })
 }
 
 /// How many items the message holds, from its top-level keys and lengths
-/// alone, so their vector is allocated once and no larger than it needs.
-/// A malformed message stops the count; the decoding proper names why.
-fn count_items(bytes: &[u8]) -> usize {
+/// alone; a message malformed at the top level is refused here.
+pub(super) fn count_items(bytes: &[u8]) -> Result<usize, WireError> {
     let mut r = Reader { bytes };
     let mut n = 0;
     while !r.is_empty() {
-        let counted = match r.key() {
-            Ok((1, LEN)) => r.delimited().map(|_| n += 1),
-            Ok((tag, wt)) => r.skip(tag, wt, RECURSION_LIMIT),
-            Err(e) => Err(e),
-        };
-        if counted.is_err() {
-            break;
+        match r.key()? {
+            (1, wt) => {
+                expect(wt, LEN)?;
+                r.delimited()?;
+                n += 1;
+            }
+            (tag, wt) => r.skip(tag, wt, RECURSION_LIMIT)?,
         }
     }
-    n
+    Ok(n)
 }
 
 /// One `CheckItem` read straight into the check it asks for, as

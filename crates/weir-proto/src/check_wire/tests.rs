@@ -12,7 +12,9 @@ use proptest::test_runner::RngAlgorithm;
 use prost::Message;
 use weir_core::CheckError;
 
-use super::{decode_request, Response};
+use bytes::Bytes;
+
+use super::{decode_request, Request, Response};
 use crate::convert::{self, Answer};
 use crate::weir::v1 as pb;
 

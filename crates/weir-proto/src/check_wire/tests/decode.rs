@@ -279,3 +279,32 @@ fn a_thousand_items_decode_to_a_thousand_checks() {
     assert_eq!(checks.len(), 1000);
     assert_eq!(checks[999].as_ref().unwrap().key, "k999");
 }
+
+#[test]
+fn a_request_counts_its_items_without_decoding_them() {
+    // Three items; the last holds a key that is not UTF-8.
+    let mut bytes = item(&[delimited(1, b"a")]);
+    bytes.extend_from_slice(&[0x0a, 0x00]);
+    bytes.extend_from_slice(&item(&[delimited(1, &[0xff])]));
+    let request = Request::new(Bytes::from(bytes)).expect("a well-formed top level");
+    assert_eq!(request.items(), 3);
+    let e = request.decode().expect_err("an item that is not UTF-8");
+    assert!(e.to_string().contains("UTF-8"), "{e}");
+}
+
+#[test]
+fn a_request_malformed_at_its_top_level_is_refused_before_it_is_counted() {
+    let refused_at_once: [&[u8]; 4] = [
+        &[0x0a, 0x05, 0x0a], // an item longer than the message
+        &[0x08, 0x80, 0x80], // an unknown field's varint that never ends
+        &[0x0d, 0x01],       // items sent as a 32-bit field
+        &[0x00],             // field number 0
+    ];
+    for bytes in refused_at_once {
+        assert!(
+            Request::new(Bytes::from_static(bytes)).is_err(),
+            "{bytes:02x?}"
+        );
+        refused(bytes);
+    }
+}
