@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ("envoy.service.ratelimit.v3", "RateLimitService"),
                 ("should_rate_limit", "ShouldRateLimit"),
                 [
-                    "crate::envoy::service::ratelimit::v3::RateLimitRequest",
+                    "crate::rls_wire::Request",
                     "crate::rls_wire::Encoded",
                     "crate::rls_wire::RlsCodec",
                 ],

@@ -229,3 +229,30 @@ async fn a_batch_over_the_item_limit_is_refused_before_its_items_are_read() {
     assert_eq!(status.code(), Code::Internal, "{status:?}");
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_rls_request_over_the_descriptor_limit_is_refused_before_it_is_decoded() {
+    let node = TestNode::start(RULES, |_| {}).await;
+    let mut grpc = connect(&node).await;
+    const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    // A domain, the default limit's worth of empty descriptors, and one
+    // more whose entry runs past its end: refused for the count, so no
+    // descriptor was decoded.
+    let mut body = vec![0x0a, 0x04, b'e', b'd', b'g', b'e'];
+    body.extend_from_slice(&[0x12, 0x00].repeat(1000));
+    body.extend_from_slice(&[0x12, 0x02, 0x0a, 0x05]);
+    let status = call(&mut grpc, RLS, body)
+        .await
+        .expect_err("over the limit");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "descriptors: at most 1000 per request, got 1001"
+    );
+    // Within the limit, the same descriptor is decoded, and refused as malformed.
+    let status = call(&mut grpc, RLS, vec![0x12, 0x02, 0x0a, 0x05])
+        .await
+        .expect_err("a malformed descriptor");
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    node.shutdown().await;
+}

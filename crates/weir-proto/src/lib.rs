@@ -12,11 +12,12 @@
 //!
 //! Well-known types (`google.protobuf.Duration`, `Struct`, `Timestamp`) are
 //! [`prost_types`]; `google.protobuf.UInt64Value` maps to `Option<u64>`.
-// One exception, for ASCII known to be UTF-8 (check_wire/decode.rs).
+// One exception, for ASCII known to be UTF-8 (read.rs).
 #![deny(unsafe_code)]
 
 pub mod check_wire;
 pub mod convert;
+pub mod read;
 pub mod rls_wire;
 pub mod write;
 

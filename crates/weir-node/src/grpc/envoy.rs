@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
 use weir_core::{CheckError, CheckRequest, CheckResponse, Verdict};
-use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use weir_proto::rls_wire::rate_limit_service_server::RateLimitService;
-use weir_proto::rls_wire::Encoded;
+use weir_proto::rls_wire::{Encoded, Request as RlsCall};
 
 use super::envoy_map::{self, MapError};
 use crate::jitter::jittered_ms;
@@ -73,11 +72,15 @@ fn failure_status(i: usize, f: &CheckError) -> Status {
 impl RateLimitService for EnvoyRls {
     async fn should_rate_limit(
         &self,
-        request: GrpcRequest<RateLimitRequest>,
+        request: GrpcRequest<RlsCall>,
     ) -> Result<Response<Encoded>, Status> {
-        let req = request.into_inner();
-        let engine = &self.state.engine;
+        // Counted before it is decoded, so a request over the limit costs
+        // its count and no more (rls_wire::Request).
+        let call = request.into_inner();
         let max = self.state.config.limits.max_batch_items;
+        envoy_map::within_limit(call.descriptors(), max).map_err(|e| self.refuse(e))?;
+        let req = call.decode()?;
+        let engine = &self.state.engine;
         let checks = envoy_map::to_checks(&req, max).map_err(|e| self.refuse(e))?;
         // Cost against the rule set's limits is the one input check that needs
         // the rules. With several descriptors it runs for every one before any

@@ -93,15 +93,7 @@ pub fn to_checks(
     if req.descriptors.is_empty() {
         return Err(MapError::request("descriptors", "must not be empty"));
     }
-    if req.descriptors.len() > max_descriptors {
-        return Err(MapError::request(
-            "descriptors",
-            format!(
-                "at most {max_descriptors} per request, got {}",
-                req.descriptors.len()
-            ),
-        ));
-    }
+    within_limit(req.descriptors.len(), max_descriptors)?;
     // A lone descriptor of the rule set is validated by its own decision
     // (the same checks, the same status), not twice. Several are validated
     // here, before any is decided, so a refused request consumes nothing.
@@ -117,6 +109,19 @@ pub fn to_checks(
             Ok(check)
         })
         .collect()
+}
+
+/// Refuses a request of more descriptors than a call may carry: read from
+/// the message's top level before it is decoded, and again by
+/// [`to_checks`].
+pub fn within_limit(descriptors: usize, max: usize) -> Result<(), MapError> {
+    if descriptors > max {
+        return Err(MapError::request(
+            "descriptors",
+            format!("at most {max} per request, got {descriptors}"),
+        ));
+    }
+    Ok(())
 }
 
 fn entry<'a>(d: &'a RateLimitDescriptor, keys: &[&str]) -> Option<&'a str> {
