@@ -8,7 +8,10 @@
 //! - [`check_wire`]: `weir.v1.RateLimiter/Check`'s server on a hand-written
 //!   codec, the node's side of its busiest call.
 //! - [`rls_wire`]: Envoy's `ShouldRateLimit` server with an answer written by
-//!   the server itself ([`write`]).
+//!   the server itself ([`write`](mod@write)).
+//! - [`read`]: protobuf read by hand, and the decoder both servers share: it
+//!   hands a request's bytes over with one count from its top level, so a
+//!   call over the node's limits is refused before it is decoded.
 //!
 //! Well-known types (`google.protobuf.Duration`, `Struct`, `Timestamp`) are
 //! [`prost_types`]; `google.protobuf.UInt64Value` maps to `Option<u64>`.
