@@ -29,6 +29,8 @@ limit     = 10
 window    = "60s"
 "#;
 
+const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
 /// Sends and receives a message's bytes as they are.
 #[derive(Debug, Default, Clone, Copy)]
 struct Raw;
@@ -184,7 +186,6 @@ async fn a_lone_item_whose_limit_cannot_limit_is_refused_naming_the_limit() {
 async fn a_malformed_rls_request_is_refused_and_a_good_one_answered() {
     let node = TestNode::start(RULES, |_| {}).await;
     let mut grpc = connect(&node).await;
-    const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
     let status = call(&mut grpc, RLS, vec![0x0a, 0x05, b'd'])
         .await
         .expect_err("a domain longer than the message");
@@ -234,7 +235,6 @@ async fn a_batch_over_the_item_limit_is_refused_before_its_items_are_read() {
 async fn an_rls_request_over_the_descriptor_limit_is_refused_before_it_is_decoded() {
     let node = TestNode::start(RULES, |_| {}).await;
     let mut grpc = connect(&node).await;
-    const RLS: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
     // A domain, the default limit's worth of empty descriptors, and one
     // more whose entry runs past its end: refused for the count, so no
     // descriptor was decoded.

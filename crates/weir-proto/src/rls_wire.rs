@@ -15,12 +15,15 @@ use crate::envoy::service::ratelimit::v3::RateLimitRequest;
 use crate::read::{self, BytesDecoder, FromBytes, WireError};
 use crate::write::ServerCodec;
 
+/// `RateLimitRequest.descriptors`' field number.
+const DESCRIPTORS: u32 = 2;
+
 /// A `RateLimitRequest` as it arrived: its bytes, and how many descriptors
 /// they hold, counted from the message's top level alone.
 ///
 /// Decoded only when asked, so a request over the node's limit is refused
 /// before it costs anything: an empty descriptor is two bytes on the wire
-/// and some sixty in memory.
+/// and a 56-byte `RateLimitDescriptor` in memory.
 #[derive(Debug, Clone)]
 pub struct Request {
     bytes: Bytes,
@@ -31,7 +34,7 @@ impl Request {
     /// Reads the message's top level; a message malformed there is
     /// refused now, one malformed deeper when it is decoded.
     pub fn new(bytes: Bytes) -> Result<Self, WireError> {
-        let descriptors = read::count_field(&bytes, 2)?;
+        let descriptors = read::count_field(&bytes, DESCRIPTORS)?;
         Ok(Request { bytes, descriptors })
     }
 
