@@ -16,8 +16,8 @@
 # each round (the sums over its pairs) and the worst and best round, the
 # servers' CPU per request, and the load average.
 #
-#   bench/edges.sh                      # 3 rounds x 4 pairs x 2 s per figure, ~15 minutes
-#   PAIRS=2 SECS=4 bench/edges.sh       # two pairs of 4 s, as every run before the finer pairs
+#   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, ~15 minutes
+#   PAIRS=4 SECS=2 bench/edges.sh       # four shorter pairs a round (docs/performance.md, "Finer pairs")
 #   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references
@@ -31,12 +31,8 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
-# Node/reference pairs per edge in a round, alternating which goes first.
-# The host's speed drifts over seconds; four short pairs put the two sides
-# into the same drift more evenly than two long ones (docs/performance.md,
-# "Finer pairs").
-PAIRS=${PAIRS:-4}
-SECS=${SECS:-2}
+PAIRS=${PAIRS:-2} # node/reference pairs per edge in a round, alternating which goes first
+SECS=${SECS:-4}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-8}
 STREAMS=${STREAMS:-8}
