@@ -22,6 +22,8 @@ pub mod check_wire;
 pub mod convert;
 pub mod read;
 pub mod rls_wire;
+#[cfg(test)]
+mod wire_test;
 pub mod write;
 
 pub use prost;

@@ -96,7 +96,12 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn string(&mut self) -> Result<String, WireError> {
-        utf8(self.delimited()?)
+        self.str().map(String::from)
+    }
+
+    /// A string field borrowed from the message.
+    pub(crate) fn str(&mut self) -> Result<&'a str, WireError> {
+        as_str(self.delimited()?)
     }
 
     /// Passes over a field this decoder does not read. `depth` is what is
@@ -131,18 +136,17 @@ pub(crate) fn expect(wire_type: u8, wanted: u8) -> Result<(), WireError> {
     }
 }
 
-/// A string field's bytes as a `String`, refused unless UTF-8.
-pub(crate) fn utf8(bytes: &[u8]) -> Result<String, WireError> {
+/// A string field's bytes as a `str`, refused unless UTF-8.
+fn as_str(bytes: &[u8]) -> Result<&str, WireError> {
     // Keys and routes are mostly short ASCII, where `str::from_utf8` took
     // 112 instructions a string and `is_ascii` a handful
     // (bench/pipeline-count.sh).
     if bytes.is_ascii() {
         #[allow(unsafe_code)]
         // SAFETY: ASCII is UTF-8.
-        return Ok(unsafe { String::from_utf8_unchecked(bytes.to_vec()) });
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
     }
     std::str::from_utf8(bytes)
-        .map(String::from)
         .map_err(|_| WireError("invalid string value: data is not UTF-8 encoded"))
 }
 

@@ -1,16 +1,27 @@
-//! Envoy's `RateLimitService/ShouldRateLimit` served with an answer the
-//! server writes itself: the request is prost's message, decoded once its
-//! descriptors are counted ([`Request`]), the response the bytes of a
-//! `RateLimitResponse` (`crate::write`), sent as they are. A
-//! node's answer is a few statuses and headers made from its verdicts;
-//! built as prost messages, with a `String` per name, key and value, then
-//! measured, encoded and dropped, it cost more than the decision
-//! (docs/performance.md).
+//! Envoy's `RateLimitService/ShouldRateLimit` served on the server's own
+//! codec. The request is read in place once its descriptors are counted
+//! ([`Request`]), into an [`RlsRequest`] whose strings are borrowed from
+//! the message's bytes: prost's message cost five allocations and their
+//! frees for a descriptor of one entry (a domain, two vectors, a key and a
+//! value), this two. The response is the bytes of a `RateLimitResponse`
+//! (`crate::write`), sent as they are: a node's answer is a few statuses
+//! and headers made from its verdicts, and built as prost messages, with a
+//! `String` per name, key and value, then measured, encoded and dropped,
+//! it cost more than the decision (docs/performance.md).
+//!
+//! The bytes are protobuf's: a request reads here exactly when prost reads
+//! it, to what prost's message reads as (tested over generated, mutated
+//! and garbage messages, `rls_wire/tests.rs`).
+
+mod decode;
+#[cfg(test)]
+mod tests;
 
 use bytes::Bytes;
-use prost::Message;
 use tonic::Status;
 
+use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::envoy::service::ratelimit::v3::RateLimitRequest;
 use crate::read::{self, BytesDecoder, FromBytes, WireError};
 use crate::write::ServerCodec;
@@ -43,10 +54,62 @@ impl Request {
         self.descriptors
     }
 
-    /// The message, decoded by prost; refused with the status tonic's
-    /// prost codec gives a message it cannot parse.
-    pub fn decode(&self) -> Result<RateLimitRequest, Status> {
-        RateLimitRequest::decode(&self.bytes[..]).map_err(|e| Status::internal(e.to_string()))
+    /// The message, its strings borrowed from its bytes; refused with the
+    /// status tonic's prost codec gives a message it cannot parse.
+    pub fn decode(&self) -> Result<RlsRequest<'_>, Status> {
+        Ok(decode::request(&self.bytes, self.descriptors)?)
+    }
+}
+
+/// A `RateLimitRequest` with its strings borrowed: from the bytes it was
+/// read from ([`Request::decode`]), or from prost's message
+/// ([`RlsRequest::of`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlsRequest<'a> {
+    pub domain: &'a str,
+    pub descriptors: Vec<Descriptor<'a>>,
+    /// 0 when not set.
+    pub hits_addend: u32,
+}
+
+/// A `RateLimitDescriptor`, its entries borrowed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Descriptor<'a> {
+    pub entries: Vec<Entry<'a>>,
+    pub limit: Option<RateLimitOverride>,
+    /// `google.protobuf.UInt64Value`: None when absent, 0 when sent empty.
+    pub hits_addend: Option<u64>,
+}
+
+/// A descriptor's entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Entry<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
+impl<'a> RlsRequest<'a> {
+    /// Prost's message, read as the node reads its bytes.
+    pub fn of(m: &'a RateLimitRequest) -> Self {
+        RlsRequest {
+            domain: &m.domain,
+            descriptors: m.descriptors.iter().map(Descriptor::of).collect(),
+            hits_addend: m.hits_addend,
+        }
+    }
+}
+
+impl<'a> Descriptor<'a> {
+    pub fn of(d: &'a RateLimitDescriptor) -> Self {
+        let entries = d.entries.iter().map(|e| Entry {
+            key: &e.key,
+            value: &e.value,
+        });
+        Descriptor {
+            entries: entries.collect(),
+            limit: d.limit,
+            hits_addend: d.hits_addend,
+        }
     }
 }
 
@@ -80,49 +143,3 @@ mod generated {
     ));
 }
 pub use generated::rate_limit_service_server;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-
-    #[test]
-    fn a_request_counts_its_descriptors_and_decodes_as_prost_does() {
-        let message = RateLimitRequest {
-            domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor::default(); 3],
-            hits_addend: 2,
-        };
-        let request = Request::new(Bytes::from(message.encode_to_vec())).expect("well formed");
-        assert_eq!(request.descriptors(), 3);
-        assert_eq!(request.decode().expect("well formed"), message);
-    }
-
-    #[test]
-    fn a_descriptor_malformed_inside_is_counted_and_refused_when_decoded() {
-        // Domain "d", then two descriptors: an empty one, and one whose
-        // entry is longer than the descriptor.
-        let bytes = Bytes::from_static(&[0x0a, 0x01, b'd', 0x12, 0x00, 0x12, 0x02, 0x0a, 0x05]);
-        let request = Request::new(bytes).expect("a well-formed top level");
-        assert_eq!(request.descriptors(), 2);
-        let status = request.decode().expect_err("a malformed descriptor");
-        assert_eq!(status.code(), tonic::Code::Internal);
-        assert!(status.message().contains("failed to decode"), "{status:?}");
-    }
-
-    #[test]
-    fn a_request_malformed_at_its_top_level_is_refused_at_once() {
-        let malformed: [&'static [u8]; 3] = [
-            &[0x0a, 0x05, b'd'], // a domain longer than the message
-            &[0x15, 0x00],       // descriptors sent as a 32-bit field
-            &[0x18, 0x80],       // a hits_addend whose varint never ends
-        ];
-        for bytes in malformed {
-            assert!(
-                Request::new(Bytes::from_static(bytes)).is_err(),
-                "{bytes:02x?}"
-            );
-            assert!(RateLimitRequest::decode(bytes).is_err(), "{bytes:02x?}");
-        }
-    }
-}

@@ -13,14 +13,14 @@ use weir_core::{
 };
 use weir_proto::envoy::config::core::v3::HeaderValue;
 use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_proto::envoy::r#type::v3::RateLimitUnit;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use weir_proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use weir_proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use weir_proto::prost_types;
+use weir_proto::rls_wire::{Descriptor, RlsRequest};
 
 /// Descriptor entry keys read as the caller key, first match wins.
 pub const CLIENT_KEYS: [&str; 4] = ["client", "key", "client_id", "generic_key"];
@@ -84,7 +84,7 @@ impl MapError {
 /// caller: it needs the rules. A lone descriptor of the rule set is left
 /// to its decision, which validates it as its first step.
 pub fn to_checks(
-    req: &RateLimitRequest,
+    req: &RlsRequest<'_>,
     max_descriptors: usize,
 ) -> Result<Vec<CheckRequest>, MapError> {
     if req.domain.is_empty() {
@@ -102,7 +102,7 @@ pub fn to_checks(
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let check = descriptor_check(i, &req.domain, req.hits_addend, d)?;
+            let check = descriptor_check(i, req.domain, req.hits_addend, d)?;
             if !lone || check.limit.is_some() {
                 check.validate().map_err(|e| MapError::descriptor(i, &e))?;
             }
@@ -124,18 +124,18 @@ pub fn within_limit(descriptors: usize, max: usize) -> Result<(), MapError> {
     Ok(())
 }
 
-fn entry<'a>(d: &'a RateLimitDescriptor, keys: &[&str]) -> Option<&'a str> {
+fn entry<'a>(d: &Descriptor<'a>, keys: &[&str]) -> Option<&'a str> {
     d.entries
         .iter()
-        .find(|e| keys.contains(&e.key.as_str()) && !e.value.is_empty())
-        .map(|e| e.value.as_str())
+        .find(|e| keys.contains(&e.key) && !e.value.is_empty())
+        .map(|e| e.value)
 }
 
 fn descriptor_check(
     i: usize,
     domain: &str,
     request_hits: u32,
-    d: &RateLimitDescriptor,
+    d: &Descriptor<'_>,
 ) -> Result<CheckRequest, MapError> {
     let key = match entry(d, &CLIENT_KEYS) {
         // An override's counter is its descriptor's own (below), so two
@@ -181,7 +181,7 @@ fn descriptor_check(
 
 /// `domain|k=v|k=v`: every distinct descriptor gets its own counter even
 /// without a client entry. None when it would exceed the core's key bound.
-fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
+fn derived_key(domain: &str, d: &Descriptor<'_>) -> Option<String> {
     // Sized once: pushing onto the domain alone reallocated it two or
     // three times per descriptor.
     let len = domain.len()
@@ -196,9 +196,9 @@ fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
     key.push_str(domain);
     for e in &d.entries {
         key.push('|');
-        key.push_str(&e.key);
+        key.push_str(e.key);
         key.push('=');
-        key.push_str(&e.value);
+        key.push_str(e.value);
     }
     Some(key)
 }
@@ -209,9 +209,9 @@ fn derived_key(domain: &str, d: &RateLimitDescriptor) -> Option<String> {
 /// that is unambiguous and short enough; otherwise a SHA-256 of the
 /// length-prefixed parts, so no two descriptors can be made to collide by
 /// putting `|` or `=` in a value.
-pub fn override_key(domain: &str, d: &RateLimitDescriptor) -> String {
+pub fn override_key(domain: &str, d: &Descriptor<'_>) -> String {
     let plain = |s: &str| !s.contains(['|', '=', '#']);
-    let readable = plain(domain) && d.entries.iter().all(|e| plain(&e.key) && plain(&e.value));
+    let readable = plain(domain) && d.entries.iter().all(|e| plain(e.key) && plain(e.value));
     if readable {
         if let Some(key) = derived_key(domain, d) {
             return key;
@@ -219,7 +219,7 @@ pub fn override_key(domain: &str, d: &RateLimitDescriptor) -> String {
     }
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    for part in std::iter::once(domain).chain(d.entries.iter().flat_map(|e| [&*e.key, &*e.value])) {
+    for part in std::iter::once(domain).chain(d.entries.iter().flat_map(|e| [e.key, e.value])) {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }

@@ -38,13 +38,15 @@ fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest 
 }
 
 fn one(r: RateLimitRequest) -> CheckRequest {
-    let mut checks = to_checks(&r, 10).expect("valid request");
+    let mut checks = to_checks(&RlsRequest::of(&r), 10).expect("valid request");
     assert_eq!(checks.len(), 1);
     checks.remove(0)
 }
 
 fn refused(r: RateLimitRequest) -> String {
-    to_checks(&r, 10).expect_err("refused").path()
+    to_checks(&RlsRequest::of(&r), 10)
+        .expect_err("refused")
+        .path()
 }
 
 #[test]
@@ -125,7 +127,8 @@ fn request_level_fields_are_checked_first() {
     assert_eq!(refused(req("edge", vec![])), "descriptors");
     let many = vec![desc(&[("client", "c")]); 11];
     assert_eq!(refused(req("edge", many.clone())), "descriptors");
-    assert!(to_checks(&req("edge", many[..10].to_vec()), 10).is_ok());
+    let ten = req("edge", many[..10].to_vec());
+    assert!(to_checks(&RlsRequest::of(&ten), 10).is_ok());
 }
 
 #[test]
@@ -157,7 +160,7 @@ fn bad_attributes_are_refused_naming_the_descriptor_field() {
     // A lone descriptor of the rule set is refused by its decision instead,
     // with the same status (tests/tests/grpc_envoy.rs), not checked twice.
     let lone = req("edge", vec![desc(&[("client", &long_client)])]);
-    assert!(to_checks(&lone, 10).is_ok());
+    assert!(to_checks(&RlsRequest::of(&lone), 10).is_ok());
 }
 
 fn with_override(requests_per_unit: u32, unit: RateLimitUnit) -> RateLimitDescriptor {

@@ -1,7 +1,9 @@
 //! Answers written here against the same results written by prost.
 
-use super::generated::{config, number, text};
+use proptest::prelude::*;
+
 use super::*;
+use crate::wire_test::arb::{config, number, text};
 
 /// An answer's owned parts, so that a generated [`Answer`] can borrow its rule.
 #[derive(Debug, Clone)]
