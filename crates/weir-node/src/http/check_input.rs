@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use weir_core::CheckRequest;
@@ -98,6 +99,12 @@ impl CheckInput {
                 ),
             });
         }
+        // A field sent twice is refused, not read first- or last-wins:
+        // JSON leaves which one counts to the reader, and a proxy in front
+        // that read the other one would have checked a different key.
+        if let Some(field) = first_repeated(body) {
+            return Err(err(field, "is given more than once; send each field once"));
+        }
         let key = match optional_str(&obj, "key")? {
             None => return Err(err("key", "is required")),
             Some("") => return Err(err("key", "must not be empty")),
@@ -113,6 +120,45 @@ impl CheckInput {
             max_delay: max_delay(obj.get("max_delay_ms"))?,
         })
     }
+}
+
+/// The first known field an object names twice, read from a body already
+/// known to be a JSON object of known fields (`serde_json::Value` keeps
+/// the last of each name and cannot tell).
+fn first_repeated(body: &[u8]) -> Option<&'static str> {
+    struct Repeated(Option<&'static str>);
+
+    impl<'de> Deserialize<'de> for Repeated {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(Repeated(None))
+        }
+    }
+
+    impl<'de> Visitor<'de> for Repeated {
+        type Value = Repeated;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
+            let mut seen = [false; FIELDS.len()];
+            while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                map.next_value::<IgnoredAny>()?;
+                let Some(i) = FIELDS.iter().position(|f| *f == name) else {
+                    continue;
+                };
+                if std::mem::replace(&mut seen[i], true) {
+                    self.0.get_or_insert(FIELDS[i]);
+                }
+            }
+            Ok(self)
+        }
+    }
+
+    serde_json::from_slice::<Repeated>(body)
+        .ok()
+        .and_then(|r| r.0)
 }
 
 /// A string field; absent and `null` both mean "not given".
@@ -273,14 +319,29 @@ mod tests {
 
     #[test]
     fn what_the_fast_path_refuses_is_read_field_by_field() {
-        // A repeated field: the last one counts, as in any JSON object.
-        let c = CheckInput::parse(br#"{"key":"a","key":"b"}"#).unwrap();
-        assert_eq!(c.key, "b");
         // Escapes are decoded whichever path reads them.
         let c = CheckInput::parse(br#"{"key":"c\u0041","route":null}"#).unwrap();
         assert_eq!((c.key.as_str(), c.route.as_str()), ("cA", ""));
         assert_eq!(field_of(r#"{"key":"k","cost":0}"#), "cost");
         assert_eq!(field_of(r#"["k"]"#), "body");
+    }
+
+    #[test]
+    fn a_field_sent_twice_is_refused_naming_it() {
+        for (body, field) in [
+            (r#"{"key":"a","key":"b"}"#, "key"),
+            (r#"{"key":"a","route":"r","cost":1,"route":"r"}"#, "route"),
+            (r#"{"key":"a","cost":2,"cost":null}"#, "cost"),
+            // An escaped name is the name it decodes to.
+            (r#"{"key":"a","ti\u0065r":"x","tier":"y"}"#, "tier"),
+            (r#"{"ip":"::1","key":"a","ip":"::1"}"#, "ip"),
+        ] {
+            let e = CheckInput::parse(body.as_bytes()).expect_err(body);
+            assert_eq!((e.field.as_str(), e.metric_field), (field, field), "{body}");
+            assert!(e.detail.contains("more than once"), "{}", e.detail);
+        }
+        // An unknown field is named first, as it is without a repeat.
+        assert_eq!(field_of(r#"{"key":"a","key":"b","kye":1}"#), "kye");
     }
 
     #[test]
