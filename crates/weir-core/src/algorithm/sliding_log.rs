@@ -124,10 +124,15 @@ impl Algorithm for SlidingLog {
         let found = s
             .entries
             .iter()
-            .rposition(|&(t, c)| t == at && u64::from(c) == cost);
-        if let Some(i) = found {
-            s.entries.remove(i);
-            s.used -= cost;
+            .rposition(|&(t, c)| t == at && u64::from(c) == cost)
+            // A merge or a charge since may have cut the oldest entry to
+            // what fits (`keep_newest`): what is left of it is returned.
+            .or_else(|| {
+                let &(t, c) = s.entries.front()?;
+                (t == at && u64::from(c) < cost).then_some(0)
+            });
+        if let Some((_, c)) = found.and_then(|i| s.entries.remove(i)) {
+            s.used -= u64::from(c);
         }
     }
 

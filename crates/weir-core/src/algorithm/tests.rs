@@ -492,6 +492,34 @@ fn refund_restores_exactly_what_was_taken() {
     }
 }
 
+#[test]
+fn a_sliding_log_refund_returns_what_a_charge_left_of_its_entry() {
+    let log = SlidingLog {
+        limit: 10,
+        window: 60 * SEC,
+    };
+    let t = 7_000 * SEC;
+    let mut s = log.fresh();
+    let d = log.decide(&mut s, t, 4);
+    assert!(d.allowed);
+    // Admitted elsewhere meanwhile: 13 units in the window, so the oldest
+    // entry is cut from 4 to the 1 that fits.
+    log.charge(&mut s, t + SEC, 9);
+    assert_eq!(log.decide(&mut s.clone(), t + SEC, 1).remaining, 0);
+    // The admission of 4 is undone: its 1 unit left goes, the charge stays.
+    log.refund(&mut s, d.at, 4);
+    assert_eq!(s.len(), 1);
+    let after = log.decide(&mut s, t + SEC, 1);
+    assert!(after.allowed);
+    assert_eq!(after.remaining, 0);
+    // A refund matches its own admission's time, not any cut entry.
+    let mut s = log.fresh();
+    log.decide(&mut s, t, 4);
+    log.charge(&mut s, t + SEC, 9);
+    log.refund(&mut s, t + 1, 4);
+    assert_eq!(s.len(), 2);
+}
+
 fn idle(p: &Policy, s: &State, now: Nanos) -> bool {
     match (p, s) {
         (Policy::TokenBucket(a), State::TokenBucket(x)) => a.is_idle(x, now),
