@@ -60,7 +60,15 @@ pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-pub(crate) fn mutate(bytes: &mut Vec<u8>, m: &Mutation) {
+/// `bytes` with every mutation applied, in order.
+pub(crate) fn mutated(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
+    for m in mutations {
+        mutate(&mut bytes, m);
+    }
+    bytes
+}
+
+fn mutate(bytes: &mut Vec<u8>, m: &Mutation) {
     // Positions run to one past the end, so that insertion can append.
     let at = |i: &Index| i.index(bytes.len() + 1);
     match m {
@@ -183,4 +191,9 @@ pub(crate) fn string_bytes() -> impl Strategy<Value = Vec<u8>> {
         6 => text().prop_map(String::into_bytes),
         1 => prop::collection::vec(any::<u8>(), 0..8),
     ]
+}
+
+/// A message of up to five top-level fields drawn from `field`.
+pub(crate) fn fields(field: impl Strategy<Value = Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(field, 0..6).prop_map(|f| f.concat())
 }
