@@ -76,9 +76,8 @@ fn check_item(bytes: &[u8], depth: u32) -> Result<Result<CheckRequest, CheckErro
             }
             6 => {
                 expect(wt, LEN)?;
-                if depth == 0 {
-                    return Err(WireError("recursion limit reached"));
-                }
+                // No depth check before the limit is entered: an item is
+                // read one level below the top, so `depth` is never 0 here.
                 let limit = limit.get_or_insert_with(ItemLimit::default);
                 merge_limit(limit, r.delimited()?, depth - 1)?;
             }
