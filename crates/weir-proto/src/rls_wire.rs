@@ -100,6 +100,7 @@ impl<'a> RlsRequest<'a> {
 }
 
 impl<'a> Descriptor<'a> {
+    /// Prost's descriptor, its entries borrowed.
     pub fn of(d: &'a RateLimitDescriptor) -> Self {
         let entries = d.entries.iter().map(|e| Entry {
             key: &e.key,
