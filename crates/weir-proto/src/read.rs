@@ -127,6 +127,30 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Reads a message whose known fields, `known`, are all varints: each
+/// value goes to `set` with its field number, in the order sent (so a
+/// field sent again replaces what it set, and a message sent again merges
+/// into the first); every other field is passed over. `depth` as for
+/// [`Reader::skip`].
+pub(crate) fn merge_varints(
+    bytes: &[u8],
+    depth: u32,
+    known: &[u32],
+    mut set: impl FnMut(u32, u64),
+) -> Result<(), WireError> {
+    let mut r = Reader { bytes };
+    while !r.is_empty() {
+        let (tag, wt) = r.key()?;
+        if known.contains(&tag) {
+            expect(wt, VARINT)?;
+            set(tag, r.varint()?);
+        } else {
+            r.skip(tag, wt, depth)?;
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a known field sent with another wire type.
 pub(crate) fn expect(wire_type: u8, wanted: u8) -> Result<(), WireError> {
     if wire_type == wanted {

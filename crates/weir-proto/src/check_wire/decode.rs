@@ -100,19 +100,8 @@ fn check_item(bytes: &[u8], depth: u32) -> Result<Result<CheckRequest, CheckErro
 /// An `ItemLimit`'s fields over `limit`: a second occurrence of the
 /// message merges into the first, as protobuf merges messages.
 fn merge_limit(limit: &mut ItemLimit, bytes: &[u8], depth: u32) -> Result<(), WireError> {
-    let mut r = Reader { bytes };
-    while !r.is_empty() {
-        match r.key()? {
-            (1, wt) => {
-                expect(wt, VARINT)?;
-                limit.limit = r.varint()?;
-            }
-            (2, wt) => {
-                expect(wt, VARINT)?;
-                limit.window_ms = r.varint()?;
-            }
-            (tag, wt) => r.skip(tag, wt, depth)?,
-        }
-    }
-    Ok(())
+    read::merge_varints(bytes, depth, &[1, 2], |tag, v| match tag {
+        1 => limit.limit = v,
+        _ => limit.window_ms = v,
+    })
 }

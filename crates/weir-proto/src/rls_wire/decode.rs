@@ -7,7 +7,7 @@
 
 use super::{Descriptor, Entry, RlsRequest};
 use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use crate::read::{expect, Reader, WireError, LEN, RECURSION_LIMIT, VARINT};
+use crate::read::{self, expect, Reader, WireError, LEN, RECURSION_LIMIT, VARINT};
 
 /// A whole message whose top level holds `descriptors` descriptors (as
 /// counted by `read::count_field`), into a vector allocated once.
@@ -95,36 +95,15 @@ fn merge_override(
     bytes: &[u8],
     depth: u32,
 ) -> Result<(), WireError> {
-    let mut r = Reader { bytes };
-    while !r.is_empty() {
-        match r.key()? {
-            (1, wt) => {
-                expect(wt, VARINT)?;
-                limit.requests_per_unit = r.varint()? as u32;
-            }
-            (2, wt) => {
-                expect(wt, VARINT)?;
-                // An int32 is read as a varint and cut to 32 bits.
-                limit.unit = r.varint()? as i32;
-            }
-            (tag, wt) => r.skip(tag, wt, depth)?,
-        }
-    }
-    Ok(())
+    // A uint32 and an int32 are read as varints and cut to 32 bits.
+    read::merge_varints(bytes, depth, &[1, 2], |tag, v| match tag {
+        1 => limit.requests_per_unit = v as u32,
+        _ => limit.unit = v as i32,
+    })
 }
 
 /// A `google.protobuf.UInt64Value` over `value`: present but empty, it is
 /// 0; sent again, its value replaces the first only if it carries one.
 fn merge_count(value: &mut u64, bytes: &[u8], depth: u32) -> Result<(), WireError> {
-    let mut r = Reader { bytes };
-    while !r.is_empty() {
-        match r.key()? {
-            (1, wt) => {
-                expect(wt, VARINT)?;
-                *value = r.varint()?;
-            }
-            (tag, wt) => r.skip(tag, wt, depth)?,
-        }
-    }
-    Ok(())
+    read::merge_varints(bytes, depth, &[1], |_, v| *value = v)
 }
