@@ -74,14 +74,17 @@ impl RateLimitService for EnvoyRls {
         &self,
         request: GrpcRequest<RlsCall>,
     ) -> Result<Response<Encoded>, Status> {
-        // Counted before it is decoded, so a request over the limit costs
-        // its count and no more (rls_wire::Request).
-        let call = request.into_inner();
         let max = self.state.config.limits.max_batch_items;
-        envoy_map::within_limit(call.descriptors(), max).map_err(|e| self.refuse(e))?;
-        let req = call.decode()?;
+        // The message and the request read from it end here, before the
+        // decision awaits: its checks own what they need of it.
+        let checks = {
+            // Counted before it is decoded, so a request over the limit
+            // costs its count and no more (rls_wire::Request).
+            let call = request.into_inner();
+            envoy_map::within_limit(call.descriptors(), max).map_err(|e| self.refuse(e))?;
+            envoy_map::to_checks(&call.decode()?, max).map_err(|e| self.refuse(e))?
+        };
         let engine = &self.state.engine;
-        let checks = envoy_map::to_checks(&req, max).map_err(|e| self.refuse(e))?;
         // Cost against the rule set's limits is the one input check that needs
         // the rules. With several descriptors it runs for every one before any
         // is decided, so a refused request consumes nothing. (A rule change
