@@ -34,7 +34,7 @@ const DESCRIPTORS: u32 = 2;
 ///
 /// Decoded only when asked, so a request over the node's limit is refused
 /// before it costs anything: an empty descriptor is two bytes on the wire
-/// and a 56-byte `RateLimitDescriptor` in memory.
+/// and a 56-byte [`Descriptor`] in memory.
 #[derive(Debug, Clone)]
 pub struct Request {
     bytes: Bytes,

@@ -143,7 +143,7 @@ fn first_repeated(body: &[u8]) -> Option<&'static str> {
 
         fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
             let mut seen = [false; FIELDS.len()];
-            while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            while let Some(name) = map.next_key::<String>()? {
                 map.next_value::<IgnoredAny>()?;
                 let Some(i) = FIELDS.iter().position(|f| *f == name) else {
                     continue;
