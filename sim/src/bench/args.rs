@@ -66,9 +66,15 @@ pub struct Args {
     pub bare_grpc: Option<String>,
     /// Measure the forwarded path instead: a 3-node cluster of `--spawn`
     /// nodes, checks to node 1 for keys the others own, open loop at half
-    /// the saturating rate, beside keys node 1 owns at the same rate.
+    /// the saturating rate (`--forwarded-load`), beside keys node 1 owns at
+    /// the same rate.
     #[arg(long, requires = "spawn")]
     pub forwarded: bool,
+    /// With `--forwarded`: the open-loop rate of the latency figures, as a
+    /// share of the two-copy saturating rate (above 0, at most 1). Below
+    /// the default half the cores sit idler, as a larger machine's would.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.5, value_parser = load_share, requires = "forwarded")]
+    pub forwarded_load: f64,
     /// Print the cluster model's predictions (no load is sent) from the
     /// per-check costs below, as `--forwarded` measures them.
     #[arg(long)]
@@ -109,6 +115,16 @@ impl Workload {
 pub enum HttpClientKind {
     Raw,
     Reqwest,
+}
+
+/// A share of a rate: above 0 and at most 1.
+fn load_share(s: &str) -> Result<f64, String> {
+    let share: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if share > 0.0 && share <= 1.0 {
+        Ok(share)
+    } else {
+        Err(format!("must be above 0 and at most 1, got {s}"))
+    }
 }
 
 /// The cluster model's inputs: CPU microseconds per check, op or call.
@@ -166,5 +182,54 @@ impl ModelArgs {
             in_flight: 4.0,
             max_batch: 256.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(["weir-bench"].iter().chain(args))
+    }
+
+    #[test]
+    fn the_forwarded_load_is_half_unless_told() {
+        let a = parse(&["--spawn", "weir", "--forwarded"]).expect("parses");
+        assert_eq!(a.forwarded_load, 0.5);
+        let a =
+            parse(&["--spawn", "weir", "--forwarded", "--forwarded-load", "0.1"]).expect("parses");
+        assert_eq!(a.forwarded_load, 0.1);
+    }
+
+    #[test]
+    fn a_forwarded_load_outside_its_range_is_refused_naming_it() {
+        for (bad, why) in [
+            ("0", "must be above 0 and at most 1"),
+            ("-0.5", "must be above 0 and at most 1"),
+            ("1.5", "must be above 0 and at most 1"),
+            ("NaN", "must be above 0 and at most 1"),
+            ("half", "is not a number"),
+        ] {
+            let flag = format!("--forwarded-load={bad}");
+            let e = parse(&["--spawn", "weir", "--forwarded", &flag])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--forwarded-load") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
+        let a =
+            parse(&["--spawn", "weir", "--forwarded", "--forwarded-load", "1"]).expect("parses");
+        assert_eq!(a.forwarded_load, 1.0);
+    }
+
+    #[test]
+    fn a_forwarded_load_without_the_forwarded_run_is_refused() {
+        let e = parse(&["--spawn", "weir", "--forwarded-load", "0.2"]).expect_err("refused");
+        assert!(e.to_string().contains("--forwarded"), "{e}");
     }
 }
