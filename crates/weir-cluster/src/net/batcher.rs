@@ -5,7 +5,10 @@
 //! `linger` of zero nothing waits to be batched, so a lone request pays no
 //! batching delay; under load ops pile up while earlier calls are in flight
 //! and the batches grow by themselves. `max_in_flight` bounds the calls in
-//! flight per owner, which is what lets the queue form.
+//! flight per owner, which is what lets the queue form. The calls are
+//! driven by the batcher's own task, not spawned: at low load a forwarded
+//! op then crosses one task hand-off on its way out instead of two, and
+//! each hand-off can wake a sleeping worker thread.
 //!
 //! A caller's deadline is two clocks, both measured: the time its op waits
 //! in this gateway's queue, and the time from sending to the answer. An op
@@ -21,9 +24,9 @@ use tokio::time::Instant;
 
 use dashmap::DashMap;
 use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use prost::Message;
-use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio::task::AbortHandle;
+use tokio::sync::{mpsc, oneshot};
 use weir_core::Limiter;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
@@ -77,7 +80,11 @@ impl Pending {
 struct Handle {
     addr: SocketAddr,
     tx: mpsc::Sender<Pending>,
-    task: AbortHandle,
+    /// Dropped with the handle, which stops the task: the ops still queued
+    /// are refused, and the calls in flight are finished, since an op that
+    /// was sent may have been consumed and its answer is owed to a caller
+    /// or a reconciler.
+    _stop: oneshot::Sender<()>,
 }
 
 /// One batcher per owner, started on first use: the production [`Peers`].
@@ -114,7 +121,6 @@ impl Batchers {
             .entry(to.id.clone())
             .or_insert_with(|| self.spawn(to));
         if !usable(&entry) {
-            entry.task.abort();
             *entry = self.spawn(to);
         }
         entry.tx.clone()
@@ -122,11 +128,12 @@ impl Batchers {
 
     fn spawn(&self, to: &NodeIdentity) -> Handle {
         let (tx, rx) = mpsc::channel(self.config.queue);
-        let task = tokio::spawn(run(to.clone(), rx, self.ctx.clone(), self.config));
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(run(to.clone(), rx, stopped, self.ctx.clone(), self.config));
         Handle {
             addr: to.grpc,
             tx,
-            task: task.abort_handle(),
+            _stop: stop,
         }
     }
 
@@ -207,13 +214,7 @@ impl Peers for Batchers {
     }
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {
-        self.map.retain(|id, h| {
-            let k = keep(id);
-            if !k {
-                h.task.abort();
-            }
-            k
-        });
+        self.map.retain(|id, _| keep(id));
         self.ctx.link.retain(keep);
     }
 }
@@ -221,59 +222,74 @@ impl Peers for Batchers {
 async fn run(
     to: NodeIdentity,
     mut rx: mpsc::Receiver<Pending>,
+    mut stop: oneshot::Receiver<()>,
     ctx: Arc<Ctx>,
     config: BatchConfig,
 ) {
-    let permits = Arc::new(Semaphore::new(config.max_in_flight));
+    let mut calls = FuturesUnordered::new();
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
+        // Answers first: each frees a slot for the ops queued meanwhile.
+        let first = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            Some(()) = calls.next(), if !calls.is_empty() => continue,
+            next = rx.recv(), if calls.len() < config.max_in_flight => match next {
+                Some(first) => first,
+                None => break,
+            },
         };
-        let Some(first) = rx.recv().await else {
-            return;
-        };
-        let mut batch = Vec::with_capacity(config.max_items.min(64));
-        // One clock read for the ops that leave together, not one per op.
-        let mut now = Instant::now();
-        let mut first = first;
-        if first.leave(now) {
-            batch.push(first);
+        let batch = gather(first, &mut rx, &mut calls, config).await;
+        if !batch.is_empty() {
+            calls.push(send(&ctx, &to, batch));
         }
-        if !config.linger.is_zero() {
-            let until = now + config.linger;
-            while batch.len() < config.max_items {
-                tokio::select! {
-                    biased;
-                    next = rx.recv() => match next {
-                        Some(mut p) => if p.leave(Instant::now()) { batch.push(p) },
-                        None => break,
-                    },
-                    _ = tokio::time::sleep_until(until) => break,
-                }
-            }
-            // What is drained below leaves after the linger.
-            now = Instant::now();
-        }
-        while batch.len() < config.max_items {
-            match rx.try_recv() {
-                Ok(mut p) => {
-                    if p.leave(now) {
-                        batch.push(p)
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        let ctx = ctx.clone();
-        let to = to.clone();
-        tokio::spawn(async move {
-            send(&ctx, &to, batch).await;
-            drop(permit);
-        });
     }
+    // Whoever still waits in the queue hears "batcher stopped".
+    drop(rx);
+    while calls.next().await.is_some() {}
+}
+
+/// The ops that leave with `first`: whatever is already queued, up to
+/// `max_items`, after waiting `linger` for more; the calls in flight are
+/// still driven meanwhile.
+async fn gather<F: std::future::Future<Output = ()>>(
+    mut first: Pending,
+    rx: &mut mpsc::Receiver<Pending>,
+    calls: &mut FuturesUnordered<F>,
+    config: BatchConfig,
+) -> Vec<Pending> {
+    let mut batch = Vec::with_capacity(config.max_items.min(64));
+    // One clock read for the ops that leave together, not one per op.
+    let mut now = Instant::now();
+    if first.leave(now) {
+        batch.push(first);
+    }
+    if !config.linger.is_zero() {
+        let until = now + config.linger;
+        while batch.len() < config.max_items {
+            tokio::select! {
+                biased;
+                Some(()) = calls.next(), if !calls.is_empty() => {}
+                next = rx.recv() => match next {
+                    Some(mut p) => if p.leave(Instant::now()) { batch.push(p) },
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
+        // What is drained below leaves after the linger.
+        now = Instant::now();
+    }
+    while batch.len() < config.max_items {
+        match rx.try_recv() {
+            Ok(mut p) => {
+                if p.leave(now) {
+                    batch.push(p)
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    batch
 }
 
 async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {

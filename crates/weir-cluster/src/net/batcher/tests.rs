@@ -206,3 +206,46 @@ async fn a_sent_op_answered_past_its_deadline_is_late_and_its_answer_still_arriv
     assert!(late.0.await.is_some(), "the answer reaches the reconciler");
     assert_eq!(started.elapsed(), ms(10));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_when_its_batcher_stops_is_still_answered() {
+    let (batchers, calls) = one_call_at_a_time(&[10]);
+    let sent = batchers.decide(&owner(), op("sent"), ms(50));
+    until_sent(&calls, 1).await;
+    batchers.clear();
+    assert!(
+        matches!(sent.await, Reply::Answered(_)),
+        "the op may have been consumed at the owner: its answer is owed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_op_still_queued_when_its_batcher_stops_is_refused_and_never_sent() {
+    let (batchers, calls) = one_call_at_a_time(&[10]);
+    let sent = batchers.decide(&owner(), op("sent"), ms(50));
+    until_sent(&calls, 1).await;
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    batchers.clear();
+    let (_, queued) = tokio::join!(sent, queued);
+    assert!(
+        matches!(queued, Reply::Failed(PeerFailure::Unreachable(_))),
+        "an op its batcher never sent is refused"
+    );
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(*calls.lock().unwrap(), vec![vec!["sent".to_string()]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ops_queued_behind_a_full_set_of_calls_leave_together_when_one_ends() {
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (first, a, b) = tokio::join!(first, a, b);
+    assert!([first, a, b].iter().all(|r| matches!(r, Reply::Answered(_))));
+    assert_eq!(
+        *calls.lock().unwrap(),
+        vec![vec!["first".to_string()], vec!["a".into(), "b".into()]]
+    );
+}
