@@ -1,11 +1,10 @@
-//! The gRPC link: one lazily connected, reused `PeerClient` per node, rebuilt after a failure.
+//! The gRPC link: one lazily dialled, reused `PeerClient` per node, rebuilt after a failure.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::future::BoxFuture;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
@@ -15,6 +14,7 @@ use weir_proto::weir::v1::{
 };
 
 use super::auth::PeerToken;
+use super::conn::{ConnConfig, PeerConn};
 use crate::link::Link;
 use crate::link::PeerFailure;
 use crate::topology::membership::NodeIdentity;
@@ -28,6 +28,10 @@ pub const MAX_PEER_MESSAGE: usize = 16 << 20;
 /// heals otherwise stays stuck).
 const KEEPALIVE: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const CONN: ConnConfig = ConnConfig {
+    connect_timeout: CONNECT_TIMEOUT,
+    keepalive: KEEPALIVE,
+};
 
 fn failure(s: &Status, deadline: Duration) -> PeerFailure {
     match s.code() {
@@ -45,7 +49,8 @@ fn failure(s: &Status, deadline: Duration) -> PeerFailure {
 
 struct Slot {
     addr: std::net::SocketAddr,
-    client: PeerClient<Channel>,
+    conn: PeerConn,
+    client: PeerClient<PeerConn>,
 }
 
 /// Peer calls over gRPC, each carrying the cluster token when there is one.
@@ -62,26 +67,25 @@ impl TonicLink {
         }
     }
 
-    fn client(&self, to: &NodeIdentity) -> PeerClient<Channel> {
+    fn client(&self, to: &NodeIdentity) -> PeerClient<PeerConn> {
         if let Some(slot) = self.clients.get(&to.id) {
-            if slot.addr == to.grpc {
+            // A closed connection is redialled before a call is lost on it.
+            if slot.addr == to.grpc && !slot.conn.is_closed() {
                 return slot.client.clone();
             }
         }
-        let endpoint = Endpoint::from_shared(format!("http://{}", to.grpc))
-            .expect("a socket address is a valid URI authority")
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEPALIVE)
-            .keep_alive_timeout(KEEPALIVE)
-            .keep_alive_while_idle(true);
-        let client = PeerClient::new(endpoint.connect_lazy())
+        let conn = PeerConn::dial(to.grpc, CONN);
+        let origin = format!("http://{}", to.grpc)
+            .parse()
+            .expect("a socket address is a valid URI authority");
+        let client = PeerClient::with_origin(conn.clone(), origin)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         self.clients.insert(
             to.id.clone(),
             Slot {
                 addr: to.grpc,
+                conn,
                 client: client.clone(),
             },
         );
@@ -109,7 +113,7 @@ impl TonicLink {
     ) -> BoxFuture<'static, Result<T, PeerFailure>>
     where
         T: Send + 'static,
-        F: FnOnce(PeerClient<Channel>) -> Fut,
+        F: FnOnce(PeerClient<PeerConn>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>> + Send + 'static,
     {
         let call = f(self.client(to));
@@ -254,5 +258,29 @@ mod tests {
             failure(&Status::unauthenticated("no token"), d),
             PeerFailure::Refused(_)
         ));
+    }
+
+    /// A peer that closes every connection at once: each dial ends closed.
+    #[tokio::test]
+    async fn a_closed_connection_is_dialled_afresh_before_the_next_call() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                drop(tcp);
+            }
+        });
+        let link = TonicLink::new(None);
+        let peer = NodeIdentity::new("peer", "127.0.0.1:7946".parse().unwrap(), addr);
+        link.client(&peer);
+        let first = link.clients.get("peer").unwrap().conn.clone();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !first.is_closed() {
+            assert!(tokio::time::Instant::now() < deadline, "never closed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        link.client(&peer);
+        let second = link.clients.get("peer").unwrap().conn.clone();
+        assert!(!second.same_connection(&first), "the closed one was reused");
     }
 }

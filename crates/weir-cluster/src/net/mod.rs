@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod batcher;
+mod conn;
 pub mod grpc;
 pub mod regions;
 pub mod server;
