@@ -243,7 +243,9 @@ async fn ops_queued_behind_a_full_set_of_calls_leave_together_when_one_ends() {
     let a = batchers.decide(&owner(), op("a"), ms(50));
     let b = batchers.decide(&owner(), op("b"), ms(50));
     let (first, a, b) = tokio::join!(first, a, b);
-    assert!([first, a, b].iter().all(|r| matches!(r, Reply::Answered(_))));
+    assert!([first, a, b]
+        .iter()
+        .all(|r| matches!(r, Reply::Answered(_))));
     assert_eq!(
         *calls.lock().unwrap(),
         vec![vec!["first".to_string()], vec!["a".into(), "b".into()]]
