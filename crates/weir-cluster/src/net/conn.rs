@@ -3,9 +3,10 @@
 //! tonic's `Channel` puts a worker task behind every call (a tower
 //! `Buffer`): the call goes to the worker, the worker hands it to the
 //! connection, and its response future comes back to the caller. On a
-//! forwarded check that is two more task hand-offs each way, each of which
-//! can wake a sleeping worker thread. Here the caller hands its request to
-//! hyper's connection task directly, which is all the transport needs.
+//! forwarded check that is two more task hand-offs before the request
+//! reaches the connection, each of which can wake a sleeping worker
+//! thread. Here the caller hands its request to hyper's connection task
+//! directly, which is all the transport needs.
 //!
 //! The connection is dialled in a task of its own, so a caller that gives
 //! up at its deadline does not abandon the dial for the callers after it.
@@ -126,4 +127,4 @@ impl tower::Service<http::Request<Body>> for PeerConn {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -233,6 +233,7 @@ impl Link for TonicLink {
 
 #[cfg(test)]
 mod tests {
+    use super::super::conn::tests::eventually;
     use super::*;
 
     /// Only a status that says the peer ran out of time is slowness; a
@@ -274,11 +275,7 @@ mod tests {
         let peer = NodeIdentity::new("peer", "127.0.0.1:7946".parse().unwrap(), addr);
         link.client(&peer);
         let first = link.clients.get("peer").unwrap().conn.clone();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !first.is_closed() {
-            assert!(tokio::time::Instant::now() < deadline, "never closed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually("the first connection reads closed", || first.is_closed()).await;
         link.client(&peer);
         let second = link.clients.get("peer").unwrap().conn.clone();
         assert!(!second.same_connection(&first), "the closed one was reused");

@@ -46,7 +46,7 @@ fn request(addr: SocketAddr, path: &str) -> http::Request<Body> {
 }
 
 /// Polls `done` until it holds, for at most five seconds.
-async fn eventually(what: &str, done: impl Fn() -> bool) {
+pub(in crate::net) async fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !done() {
         assert!(tokio::time::Instant::now() < deadline, "never: {what}");
