@@ -5,10 +5,14 @@
 //! `linger` of zero nothing waits to be batched, so a lone request pays no
 //! batching delay; under load ops pile up while earlier calls are in flight
 //! and the batches grow by themselves. `max_in_flight` bounds the calls in
-//! flight per owner, which is what lets the queue form. The calls are
-//! driven by the batcher's own task, not spawned: at low load a forwarded
-//! op then crosses one task hand-off on its way out instead of two, and
-//! each hand-off can wake a sleeping worker thread.
+//! flight per owner (a semaphore of call slots), which is what lets the
+//! queue form.
+//!
+//! An op that finds the queue empty and a slot free (with no `linger`)
+//! skips the task: its caller sends it as a call of one and polls the
+//! answer itself. Nothing could have joined it anyway, and each task
+//! hand-off it skips, out and back, can wake a sleeping worker thread at
+//! low load. The batcher's own calls are driven by its task, not spawned.
 //!
 //! A caller's deadline is two clocks, both measured: the time its op waits
 //! in this gateway's queue, and the time from sending to the answer. An op
@@ -16,17 +20,17 @@
 //! at the owner); one that was sent and is not answered in time stays in
 //! flight, and its answer is handed to whoever reconciles it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use dashmap::mapref::one::Ref;
 use dashmap::DashMap;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use prost::Message;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use weir_core::Limiter;
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
@@ -78,8 +82,11 @@ impl Pending {
 }
 
 struct Handle {
-    addr: SocketAddr,
+    to: Arc<NodeIdentity>,
     tx: mpsc::Sender<Pending>,
+    /// `max_in_flight` call slots, taken by the task's calls and by
+    /// callers sending their own.
+    slots: Arc<Semaphore>,
     /// Dropped with the handle, which stops the task: the ops still queued
     /// are refused, and the calls in flight are finished, since an op that
     /// was sent may have been consumed and its answer is owed to a caller
@@ -106,16 +113,18 @@ impl Batchers {
         }
     }
 
-    fn sender(&self, to: &NodeIdentity) -> mpsc::Sender<Pending> {
-        let usable = |h: &Handle| h.addr == to.grpc && !h.tx.is_closed();
+    /// The owner's batcher, started (or restarted at a new address) as
+    /// needed. The guard is the map's: hold it across nothing else.
+    fn handle(&self, to: &NodeIdentity) -> Ref<'_, String, Handle> {
+        let usable = |h: &Handle| h.to.grpc == to.grpc && !h.tx.is_closed();
         if let Some(h) = self.map.get(&to.id) {
             if usable(&h) {
-                return h.tx.clone();
+                return h;
             }
         }
         // Re-checked under the shard's write lock: two callers racing to
         // create the batcher must not each start one, or the loser's ops
-        // would go to a task that is aborted.
+        // would go to a task that is stopped.
         let mut entry = self
             .map
             .entry(to.id.clone())
@@ -123,18 +132,39 @@ impl Batchers {
         if !usable(&entry) {
             *entry = self.spawn(to);
         }
-        entry.tx.clone()
+        entry.downgrade()
     }
 
     fn spawn(&self, to: &NodeIdentity) -> Handle {
         let (tx, rx) = mpsc::channel(self.config.queue);
         let (stop, stopped) = oneshot::channel();
-        tokio::spawn(run(to.clone(), rx, stopped, self.ctx.clone(), self.config));
+        let to = Arc::new(to.clone());
+        let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
+        let task = Task {
+            to: to.clone(),
+            ctx: self.ctx.clone(),
+            slots: slots.clone(),
+            config: self.config,
+        };
+        tokio::spawn(task.run(rx, stopped));
         Handle {
-            addr: to.grpc,
+            to,
             tx,
+            slots,
             _stop: stop,
         }
+    }
+
+    /// A free slot to send a call of one in, when nothing is queued for
+    /// the owner (so nothing could join it) and no `linger` asks to wait.
+    fn free_slot(&self, h: &Handle) -> Option<(OwnedSemaphorePermit, Arc<NodeIdentity>)> {
+        if !self.config.linger.is_zero() || h.tx.capacity() < h.tx.max_capacity() {
+            return None;
+        }
+        // Never taken ahead of the task: a slot freed while it waits goes
+        // to it.
+        let slot = h.slots.clone().try_acquire_owned().ok()?;
+        Some((slot, h.to.clone()))
     }
 
     /// Stops every batcher.
@@ -150,6 +180,11 @@ impl Peers for Batchers {
         op: CounterOp,
         deadline: Duration,
     ) -> BoxFuture<'static, Reply> {
+        let h = self.handle(to);
+        if let Some((slot, to)) = self.free_slot(&h) {
+            drop(h);
+            return Box::pin(Direct::start(&self.ctx, &to, op, slot, deadline).answer());
+        }
         let (reply, mut answer) = oneshot::channel();
         let (sent, mut left) = oneshot::channel();
         let pending = Pending {
@@ -158,7 +193,8 @@ impl Peers for Batchers {
             sent: Some(sent),
             queued_at: Instant::now(),
         };
-        let queued = self.sender(to).try_send(pending).is_ok();
+        let queued = h.tx.try_send(pending).is_ok();
+        drop(h);
         Box::pin(async move {
             if !queued {
                 return Reply::Failed(PeerFailure::Overloaded);
@@ -166,7 +202,7 @@ impl Peers for Batchers {
             // Most answers come within the deadline from queueing: one clock,
             // and no wake-up when the op leaves the queue.
             let answered = match tokio::time::timeout(deadline, &mut answer).await {
-                Ok(answered) => answered,
+                Ok(answered) => answered.map_err(|_| ()),
                 Err(_) => {
                     // Closed first, then read: the batcher either sent before
                     // this (and the op is in flight) or can no longer send it.
@@ -176,20 +212,12 @@ impl Peers for Batchers {
                     };
                     // Sent: the answer has a deadline of its own, from the send.
                     match tokio::time::timeout_at(sent_at + deadline, &mut answer).await {
-                        Ok(answered) => answered,
-                        Err(_) => {
-                            return Reply::Late(LateAnswer(Box::pin(async move {
-                                answer.await.ok().and_then(Result::ok)
-                            })))
-                        }
+                        Ok(answered) => answered.map_err(|_| ()),
+                        Err(_) => return Reply::Late(late(answer, None)),
                     }
                 }
             };
-            match answered {
-                Ok(Ok(result)) => Reply::Answered(result),
-                Ok(Err(failure)) => Reply::Failed(failure),
-                Err(_) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
-            }
+            heard(answered)
         })
     }
 
@@ -200,7 +228,7 @@ impl Peers for Batchers {
             sent: None,
             queued_at: Instant::now(),
         };
-        if self.sender(to).try_send(pending).is_err() {
+        if self.handle(to).tx.try_send(pending).is_err() {
             tracing::debug!(owner = %to.id, "op dropped: owner queue full");
         }
     }
@@ -219,33 +247,114 @@ impl Peers for Batchers {
     }
 }
 
-async fn run(
-    to: NodeIdentity,
-    mut rx: mpsc::Receiver<Pending>,
-    mut stop: oneshot::Receiver<()>,
-    ctx: Arc<Ctx>,
-    config: BatchConfig,
-) {
-    let mut calls = FuturesUnordered::new();
-    loop {
-        // Answers first: each frees a slot for the ops queued meanwhile.
-        let first = tokio::select! {
-            biased;
-            _ = &mut stop => break,
-            Some(()) = calls.next(), if !calls.is_empty() => continue,
-            next = rx.recv(), if calls.len() < config.max_in_flight => match next {
-                Some(first) => first,
-                None => break,
-            },
+/// An op's answer past its deadline, to its reconciler: the call it
+/// rides on goes on (when the caller drives it) until it ends.
+fn late(answer: oneshot::Receiver<Answer>, call: Option<BoxFuture<'static, ()>>) -> LateAnswer {
+    LateAnswer(Box::pin(async move {
+        if let Some(call) = call {
+            call.await;
+        }
+        answer.await.ok().and_then(Result::ok)
+    }))
+}
+
+/// What a caller hears of an answer that came in time; `Err` when its
+/// batcher stopped before sending the op.
+fn heard(answered: Result<Answer, ()>) -> Reply {
+    match answered {
+        Ok(Ok(result)) => Reply::Answered(result),
+        Ok(Err(failure)) => Reply::Failed(failure),
+        Err(()) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
+    }
+}
+
+/// A call of one op, driven by its caller.
+struct Direct {
+    call: BoxFuture<'static, ()>,
+    answer: oneshot::Receiver<Answer>,
+    deadline: Duration,
+}
+
+impl Direct {
+    /// Sends `op` now, as a call of its own in `slot`.
+    fn start(
+        ctx: &Arc<Ctx>,
+        to: &Arc<NodeIdentity>,
+        op: CounterOp,
+        slot: OwnedSemaphorePermit,
+        deadline: Duration,
+    ) -> Direct {
+        let (reply, answer) = oneshot::channel();
+        let alone = Pending {
+            op,
+            reply: Some(reply),
+            sent: None,
+            queued_at: Instant::now(),
         };
-        let batch = gather(first, &mut rx, &mut calls, config).await;
-        if !batch.is_empty() {
-            calls.push(send(&ctx, &to, batch));
+        Direct {
+            call: Box::pin(call(ctx, to, vec![alone], slot)),
+            answer,
+            deadline,
         }
     }
-    // Whoever still waits in the queue hears "batcher stopped".
-    drop(rx);
-    while calls.next().await.is_some() {}
+
+    /// The op was sent as the call started, so its one clock is the
+    /// answer's; past it, the call goes on as the late answer.
+    async fn answer(mut self) -> Reply {
+        if tokio::time::timeout(self.deadline, &mut self.call)
+            .await
+            .is_err()
+        {
+            return Reply::Late(late(self.answer, Some(self.call)));
+        }
+        // The call ended, and `call` answers every op before it ends.
+        heard(self.answer.try_recv().map_err(|_| ()))
+    }
+}
+
+/// One owner's batcher task and what it works with.
+struct Task {
+    to: Arc<NodeIdentity>,
+    ctx: Arc<Ctx>,
+    slots: Arc<Semaphore>,
+    config: BatchConfig,
+}
+
+impl Task {
+    async fn run(self, mut rx: mpsc::Receiver<Pending>, mut stop: oneshot::Receiver<()>) {
+        let mut calls = FuturesUnordered::new();
+        'run: loop {
+            let first = tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                Some(()) = calls.next(), if !calls.is_empty() => continue,
+                next = rx.recv() => match next {
+                    Some(first) => first,
+                    None => break,
+                },
+            };
+            // The op leaves when a slot is free; the queue grows meanwhile,
+            // and all of it that fits leaves together.
+            let free = self.slots.clone().acquire_owned();
+            tokio::pin!(free);
+            let slot = loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => break 'run,
+                    slot = &mut free => break slot.expect("the slots are never closed"),
+                    Some(()) = calls.next(), if !calls.is_empty() => {}
+                }
+            };
+            let batch = gather(first, &mut rx, &mut calls, self.config).await;
+            if !batch.is_empty() {
+                calls.push(call(&self.ctx, &self.to, batch, slot));
+            }
+        }
+        // Whoever still waits in the queue, or held for a slot, hears
+        // "batcher stopped".
+        drop(rx);
+        while calls.next().await.is_some() {}
+    }
 }
 
 /// The ops that leave with `first`: whatever is already queued, up to
@@ -292,7 +401,14 @@ async fn gather<F: std::future::Future<Output = ()>>(
     batch
 }
 
-async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
+/// One Decide call carrying `batch`, in `slot`: the request is built and
+/// handed to the link now; the future hands out the answers.
+fn call(
+    ctx: &Arc<Ctx>,
+    to: &Arc<NodeIdentity>,
+    batch: Vec<Pending>,
+    slot: OwnedSemaphorePermit,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let n = batch.len();
     let stats = &ctx.stats;
     let sent_at = Instant::now();
@@ -309,35 +425,41 @@ async fn send(ctx: &Ctx, to: &NodeIdentity, batch: Vec<Pending>) {
         from_node: ctx.me.clone(),
     };
     bump(&stats.peer_bytes, req.encoded_len() as u64);
-    let called = ctx.link.decide(to, req, ctx.late_window).await;
-    stats.call_time.record(sent_at.elapsed());
-    let outcome = match called {
-        Ok(resp) if resp.results.len() == n => {
-            bump(&stats.peer_bytes, resp.encoded_len() as u64);
-            if resp.rules_version > mine {
-                ctx.hints.hint(to, resp.rules_version);
+    let called = ctx.link.decide(to, req, ctx.late_window);
+    let (ctx, to) = (ctx.clone(), to.clone());
+    async move {
+        let called = called.await;
+        drop(slot);
+        let stats = &ctx.stats;
+        stats.call_time.record(sent_at.elapsed());
+        let outcome = match called {
+            Ok(resp) if resp.results.len() == n => {
+                bump(&stats.peer_bytes, resp.encoded_len() as u64);
+                if resp.rules_version > mine {
+                    ctx.hints.hint(&to, resp.rules_version);
+                }
+                Ok(resp.results)
             }
-            Ok(resp.results)
-        }
-        Ok(resp) => Err(PeerFailure::Refused(format!(
-            "{} results for {n} ops",
-            resp.results.len()
-        ))),
-        Err(f) => Err(f),
-    };
-    match outcome {
-        Ok(results) => {
-            for (result, reply) in results.into_iter().zip(replies) {
-                if let Some(reply) = reply {
-                    let _ = reply.send(Ok(result));
+            Ok(resp) => Err(PeerFailure::Refused(format!(
+                "{} results for {n} ops",
+                resp.results.len()
+            ))),
+            Err(f) => Err(f),
+        };
+        match outcome {
+            Ok(results) => {
+                for (result, reply) in results.into_iter().zip(replies) {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(result));
+                    }
                 }
             }
-        }
-        Err(failure) => {
-            bump(&stats.peer_failures, 1);
-            tracing::debug!(owner = %to.id, %failure, ops = n, "Decide call failed");
-            for reply in replies.into_iter().flatten() {
-                let _ = reply.send(Err(failure.clone()));
+            Err(failure) => {
+                bump(&stats.peer_failures, 1);
+                tracing::debug!(owner = %to.id, %failure, ops = n, "Decide call failed");
+                for reply in replies.into_iter().flatten() {
+                    let _ = reply.send(Err(failure.clone()));
+                }
             }
         }
     }

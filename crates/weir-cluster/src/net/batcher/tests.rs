@@ -1,6 +1,8 @@
 //! The batcher's two clocks on a paused runtime: an op still queued at its
 //! deadline is never sent; a sent op's answer has a deadline of its own,
-//! counted from the send; a later answer still reaches the reconciler.
+//! counted from the send; a later answer still reaches the reconciler. And
+//! the calls of one that callers send themselves, past the queue, sharing
+//! its slots.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -109,6 +111,15 @@ impl Link for SlowOwner {
 /// Batchers to one owner whose calls take `takes`, one call in flight at a
 /// time so a second op waits in the queue; and what the owner was sent.
 fn one_call_at_a_time(takes: &[u64]) -> (Batchers, Arc<Mutex<Vec<Vec<String>>>>) {
+    let config = BatchConfig {
+        max_in_flight: 1,
+        ..BatchConfig::default()
+    };
+    batchers(takes, config)
+}
+
+/// Batchers with `config` to one owner whose calls take `takes`.
+fn batchers(takes: &[u64], config: BatchConfig) -> (Batchers, Arc<Mutex<Vec<Vec<String>>>>) {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let link = SlowOwner {
         takes: Mutex::new(takes.iter().map(|&ms| Duration::from_millis(ms)).collect()),
@@ -125,10 +136,6 @@ fn one_call_at_a_time(takes: &[u64]) -> (Batchers, Arc<Mutex<Vec<Vec<String>>>>)
         hints: Arc::new(RulesHints::new().0),
         stats: Arc::new(Stats::default()),
         late_window: Duration::from_secs(1),
-    };
-    let config = BatchConfig {
-        max_in_flight: 1,
-        ..BatchConfig::default()
     };
     (Batchers::new(ctx, config), calls)
 }
@@ -151,6 +158,17 @@ fn op(key: &str) -> CounterOp {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+fn sent(calls: &Mutex<Vec<Vec<String>>>) -> Vec<Vec<String>> {
+    calls.lock().unwrap().clone()
+}
+
+fn keys(calls: &[&[&str]]) -> Vec<Vec<String>> {
+    calls
+        .iter()
+        .map(|c| c.iter().map(|k| k.to_string()).collect())
+        .collect()
 }
 
 /// Lets the batcher run until the owner has been sent `n` calls, so an op
@@ -209,12 +227,15 @@ async fn a_sent_op_answered_past_its_deadline_is_late_and_its_answer_still_arriv
 
 #[tokio::test(start_paused = true)]
 async fn a_call_in_flight_when_its_batcher_stops_is_still_answered() {
-    let (batchers, calls) = one_call_at_a_time(&[10]);
-    let sent = batchers.decide(&owner(), op("sent"), ms(50));
-    until_sent(&calls, 1).await;
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    assert!(matches!(alone.await, Reply::Answered(_)));
+    // The batcher's own call, sent when the first one freed the slot.
+    until_sent(&calls, 2).await;
     batchers.clear();
     assert!(
-        matches!(sent.await, Reply::Answered(_)),
+        matches!(queued.await, Reply::Answered(_)),
         "the op may have been consumed at the owner: its answer is owed"
     );
 }
@@ -250,4 +271,57 @@ async fn ops_queued_behind_a_full_set_of_calls_leave_together_when_one_ends() {
         *calls.lock().unwrap(),
         vec![vec!["first".to_string()], vec!["a".into(), "b".into()]]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_op_answered_past_its_deadline_is_late_and_its_answer_still_arrives() {
+    // Sent at 4 ms when the first call frees the slot, answered 10 ms later.
+    let (batchers, calls) = one_call_at_a_time(&[4, 10]);
+    let started = Instant::now();
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(5));
+    let (_, queued) = tokio::join!(first, queued);
+    let Reply::Late(late) = queued else {
+        panic!("a 10 ms call with a 5 ms deadline is late");
+    };
+    assert_eq!(started.elapsed(), ms(9), "5 ms after it left the queue");
+    assert!(late.0.await.is_some(), "the answer reaches the reconciler");
+    assert_eq!(started.elapsed(), ms(14));
+    assert_eq!(sent(&calls), keys(&[&["first"], &["queued"]]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_op_with_a_free_slot_is_sent_by_its_caller_without_the_batcher() {
+    let (batchers, calls) = one_call_at_a_time(&[1]);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    // On this one-thread runtime the batcher's task has not run yet.
+    assert_eq!(sent(&calls), keys(&[&["alone"]]));
+    assert!(matches!(alone.await, Reply::Answered(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_op_never_leaves_ahead_of_ops_already_queued() {
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    // Its caller gives up: the slot is free again, with "a" still queued.
+    drop(alone);
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (a, b) = tokio::join!(a, b);
+    assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
+    assert_eq!(sent(&calls), keys(&[&["alone"], &["a", "b"]]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_linger_every_op_waits_in_the_queue_for_company() {
+    let config = BatchConfig {
+        linger: ms(1),
+        ..BatchConfig::default()
+    };
+    let (batchers, calls) = batchers(&[1], config);
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (a, b) = tokio::join!(a, b);
+    assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
+    assert_eq!(sent(&calls), keys(&[&["a", "b"]]));
 }
