@@ -8,11 +8,12 @@
 //! flight per owner (a semaphore of call slots), which is what lets the
 //! queue form.
 //!
-//! An op that finds the queue empty and a slot free (with no `linger`)
-//! skips the task: its caller sends it as a call of one and polls the
-//! answer itself. Nothing could have joined it anyway, and each task
-//! hand-off it skips, out and back, can wake a sleeping worker thread at
-//! low load. The batcher's own calls are driven by its task, not spawned.
+//! An op that finds its owner idle, no call in flight and nothing queued
+//! (with no `linger`), skips the task: its caller sends it as a call of
+//! one and polls the answer itself. Nothing could have joined it anyway,
+//! and each task hand-off it skips, out and back, can wake a sleeping
+//! worker thread at low load. The batcher's own calls are driven by its
+//! task, not spawned.
 //!
 //! A caller's deadline is two clocks, both measured: the time its op waits
 //! in this gateway's queue, and the time from sending to the answer. An op
@@ -155,10 +156,15 @@ impl Batchers {
         }
     }
 
-    /// A free slot to send a call of one in, when nothing is queued for
-    /// the owner (so nothing could join it) and no `linger` asks to wait.
-    fn free_slot(&self, h: &Handle) -> Option<(OwnedSemaphorePermit, Arc<NodeIdentity>)> {
-        if !self.config.linger.is_zero() || h.tx.capacity() < h.tx.max_capacity() {
+    /// A slot to send a call of one in, when the owner has no call in
+    /// flight and nothing queued (so nothing could join the op) and no
+    /// `linger` asks to wait. With a call in flight the op goes through
+    /// the queue: callers sending their own calls of one as soon as the
+    /// last returned would keep the batches from forming under load.
+    fn idle_slot(&self, h: &Handle) -> Option<(OwnedSemaphorePermit, Arc<NodeIdentity>)> {
+        let idle = h.slots.available_permits() == self.config.max_in_flight
+            && h.tx.capacity() == h.tx.max_capacity();
+        if !idle || !self.config.linger.is_zero() {
             return None;
         }
         // Never taken ahead of the task: a slot freed while it waits goes
@@ -181,7 +187,7 @@ impl Peers for Batchers {
         deadline: Duration,
     ) -> BoxFuture<'static, Reply> {
         let h = self.handle(to);
-        if let Some((slot, to)) = self.free_slot(&h) {
+        if let Some((slot, to)) = self.idle_slot(&h) {
             drop(h);
             return Box::pin(Direct::start(&self.ctx, &to, op, slot, deadline).answer());
         }

@@ -1,8 +1,8 @@
 //! The batcher's two clocks on a paused runtime: an op still queued at its
 //! deadline is never sent; a sent op's answer has a deadline of its own,
 //! counted from the send; a later answer still reaches the reconciler. And
-//! the calls of one that callers send themselves, past the queue, sharing
-//! its slots.
+//! the calls of one that callers send themselves to an idle owner, past
+//! the queue, sharing its slots.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -291,7 +291,7 @@ async fn a_queued_op_answered_past_its_deadline_is_late_and_its_answer_still_arr
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lone_op_with_a_free_slot_is_sent_by_its_caller_without_the_batcher() {
+async fn a_lone_op_to_an_idle_owner_is_sent_by_its_caller_without_the_batcher() {
     let (batchers, calls) = one_call_at_a_time(&[1]);
     let alone = batchers.decide(&owner(), op("alone"), ms(50));
     // On this one-thread runtime the batcher's task has not run yet.
@@ -324,4 +324,21 @@ async fn with_a_linger_every_op_waits_in_the_queue_for_company() {
     let (a, b) = tokio::join!(a, b);
     assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
     assert_eq!(sent(&calls), keys(&[&["a", "b"]]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_call_in_flight_an_op_goes_through_the_queue_though_a_slot_is_free() {
+    let config = BatchConfig {
+        max_in_flight: 2,
+        ..BatchConfig::default()
+    };
+    let (batchers, calls) = batchers(&[10, 1], config);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    assert_eq!(sent(&calls), keys(&[&["alone"]]), "left to the batcher");
+    let queued = tokio::spawn(queued);
+    // The batcher sends it in the second slot, the first call still out.
+    until_sent(&calls, 2).await;
+    assert!(matches!(queued.await.unwrap(), Reply::Answered(_)));
+    assert!(matches!(alone.await, Reply::Answered(_)));
 }
