@@ -39,20 +39,85 @@ fn keys(gateway: &TestNode, owners: &[&str], n: usize, prefix: &str) -> Vec<Stri
         .collect()
 }
 
-async fn latency(gateway: &TestNode, keys: &[String]) -> Histogram<u64> {
-    let mut h = Histogram::<u64>::new(3).unwrap();
-    for i in 0..LATENCY_SAMPLES + 1000 {
-        let key = &keys[i % keys.len()];
-        let started = Instant::now();
-        let v = gateway.check(key).await.unwrap();
-        let ns = started.elapsed().as_nanos() as u64;
-        assert!(v.allowed);
-        // The first thousand warm connections and caches up.
-        if i >= 1000 {
-            h.record(ns).unwrap();
+/// What the whole process (its three nodes and the caller) has used so
+/// far: CPU time and thread switches, summed over its threads. Linux only.
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    switches: u64,
+}
+
+impl Usage {
+    fn now() -> Option<Usage> {
+        // utime and stime, fields 14 and 15, after the name's closing paren.
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let mut switches = 0;
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let status =
+                std::fs::read_to_string(task.ok()?.path().join("status")).unwrap_or_default();
+            switches += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
         }
+        // USER_HZ is 100 on every Linux this runs on.
+        Some(Usage {
+            cpu: Duration::from_millis(ticks * 10),
+            switches,
+        })
     }
-    h
+
+    /// CPU microseconds and thread switches per check since `self`.
+    fn per_check(self, checks: usize) -> Option<(f64, f64)> {
+        let now = Usage::now()?;
+        Some((
+            (now.cpu - self.cpu).as_secs_f64() * 1e6 / checks as f64,
+            (now.switches - self.switches) as f64 / checks as f64,
+        ))
+    }
+}
+
+/// One check at a time, from a task on the runtime's workers as a node's
+/// connection task would send it: the latencies, and the CPU and thread
+/// switches per check.
+async fn latency(gateway: &TestNode, keys: &[String]) -> (Histogram<u64>, Option<(f64, f64)>) {
+    let (engine, keys) = (gateway.engine.clone(), keys.to_vec());
+    tokio::spawn(async move {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        let mut usage = None;
+        for i in 0..LATENCY_SAMPLES + 1000 {
+            // The first thousand warm connections and caches up.
+            if i == 1000 {
+                usage = Usage::now();
+            }
+            let key = &keys[i % keys.len()];
+            let started = Instant::now();
+            let v = engine
+                .check(&CheckRequest::new(key.as_str(), "GET /"))
+                .await
+                .unwrap();
+            let ns = started.elapsed().as_nanos() as u64;
+            assert!(v.allowed);
+            if i >= 1000 {
+                h.record(ns).unwrap();
+            }
+        }
+        (h, usage.and_then(|u| u.per_check(LATENCY_SAMPLES)))
+    })
+    .await
+    .unwrap()
+}
+
+/// "CPU per check, thread switches per check" when the OS tells.
+fn cost(usage: Option<(f64, f64)>) -> String {
+    match usage {
+        Some((cpu, switches)) => format!("   CPU {cpu:>6.1} us   {switches:>4.1} thread switches"),
+        None => String::new(),
+    }
 }
 
 /// Checks per second with CONCURRENCY callers over RUN; also the mean batch.
@@ -114,7 +179,7 @@ async fn copies() {
         for replicas in [1, 2] {
             let nodes = cluster(3, RULES, |c| c.replicas = replicas).await;
             let remote = keys(&nodes[0], &["node-2", "node-3"], 5000, "copies");
-            let h = latency(&nodes[0], &remote).await;
+            let (h, _) = latency(&nodes[0], &remote).await;
             let (rate, _) = throughput(&nodes[0], Arc::new(remote)).await;
             let lag = nodes[1].cluster.stats().replication_lag;
             println!(
@@ -143,18 +208,20 @@ async fn run() {
     let gateway = &nodes[0];
     let local = keys(gateway, &["node-1"], 5000, "local");
     let remote = keys(gateway, &["node-2", "node-3"], 5000, "remote");
-    let l = latency(gateway, &local).await;
-    let f = latency(gateway, &remote).await;
-    println!("Forwarding latency, one check at a time ({LATENCY_SAMPLES} samples each):");
+    let (l, l_cost) = latency(gateway, &local).await;
+    let (f, f_cost) = latency(gateway, &remote).await;
+    println!("Forwarding latency, one check at a time ({LATENCY_SAMPLES} samples each; CPU and thread switches of the whole process, per check):");
     println!(
-        "  local check      p50 {:>8.1} us   p99 {:>8.1} us",
+        "  local check      p50 {:>8.1} us   p99 {:>8.1} us{}",
         us(&l, 0.5),
-        us(&l, 0.99)
+        us(&l, 0.99),
+        cost(l_cost)
     );
     println!(
-        "  forwarded check  p50 {:>8.1} us   p99 {:>8.1} us",
+        "  forwarded check  p50 {:>8.1} us   p99 {:>8.1} us{}",
         us(&f, 0.5),
-        us(&f, 0.99)
+        us(&f, 0.99),
+        cost(f_cost)
     );
     println!(
         "  forwarding adds  p50 {:>8.1} us   p99 {:>8.1} us",
