@@ -189,7 +189,7 @@ impl Peers for Batchers {
         let h = self.handle(to);
         if let Some((slot, to)) = self.idle_slot(&h) {
             drop(h);
-            return Box::pin(Direct::start(&self.ctx, &to, op, slot, deadline).answer());
+            return call_alone(&self.ctx, &to, op, slot, deadline);
         }
         let (reply, mut answer) = oneshot::channel();
         let (sent, mut left) = oneshot::channel();
@@ -208,7 +208,7 @@ impl Peers for Batchers {
             // Most answers come within the deadline from queueing: one clock,
             // and no wake-up when the op leaves the queue.
             let answered = match tokio::time::timeout(deadline, &mut answer).await {
-                Ok(answered) => answered.map_err(|_| ()),
+                Ok(answered) => answered.ok(),
                 Err(_) => {
                     // Closed first, then read: the batcher either sent before
                     // this (and the op is in flight) or can no longer send it.
@@ -218,7 +218,7 @@ impl Peers for Batchers {
                     };
                     // Sent: the answer has a deadline of its own, from the send.
                     match tokio::time::timeout_at(sent_at + deadline, &mut answer).await {
-                        Ok(answered) => answered.map_err(|_| ()),
+                        Ok(answered) => answered.ok(),
                         Err(_) => return Reply::Late(late(answer, None)),
                     }
                 }
@@ -264,58 +264,42 @@ fn late(answer: oneshot::Receiver<Answer>, call: Option<BoxFuture<'static, ()>>)
     }))
 }
 
-/// What a caller hears of an answer that came in time; `Err` when its
+/// What a caller hears of an answer that came in time; None when its
 /// batcher stopped before sending the op.
-fn heard(answered: Result<Answer, ()>) -> Reply {
+fn heard(answered: Option<Answer>) -> Reply {
     match answered {
-        Ok(Ok(result)) => Reply::Answered(result),
-        Ok(Err(failure)) => Reply::Failed(failure),
-        Err(()) => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
+        Some(Ok(result)) => Reply::Answered(result),
+        Some(Err(failure)) => Reply::Failed(failure),
+        None => Reply::Failed(PeerFailure::Unreachable("batcher stopped".into())),
     }
 }
 
-/// A call of one op, driven by its caller.
-struct Direct {
-    call: BoxFuture<'static, ()>,
-    answer: oneshot::Receiver<Answer>,
+/// Sends `op` now, as a call of its own in `slot`, driven by its caller.
+/// The op leaves as the call starts, so its one clock is the answer's;
+/// past it, the call goes on as the late answer.
+fn call_alone(
+    ctx: &Arc<Ctx>,
+    to: &Arc<NodeIdentity>,
+    op: CounterOp,
+    slot: OwnedSemaphorePermit,
     deadline: Duration,
-}
-
-impl Direct {
-    /// Sends `op` now, as a call of its own in `slot`.
-    fn start(
-        ctx: &Arc<Ctx>,
-        to: &Arc<NodeIdentity>,
-        op: CounterOp,
-        slot: OwnedSemaphorePermit,
-        deadline: Duration,
-    ) -> Direct {
-        let (reply, answer) = oneshot::channel();
-        let alone = Pending {
-            op,
-            reply: Some(reply),
-            sent: None,
-            queued_at: Instant::now(),
-        };
-        Direct {
-            call: Box::pin(call(ctx, to, vec![alone], slot)),
-            answer,
-            deadline,
-        }
-    }
-
-    /// The op was sent as the call started, so its one clock is the
-    /// answer's; past it, the call goes on as the late answer.
-    async fn answer(mut self) -> Reply {
-        if tokio::time::timeout(self.deadline, &mut self.call)
-            .await
-            .is_err()
-        {
-            return Reply::Late(late(self.answer, Some(self.call)));
+) -> BoxFuture<'static, Reply> {
+    let now = Instant::now();
+    let (reply, mut answer) = oneshot::channel();
+    let alone = Pending {
+        op,
+        reply: Some(reply),
+        sent: None,
+        queued_at: now,
+    };
+    let mut sending: BoxFuture<'static, ()> = Box::pin(call(ctx, to, vec![alone], slot, now));
+    Box::pin(async move {
+        if tokio::time::timeout(deadline, &mut sending).await.is_err() {
+            return Reply::Late(late(answer, Some(sending)));
         }
         // The call ended, and `call` answers every op before it ends.
-        heard(self.answer.try_recv().map_err(|_| ()))
-    }
+        heard(answer.try_recv().ok())
+    })
 }
 
 /// One owner's batcher task and what it works with.
@@ -351,9 +335,9 @@ impl Task {
                     Some(()) = calls.next(), if !calls.is_empty() => {}
                 }
             };
-            let batch = gather(first, &mut rx, &mut calls, self.config).await;
+            let (batch, left) = gather(first, &mut rx, &mut calls, self.config).await;
             if !batch.is_empty() {
-                calls.push(call(&self.ctx, &self.to, batch, slot));
+                calls.push(call(&self.ctx, &self.to, batch, slot, left));
             }
         }
         // Whoever still waits in the queue, or held for a slot, hears
@@ -365,13 +349,14 @@ impl Task {
 
 /// The ops that leave with `first`: whatever is already queued, up to
 /// `max_items`, after waiting `linger` for more; the calls in flight are
-/// still driven meanwhile.
+/// still driven meanwhile. Also the instant they leave, as their callers
+/// were told.
 async fn gather<F: std::future::Future<Output = ()>>(
     mut first: Pending,
     rx: &mut mpsc::Receiver<Pending>,
     calls: &mut FuturesUnordered<F>,
     config: BatchConfig,
-) -> Vec<Pending> {
+) -> (Vec<Pending>, Instant) {
     let mut batch = Vec::with_capacity(config.max_items.min(64));
     // One clock read for the ops that leave together, not one per op.
     let mut now = Instant::now();
@@ -404,20 +389,21 @@ async fn gather<F: std::future::Future<Output = ()>>(
             Err(_) => break,
         }
     }
-    batch
+    (batch, now)
 }
 
-/// One Decide call carrying `batch`, in `slot`: the request is built and
-/// handed to the link now; the future hands out the answers.
+/// One Decide call carrying `batch`, leaving at `sent_at`, in `slot`: the
+/// request is built and handed to the link now; the future hands out the
+/// answers.
 fn call(
     ctx: &Arc<Ctx>,
     to: &Arc<NodeIdentity>,
     batch: Vec<Pending>,
     slot: OwnedSemaphorePermit,
+    sent_at: Instant,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let n = batch.len();
     let stats = &ctx.stats;
-    let sent_at = Instant::now();
     for p in &batch {
         stats.queue_wait.record(sent_at - p.queued_at);
     }

@@ -197,7 +197,7 @@ async fn an_op_still_queued_at_its_deadline_is_refused_and_never_sent() {
     );
     // Long after the first call ended and freed its slot.
     tokio::time::sleep(ms(100)).await;
-    assert_eq!(*calls.lock().unwrap(), vec![vec!["first".to_string()]]);
+    assert_eq!(sent(&calls), keys(&[&["first"]]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -243,17 +243,17 @@ async fn a_call_in_flight_when_its_batcher_stops_is_still_answered() {
 #[tokio::test(start_paused = true)]
 async fn an_op_still_queued_when_its_batcher_stops_is_refused_and_never_sent() {
     let (batchers, calls) = one_call_at_a_time(&[10]);
-    let sent = batchers.decide(&owner(), op("sent"), ms(50));
+    let first = batchers.decide(&owner(), op("sent"), ms(50));
     until_sent(&calls, 1).await;
     let queued = batchers.decide(&owner(), op("queued"), ms(50));
     batchers.clear();
-    let (_, queued) = tokio::join!(sent, queued);
+    let (_, queued) = tokio::join!(first, queued);
     assert!(
         matches!(queued, Reply::Failed(PeerFailure::Unreachable(_))),
         "an op its batcher never sent is refused"
     );
     tokio::time::sleep(ms(100)).await;
-    assert_eq!(*calls.lock().unwrap(), vec![vec!["sent".to_string()]]);
+    assert_eq!(sent(&calls), keys(&[&["sent"]]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -267,10 +267,7 @@ async fn ops_queued_behind_a_full_set_of_calls_leave_together_when_one_ends() {
     assert!([first, a, b]
         .iter()
         .all(|r| matches!(r, Reply::Answered(_))));
-    assert_eq!(
-        *calls.lock().unwrap(),
-        vec![vec!["first".to_string()], vec!["a".into(), "b".into()]]
-    );
+    assert_eq!(sent(&calls), keys(&[&["first"], &["a", "b"]]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -292,8 +289,10 @@ async fn a_queued_op_answered_past_its_deadline_is_late_and_its_answer_still_arr
 
 #[tokio::test(start_paused = true)]
 async fn a_lone_op_to_an_idle_owner_is_sent_by_its_caller_without_the_batcher() {
-    let (batchers, calls) = one_call_at_a_time(&[1]);
-    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    // The defaults: four slots, and the 5 ms owner deadline.
+    let (batchers, calls) = batchers(&[1], BatchConfig::default());
+    let deadline = crate::config::ClusterConfig::default().owner_deadline;
+    let alone = batchers.decide(&owner(), op("alone"), deadline);
     // On this one-thread runtime the batcher's task has not run yet.
     assert_eq!(sent(&calls), keys(&[&["alone"]]));
     assert!(matches!(alone.await, Reply::Answered(_)));
@@ -328,11 +327,8 @@ async fn with_a_linger_every_op_waits_in_the_queue_for_company() {
 
 #[tokio::test(start_paused = true)]
 async fn with_a_call_in_flight_an_op_goes_through_the_queue_though_a_slot_is_free() {
-    let config = BatchConfig {
-        max_in_flight: 2,
-        ..BatchConfig::default()
-    };
-    let (batchers, calls) = batchers(&[10, 1], config);
+    // The defaults: four slots, three of them free.
+    let (batchers, calls) = batchers(&[10, 1], BatchConfig::default());
     let alone = batchers.decide(&owner(), op("alone"), ms(50));
     let queued = batchers.decide(&owner(), op("queued"), ms(50));
     assert_eq!(sent(&calls), keys(&[&["alone"]]), "left to the batcher");
