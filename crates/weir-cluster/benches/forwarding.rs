@@ -2,7 +2,8 @@
 //!
 //! Three members run in this process on real sockets. Measured at node-1:
 //! the latency of a check decided locally against one forwarded to its
-//! owner (one at a time), and throughput with 64 concurrent callers whose
+//! owner (one at a time, from a task, and forwarded from a thread outside
+//! the runtime as an embedding application calls), and throughput with 64 concurrent callers whose
 //! keys all live on the other two nodes, with batching on (the default)
 //! and off (one op per Decide call); then the same forwarded latency and
 //! throughput with one copy of each counter against two (`--replicas`),
@@ -76,35 +77,100 @@ impl Usage {
     }
 }
 
-/// One check at a time, from a task on the runtime's workers as a node's
-/// connection task would send it: the latencies, and the CPU and thread
-/// switches per check.
-async fn latency(gateway: &TestNode, keys: &[String]) -> (Histogram<u64>, Option<(f64, f64)>) {
-    let (engine, keys) = (gateway.engine.clone(), keys.to_vec());
-    tokio::spawn(async move {
-        let mut h = Histogram::<u64>::new(3).unwrap();
-        let mut usage = None;
-        for i in 0..LATENCY_SAMPLES + 1000 {
-            // The first thousand warm connections and caches up.
-            if i == 1000 {
-                usage = Usage::now();
-            }
-            let key = &keys[i % keys.len()];
-            let started = Instant::now();
-            let v = engine
-                .check(&CheckRequest::new(key.as_str(), "GET /"))
-                .await
-                .unwrap();
-            let ns = started.elapsed().as_nanos() as u64;
-            assert!(v.allowed);
-            if i >= 1000 {
-                h.record(ns).unwrap();
-            }
+/// Where the one-at-a-time checks are sent from.
+#[derive(Clone, Copy)]
+enum Caller {
+    /// A task on the runtime's workers, as a node's connection task.
+    Task,
+    /// A thread of the application's own, in `block_on` for each check,
+    /// as an embedding application outside the runtime calls.
+    Thread,
+}
+
+/// One-at-a-time samples: the first thousand checks warm connections
+/// and caches up, then LATENCY_SAMPLES are timed and their CPU and
+/// thread switches counted.
+struct Samples {
+    h: Histogram<u64>,
+    usage: Option<Usage>,
+    next: usize,
+}
+
+impl Samples {
+    const WARM: usize = 1000;
+
+    fn new() -> Self {
+        Samples {
+            h: Histogram::new(3).unwrap(),
+            usage: None,
+            next: 0,
         }
-        (h, usage.and_then(|u| u.per_check(LATENCY_SAMPLES)))
-    })
-    .await
-    .unwrap()
+    }
+
+    /// The index of the next check to send, until all are sent.
+    fn next(&mut self) -> Option<usize> {
+        let i = self.next;
+        if i == Self::WARM {
+            self.usage = Usage::now();
+        }
+        self.next += 1;
+        (i < Self::WARM + LATENCY_SAMPLES).then_some(i)
+    }
+
+    fn record(&mut self, i: usize, started: Instant) {
+        if i >= Self::WARM {
+            self.h.record(started.elapsed().as_nanos() as u64).unwrap();
+        }
+    }
+
+    fn done(self) -> (Histogram<u64>, Option<(f64, f64)>) {
+        let usage = self.usage.and_then(|u| u.per_check(LATENCY_SAMPLES));
+        (self.h, usage)
+    }
+}
+
+/// One check at a time from `caller`: the latencies, and the CPU and
+/// thread switches per check.
+async fn latency(
+    gateway: &TestNode,
+    keys: &[String],
+    caller: Caller,
+) -> (Histogram<u64>, Option<(f64, f64)>) {
+    let (engine, keys) = (gateway.engine.clone(), keys.to_vec());
+    match caller {
+        Caller::Task => tokio::spawn(async move {
+            let mut s = Samples::new();
+            while let Some(i) = s.next() {
+                let started = Instant::now();
+                let v = engine.check(&request(&keys, i)).await.unwrap();
+                assert!(v.allowed);
+                s.record(i, started);
+            }
+            s.done()
+        })
+        .await
+        .unwrap(),
+        Caller::Thread => {
+            let runtime = tokio::runtime::Handle::current();
+            let thread = std::thread::spawn(move || {
+                let mut s = Samples::new();
+                while let Some(i) = s.next() {
+                    let started = Instant::now();
+                    let v = runtime.block_on(engine.check(&request(&keys, i))).unwrap();
+                    assert!(v.allowed);
+                    s.record(i, started);
+                }
+                s.done()
+            });
+            tokio::task::spawn_blocking(move || thread.join().unwrap())
+                .await
+                .unwrap()
+        }
+    }
+}
+
+fn request(keys: &[String], i: usize) -> CheckRequest {
+    CheckRequest::new(keys[i % keys.len()].as_str(), "GET /")
 }
 
 /// "CPU per check, thread switches per check" when the OS tells.
@@ -174,7 +240,7 @@ async fn copies() {
         for replicas in [1, 2] {
             let nodes = cluster(3, RULES, |c| c.replicas = replicas).await;
             let remote = keys(&nodes[0], &["node-2", "node-3"], 5000, "copies");
-            let (h, _) = latency(&nodes[0], &remote).await;
+            let (h, _) = latency(&nodes[0], &remote, Caller::Task).await;
             let (rate, _) = throughput(&nodes[0], Arc::new(remote)).await;
             let lag = nodes[1].cluster.stats().replication_lag;
             println!(
@@ -203,8 +269,9 @@ async fn run() {
     let gateway = &nodes[0];
     let local = keys(gateway, &["node-1"], 5000, "local");
     let remote = keys(gateway, &["node-2", "node-3"], 5000, "remote");
-    let (l, l_cost) = latency(gateway, &local).await;
-    let (f, f_cost) = latency(gateway, &remote).await;
+    let (l, l_cost) = latency(gateway, &local, Caller::Task).await;
+    let (f, f_cost) = latency(gateway, &remote, Caller::Task).await;
+    let (t, t_cost) = latency(gateway, &remote, Caller::Thread).await;
     println!("Forwarding latency, one check at a time ({LATENCY_SAMPLES} samples each; CPU and thread switches of the whole process, per check):");
     println!(
         "  local check      p50 {:>8.1} us   p99 {:>8.1} us{}",
@@ -222,6 +289,12 @@ async fn run() {
         "  forwarding adds  p50 {:>8.1} us   p99 {:>8.1} us",
         us(&f, 0.5) - us(&l, 0.5),
         us(&f, 0.99) - us(&l, 0.99)
+    );
+    println!(
+        "  forwarded from a thread outside the runtime\n                   p50 {:>8.1} us   p99 {:>8.1} us{}",
+        us(&t, 0.5),
+        us(&t, 0.99),
+        cost(t_cost)
     );
     drop(nodes);
 
