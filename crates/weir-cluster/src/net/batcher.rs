@@ -9,8 +9,8 @@
 //! queue form.
 //!
 //! An op that finds its owner idle, no call in flight and nothing queued
-//! (with no `linger`), skips the task when its caller is a task itself:
-//! the caller sends it as a call of one and polls the answer. Nothing could have joined it anyway,
+//! (with no `linger`), skips the task: its caller sends it as a call of
+//! one and polls the answer itself. Nothing could have joined it anyway,
 //! and each task hand-off it skips, out and back, can wake a sleeping
 //! worker thread at low load. The batcher's own calls are driven by its
 //! task, not spawned.
@@ -157,20 +157,14 @@ impl Batchers {
     }
 
     /// A slot to send a call of one in, when the owner has no call in
-    /// flight and nothing queued (so nothing could join the op), no
-    /// `linger` asks to wait, and the caller is a task on the runtime.
-    /// With a call in flight the op goes through the queue: callers
-    /// sending their own calls of one as soon as the last returned would
-    /// keep the batches from forming under load. A caller outside any
-    /// task (an application's own thread in `block_on`, `#[tokio::main]`'s
-    /// included) goes through it too: polling the call itself, it would
-    /// be woken across threads for each piece of the answer, where the
-    /// batcher's task is woken on the worker beside the connection's.
+    /// flight and nothing queued (so nothing could join the op) and no
+    /// `linger` asks to wait. With a call in flight the op goes through
+    /// the queue: callers sending their own calls of one as soon as the
+    /// last returned would keep the batches from forming under load.
     fn idle_slot(&self, h: &Handle) -> Option<(OwnedSemaphorePermit, Arc<NodeIdentity>)> {
         let idle = h.slots.available_permits() == self.config.max_in_flight
             && h.tx.capacity() == h.tx.max_capacity();
-        let in_task = tokio::task::try_id().is_some();
-        if !idle || !self.config.linger.is_zero() || !in_task {
+        if !idle || !self.config.linger.is_zero() {
             return None;
         }
         // Never taken ahead of the task: a slot freed while it waits goes

@@ -2,8 +2,7 @@
 //! deadline is never sent; a sent op's answer has a deadline of its own,
 //! counted from the send; a later answer still reaches the reconciler. And
 //! the calls of one that callers send themselves to an idle owner, past
-//! the queue, sharing its slots. Test bodies run as tasks, as a node's
-//! connection tasks call: a caller outside any task sends no call of one.
+//! the queue, sharing its slots.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -184,208 +183,158 @@ async fn until_sent(calls: &Mutex<Vec<Vec<String>>>, n: usize) {
     panic!("the batcher did not send call {n}");
 }
 
-/// Runs a test's body as a task, as a node's connection tasks call the
-/// batcher: a caller outside any task never sends a call of its own.
-async fn as_task(body: impl std::future::Future<Output = ()> + Send + 'static) {
-    tokio::spawn(body).await.unwrap();
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_op_still_queued_at_its_deadline_is_refused_and_never_sent() {
-    as_task(async move {
-        let (batchers, calls) = one_call_at_a_time(&[10]);
-        let first = batchers.decide(&owner(), op("first"), ms(50));
-        until_sent(&calls, 1).await;
-        let queued = batchers.decide(&owner(), op("queued"), ms(5));
-        let (first, queued) = tokio::join!(first, queued);
-        assert!(matches!(first, Reply::Answered(_)));
-        assert!(
-            matches!(queued, Reply::Failed(PeerFailure::Queued(d)) if d == ms(5)),
-            "the op waited behind a 10 ms call with a 5 ms deadline"
-        );
-        // Long after the first call ended and freed its slot.
-        tokio::time::sleep(ms(100)).await;
-        assert_eq!(sent(&calls), keys(&[&["first"]]));
-    })
-    .await;
+    let (batchers, calls) = one_call_at_a_time(&[10]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let queued = batchers.decide(&owner(), op("queued"), ms(5));
+    let (first, queued) = tokio::join!(first, queued);
+    assert!(matches!(first, Reply::Answered(_)));
+    assert!(
+        matches!(queued, Reply::Failed(PeerFailure::Queued(d)) if d == ms(5)),
+        "the op waited behind a 10 ms call with a 5 ms deadline"
+    );
+    // Long after the first call ended and freed its slot.
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(sent(&calls), keys(&[&["first"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_sent_op_has_its_deadline_again_from_when_it_left_the_queue() {
-    as_task(async move {
-        // Queued 4 ms behind the first call, then answered 4 ms after leaving:
-        // 8 ms from queueing, 4 from the send, with a 5 ms deadline.
-        let (batchers, calls) = one_call_at_a_time(&[4, 4]);
-        let first = batchers.decide(&owner(), op("first"), ms(50));
-        until_sent(&calls, 1).await;
-        let second = batchers.decide(&owner(), op("second"), ms(5));
-        let (_, second) = tokio::join!(first, second);
-        assert!(matches!(second, Reply::Answered(_)));
-        assert_eq!(calls.lock().unwrap().len(), 2);
-    })
-    .await;
+    // Queued 4 ms behind the first call, then answered 4 ms after leaving:
+    // 8 ms from queueing, 4 from the send, with a 5 ms deadline.
+    let (batchers, calls) = one_call_at_a_time(&[4, 4]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let second = batchers.decide(&owner(), op("second"), ms(5));
+    let (_, second) = tokio::join!(first, second);
+    assert!(matches!(second, Reply::Answered(_)));
+    assert_eq!(calls.lock().unwrap().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_sent_op_answered_past_its_deadline_is_late_and_its_answer_still_arrives() {
-    as_task(async move {
-        let (batchers, _) = one_call_at_a_time(&[10]);
-        let started = Instant::now();
-        let Reply::Late(late) = batchers.decide(&owner(), op("slow"), ms(5)).await else {
-            panic!("a 10 ms call with a 5 ms deadline is late");
-        };
-        assert_eq!(started.elapsed(), ms(5), "the caller hears at its deadline");
-        assert!(late.0.await.is_some(), "the answer reaches the reconciler");
-        assert_eq!(started.elapsed(), ms(10));
-    })
-    .await;
+    let (batchers, _) = one_call_at_a_time(&[10]);
+    let started = Instant::now();
+    let Reply::Late(late) = batchers.decide(&owner(), op("slow"), ms(5)).await else {
+        panic!("a 10 ms call with a 5 ms deadline is late");
+    };
+    assert_eq!(started.elapsed(), ms(5), "the caller hears at its deadline");
+    assert!(late.0.await.is_some(), "the answer reaches the reconciler");
+    assert_eq!(started.elapsed(), ms(10));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_call_in_flight_when_its_batcher_stops_is_still_answered() {
-    as_task(async move {
-        let (batchers, calls) = one_call_at_a_time(&[10, 10]);
-        let alone = batchers.decide(&owner(), op("alone"), ms(50));
-        let queued = batchers.decide(&owner(), op("queued"), ms(50));
-        assert!(matches!(alone.await, Reply::Answered(_)));
-        // The batcher's own call, sent when the first one freed the slot.
-        until_sent(&calls, 2).await;
-        batchers.clear();
-        assert!(
-            matches!(queued.await, Reply::Answered(_)),
-            "the op may have been consumed at the owner: its answer is owed"
-        );
-    })
-    .await;
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    assert!(matches!(alone.await, Reply::Answered(_)));
+    // The batcher's own call, sent when the first one freed the slot.
+    until_sent(&calls, 2).await;
+    batchers.clear();
+    assert!(
+        matches!(queued.await, Reply::Answered(_)),
+        "the op may have been consumed at the owner: its answer is owed"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_op_still_queued_when_its_batcher_stops_is_refused_and_never_sent() {
-    as_task(async move {
-        let (batchers, calls) = one_call_at_a_time(&[10]);
-        let first = batchers.decide(&owner(), op("sent"), ms(50));
-        until_sent(&calls, 1).await;
-        let queued = batchers.decide(&owner(), op("queued"), ms(50));
-        batchers.clear();
-        let (_, queued) = tokio::join!(first, queued);
-        assert!(
-            matches!(queued, Reply::Failed(PeerFailure::Unreachable(_))),
-            "an op its batcher never sent is refused"
-        );
-        tokio::time::sleep(ms(100)).await;
-        assert_eq!(sent(&calls), keys(&[&["sent"]]));
-    })
-    .await;
+    let (batchers, calls) = one_call_at_a_time(&[10]);
+    let first = batchers.decide(&owner(), op("sent"), ms(50));
+    until_sent(&calls, 1).await;
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    batchers.clear();
+    let (_, queued) = tokio::join!(first, queued);
+    assert!(
+        matches!(queued, Reply::Failed(PeerFailure::Unreachable(_))),
+        "an op its batcher never sent is refused"
+    );
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(sent(&calls), keys(&[&["sent"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn ops_queued_behind_a_full_set_of_calls_leave_together_when_one_ends() {
-    as_task(async move {
-        let (batchers, calls) = one_call_at_a_time(&[10, 10]);
-        let first = batchers.decide(&owner(), op("first"), ms(50));
-        until_sent(&calls, 1).await;
-        let a = batchers.decide(&owner(), op("a"), ms(50));
-        let b = batchers.decide(&owner(), op("b"), ms(50));
-        let (first, a, b) = tokio::join!(first, a, b);
-        assert!([first, a, b]
-            .iter()
-            .all(|r| matches!(r, Reply::Answered(_))));
-        assert_eq!(sent(&calls), keys(&[&["first"], &["a", "b"]]));
-    })
-    .await;
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    until_sent(&calls, 1).await;
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (first, a, b) = tokio::join!(first, a, b);
+    assert!([first, a, b]
+        .iter()
+        .all(|r| matches!(r, Reply::Answered(_))));
+    assert_eq!(sent(&calls), keys(&[&["first"], &["a", "b"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_queued_op_answered_past_its_deadline_is_late_and_its_answer_still_arrives() {
-    as_task(async move {
-        // Sent at 4 ms when the first call frees the slot, answered 10 ms later.
-        let (batchers, calls) = one_call_at_a_time(&[4, 10]);
-        let started = Instant::now();
-        let first = batchers.decide(&owner(), op("first"), ms(50));
-        let queued = batchers.decide(&owner(), op("queued"), ms(5));
-        let (_, queued) = tokio::join!(first, queued);
-        let Reply::Late(late) = queued else {
-            panic!("a 10 ms call with a 5 ms deadline is late");
-        };
-        assert_eq!(started.elapsed(), ms(9), "5 ms after it left the queue");
-        assert!(late.0.await.is_some(), "the answer reaches the reconciler");
-        assert_eq!(started.elapsed(), ms(14));
-        assert_eq!(sent(&calls), keys(&[&["first"], &["queued"]]));
-    })
-    .await;
+    // Sent at 4 ms when the first call frees the slot, answered 10 ms later.
+    let (batchers, calls) = one_call_at_a_time(&[4, 10]);
+    let started = Instant::now();
+    let first = batchers.decide(&owner(), op("first"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(5));
+    let (_, queued) = tokio::join!(first, queued);
+    let Reply::Late(late) = queued else {
+        panic!("a 10 ms call with a 5 ms deadline is late");
+    };
+    assert_eq!(started.elapsed(), ms(9), "5 ms after it left the queue");
+    assert!(late.0.await.is_some(), "the answer reaches the reconciler");
+    assert_eq!(started.elapsed(), ms(14));
+    assert_eq!(sent(&calls), keys(&[&["first"], &["queued"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lone_op_to_an_idle_owner_is_sent_by_its_caller_without_the_batcher() {
-    as_task(async move {
-        // The defaults: four slots, and the 5 ms owner deadline.
-        let (batchers, calls) = batchers(&[1], BatchConfig::default());
-        let deadline = crate::config::ClusterConfig::default().owner_deadline;
-        let alone = batchers.decide(&owner(), op("alone"), deadline);
-        // On this one-thread runtime the batcher's task has not run yet.
-        assert_eq!(sent(&calls), keys(&[&["alone"]]));
-        assert!(matches!(alone.await, Reply::Answered(_)));
-    })
-    .await;
+    // The defaults: four slots, and the 5 ms owner deadline.
+    let (batchers, calls) = batchers(&[1], BatchConfig::default());
+    let deadline = crate::config::ClusterConfig::default().owner_deadline;
+    let alone = batchers.decide(&owner(), op("alone"), deadline);
+    // On this one-thread runtime the batcher's task has not run yet.
+    assert_eq!(sent(&calls), keys(&[&["alone"]]));
+    assert!(matches!(alone.await, Reply::Answered(_)));
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_op_never_leaves_ahead_of_ops_already_queued() {
-    as_task(async move {
-        let (batchers, calls) = one_call_at_a_time(&[10, 10]);
-        let alone = batchers.decide(&owner(), op("alone"), ms(50));
-        let a = batchers.decide(&owner(), op("a"), ms(50));
-        // Its caller gives up: the slot is free again, with "a" still queued.
-        drop(alone);
-        let b = batchers.decide(&owner(), op("b"), ms(50));
-        let (a, b) = tokio::join!(a, b);
-        assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
-        assert_eq!(sent(&calls), keys(&[&["alone"], &["a", "b"]]));
-    })
-    .await;
+    let (batchers, calls) = one_call_at_a_time(&[10, 10]);
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    // Its caller gives up: the slot is free again, with "a" still queued.
+    drop(alone);
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (a, b) = tokio::join!(a, b);
+    assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
+    assert_eq!(sent(&calls), keys(&[&["alone"], &["a", "b"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_a_linger_every_op_waits_in_the_queue_for_company() {
-    as_task(async move {
-        let config = BatchConfig {
-            linger: ms(1),
-            ..BatchConfig::default()
-        };
-        let (batchers, calls) = batchers(&[1], config);
-        let a = batchers.decide(&owner(), op("a"), ms(50));
-        let b = batchers.decide(&owner(), op("b"), ms(50));
-        let (a, b) = tokio::join!(a, b);
-        assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
-        assert_eq!(sent(&calls), keys(&[&["a", "b"]]));
-    })
-    .await;
+    let config = BatchConfig {
+        linger: ms(1),
+        ..BatchConfig::default()
+    };
+    let (batchers, calls) = batchers(&[1], config);
+    let a = batchers.decide(&owner(), op("a"), ms(50));
+    let b = batchers.decide(&owner(), op("b"), ms(50));
+    let (a, b) = tokio::join!(a, b);
+    assert!(matches!((a, b), (Reply::Answered(_), Reply::Answered(_))));
+    assert_eq!(sent(&calls), keys(&[&["a", "b"]]));
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_a_call_in_flight_an_op_goes_through_the_queue_though_a_slot_is_free() {
-    as_task(async move {
-        // The defaults: four slots, three of them free.
-        let (batchers, calls) = batchers(&[10, 1], BatchConfig::default());
-        let alone = batchers.decide(&owner(), op("alone"), ms(50));
-        let queued = batchers.decide(&owner(), op("queued"), ms(50));
-        assert_eq!(sent(&calls), keys(&[&["alone"]]), "left to the batcher");
-        let queued = tokio::spawn(queued);
-        // The batcher sends it in the second slot, the first call still out.
-        until_sent(&calls, 2).await;
-        assert!(matches!(queued.await.unwrap(), Reply::Answered(_)));
-        assert!(matches!(alone.await, Reply::Answered(_)));
-    })
-    .await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_caller_outside_any_task_leaves_its_lone_op_to_the_batcher() {
-    // This body runs in `block_on`, as an application's own thread would.
-    let (batchers, calls) = batchers(&[1], BatchConfig::default());
-    let deadline = crate::config::ClusterConfig::default().owner_deadline;
-    let queued = batchers.decide(&owner(), op("queued"), deadline);
-    assert!(sent(&calls).is_empty(), "left to the batcher's task");
-    assert!(matches!(queued.await, Reply::Answered(_)));
-    assert_eq!(sent(&calls), keys(&[&["queued"]]));
+    // The defaults: four slots, three of them free.
+    let (batchers, calls) = batchers(&[10, 1], BatchConfig::default());
+    let alone = batchers.decide(&owner(), op("alone"), ms(50));
+    let queued = batchers.decide(&owner(), op("queued"), ms(50));
+    assert_eq!(sent(&calls), keys(&[&["alone"]]), "left to the batcher");
+    let queued = tokio::spawn(queued);
+    // The batcher sends it in the second slot, the first call still out.
+    until_sent(&calls, 2).await;
+    assert!(matches!(queued.await.unwrap(), Reply::Answered(_)));
+    assert!(matches!(alone.await, Reply::Answered(_)));
 }
