@@ -24,6 +24,7 @@
 #   BARE=... BENCH=... bench/edges.sh   # other builds of the references and of the 100-item generator
 #   ONLY='p50|RLS' bench/edges.sh       # only the edges whose name matches (grep -E)
 #   PROFILE=dist bench/edges.sh         # both sides built as deployed (bench/pgo.sh: profile-guided)
+#   P50_CPU= bench/edges.sh             # the one-connection p50 unpinned (pinned to CPU 0 by default)
 #
 # Needs h2load (Debian: nghttp2-client) and wrk; installs them with apt-get
 # when missing and run as root. Sends only to 127.0.0.1; every run is
@@ -41,6 +42,7 @@ ONLY=${ONLY:-}
 PORT=${PORT:-18080} # the node takes PORT..PORT+2, the bare servers PORT+10..PORT+13
 OUT=${OUT:-target/edges}
 PROFILE=${PROFILE:-release} # the cargo profile both sides are built with (dist: Cargo.toml)
+P50_CPU=${P50_CPU-0} # the CPU the one-connection p50 runs on, wrk and server both (empty: unpinned)
 
 cd "$(dirname "$0")/.."
 REQ=bench/requests
@@ -58,6 +60,7 @@ need() {
 }
 need h2load nghttp2-client
 need wrk wrk
+[ -z "$P50_CPU" ] || need taskset util-linux
 
 cargo build --profile "$PROFILE" -q -p weir-node --bin weir -p weir-sim --bin weir-bare --bin weir-bench
 TARGET=${CARGO_TARGET_DIR:-target}/$PROFILE
@@ -118,10 +121,24 @@ wrk_rps() { # conns route keys url
     ROUTE=$2 KEYS=$3 wrk -t1 -c"$1" -d"${SECS}s" --latency -s "$LUA" "http://$4" 2>&1 |
         tee -a "$OUT/raw.log" | awk '/^Requests\/sec:/ { print $2 }'
 }
+# One connection's p50, with wrk and the server (all its threads) on one
+# CPU, P50_CPU, for the figure: unpinned, where the scheduler happens to
+# put the two sets the round trip at about 14, 40 or 85 us on this kind
+# of virtual machine (both on one CPU, on two with the other spinning, or
+# waking a halted one), whichever the server, and that lottery, not the
+# server, decided the row. P50_CPU= (empty) measures unpinned.
 wrk_p50() { # route url
-    ROUTE=$1 KEYS=100000 wrk -t1 -c1 -d"${SECS}s" --latency -s "$LUA" "http://$2" 2>&1 |
+    local pid mask pin=()
+    if [ -n "$P50_CPU" ]; then
+        pid=$(server_of "$2")
+        mask=$(taskset -p "$pid" | awk '{ print $NF }')
+        taskset -a -p -c "$P50_CPU" "$pid" >/dev/null
+        pin=(taskset -c "$P50_CPU")
+    fi
+    ROUTE=$1 KEYS=100000 "${pin[@]}" wrk -t1 -c1 -d"${SECS}s" --latency -s "$LUA" "http://$2" 2>&1 |
         tee -a "$OUT/raw.log" |
         awk '$1 == "50%" { v = $2; if (v ~ /us$/) { sub("us", "", v); print v } else if (v ~ /ms$/) { sub("ms", "", v); print v * 1000 } }'
+    [ -z "$P50_CPU" ] || taskset -a -p "$mask" "$pid" >/dev/null
 }
 bench100() { # grpc url; checks/s of 100-item calls, 16 callers
     "$BENCH" --grpc "http://$1" --workloads grpc100 --concurrency 16 \
@@ -174,7 +191,7 @@ measure() {
     echo "$v $(echo "$t0 $t1 $w0 $w1 $(getconf CLK_TCK)" | awk '{ printf "%.2f", ($2 - $1) / $5 / ($4 - $3) }')"
 }
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/^Mem:/ { print $2 }') GiB; load before: $(load)"
-echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: 1 thread; ${SECS} s after ${WARMUP} s warm-up per figure; node threads: ${NODE_THREADS:-default}"
+echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: 1 thread; ${SECS} s after ${WARMUP} s warm-up per figure; node threads: ${NODE_THREADS:-default}; one-connection p50: $([ -n "$P50_CPU" ] && echo "wrk and server on CPU $P50_CPU" || echo unpinned)"
 : >"$OUT/results.tsv"
 for round in $(seq "$ROUNDS"); do
     for e in "${edges[@]}"; do
