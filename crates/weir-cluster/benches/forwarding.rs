@@ -3,11 +3,11 @@
 //! Three members run in this process on real sockets. Measured at node-1:
 //! the latency of a check decided locally against one forwarded to its
 //! owner (one at a time, from a task, and forwarded from a thread outside
-//! the runtime as an embedding application calls), and throughput with 64 concurrent callers whose
-//! keys all live on the other two nodes, with batching on (the default)
-//! and off (one op per Decide call); then the same forwarded latency and
-//! throughput with one copy of each counter against two (`--replicas`),
-//! interleaved in one run. Run: `cargo bench -p weir-cluster`; only the
+//! the runtime as an embedding application calls), and throughput with
+//! 64 concurrent callers whose keys all live on the other two nodes, with
+//! batching on (the default) and off (one op per Decide call); then the
+//! same forwarded latency and throughput with one copy of each counter
+//! against two (`--replicas`), interleaved in one run. Run: `cargo bench -p weir-cluster`; only the
 //! copies comparison: `cargo bench -p weir-cluster -- copies`.
 
 #[path = "../tests/common/mod.rs"]
