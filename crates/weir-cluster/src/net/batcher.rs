@@ -167,8 +167,10 @@ impl Batchers {
         if !idle || !self.config.linger.is_zero() {
             return None;
         }
-        // Never taken ahead of the task: a slot freed while it waits goes
-        // to it.
+        // Not ahead of the task once it waits: tokio's semaphore gives a
+        // freed slot to its waiters first, and refuses `try_acquire` while
+        // any wait. (Between taking an op and asking for a slot it does not
+        // wait yet; with all slots free it gets one of the others.)
         let slot = h.slots.clone().try_acquire_owned().ok()?;
         Some((slot, h.to.clone()))
     }
