@@ -13,7 +13,8 @@
 #                                                   against the plain and the counting reference,
 #                                                   and the counting reference against the plain one
 # each allowed and denied. It prints every figure, the node/bare ratio of
-# each round (the sums over its pairs) and the worst and best round, the
+# each round (the sums over its pairs), the worst and best round and
+# whether the worst meets the edge's target (bench/edges-summary.awk), the
 # servers' CPU per request, and the load average.
 #
 #   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, 10-15 minutes
@@ -212,28 +213,9 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "load after: $(load)"
 
-# One line per edge: each round's node and bare figures (summed over its
-# pairs; for the p50 row, their mean), their ratio, and the worst and best
-# round (for the p50 row, node minus bare in us).
-awk -F'\t' '
-    { key = $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-      rk = $1 SUBSEP key; if (!(rk in pairs)) rounds[key] = rounds[key] " " $1
-      pairs[rk]++; node[rk] += $3; bare[rk] += $4
-      if ($3 > 0 && $4 > 0) { ncpu[rk] += $5 / $3 * 1e6; bcpu[rk] += $6 / $4 * 1e6 } }
-    END { printf "\n%-32s %-8s %-8s  %s\n", "edge", "worst", "best", "node/bare per round"
-          for (i = 1; i <= n; i++) { k = order[i]; split(substr(rounds[k], 2), rs, " "); cells = ""; lo = ""; hi = ""
-              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k
-                  if (k ~ /p50/) { a = node[rk] / pairs[rk]; b = bare[rk] / pairs[rk]; r = a - b }
-                  else { a = node[rk]; b = bare[rk]; r = (b > 0 ? a / b : 0) }
-                  cells = cells sprintf("  %.0f/%.0f", a, b)
-                  if (lo == "" || r < lo) lo = r; if (hi == "" || r > hi) hi = r }
-              if (k ~ /p50/) printf "%-32s %+-8.1f %+-8.1f %s (us, node minus bare)\n", k, hi, lo, cells
-              else printf "%-32s %-8.3f %-8.3f %s\n", k, lo, hi, cells }
-          printf "\nserver CPU per request in us, node/bare per round (the generator shares the cores):\n"
-          for (i = 1; i <= n; i++) { k = order[i]; if (k ~ /p50/) continue; split(substr(rounds[k], 2), rs, " "); cells = ""
-              for (j = 1; j in rs; j++) { rk = rs[j] SUBSEP k; cells = cells sprintf("  %.1f/%.1f", ncpu[rk] / pairs[rk], bcpu[rk] / pairs[rk]) }
-              printf "%-32s %s\n", k, cells } }
-' "$OUT/results.tsv"
+# One line per edge: the worst and best round, whether the worst meets
+# the edge's target, and each round's figures; then the CPU per request.
+awk -F'\t' -f bench/edges-summary.awk "$OUT/results.tsv"
 echo
 echo "node counts (every check above allowed or denied, none invalid or unavailable):"
 counts=$(curl -s "http://$NODE_HTTP/metrics" | grep '^weir_checks_total')
