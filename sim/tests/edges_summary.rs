@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-/// The summary's line for `edge` over `rows` (round, edge, node, bare).
+/// The whole summary the script prints for `rows` (round, edge, node
+/// figure, bare figure; one line of results.tsv each).
 fn summary(rows: &[(u32, &str, f64, f64)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let tsv = dir.path().join("results.tsv");
@@ -31,6 +32,7 @@ fn summary(rows: &[(u32, &str, f64, f64)]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The summary's line for `edge`.
 fn line<'a>(summary: &'a str, edge: &str) -> &'a str {
     summary
         .lines()

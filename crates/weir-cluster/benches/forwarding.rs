@@ -7,8 +7,9 @@
 //! 64 concurrent callers whose keys all live on the other two nodes, with
 //! batching on (the default) and off (one op per Decide call); then the
 //! same forwarded latency and throughput with one copy of each counter
-//! against two (`--replicas`), interleaved in one run. Run: `cargo bench -p weir-cluster`; only the
-//! copies comparison: `cargo bench -p weir-cluster -- copies`.
+//! against two (`--replicas`), interleaved in one run. Run: `cargo bench
+//! -p weir-cluster`; only the copies comparison: `cargo bench -p
+//! weir-cluster -- copies`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
