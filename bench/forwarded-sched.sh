@@ -9,6 +9,9 @@
 #   bench/forwarded-sched.sh                    # half load, 3 s traced; about a minute
 #   LOAD=0.1 SECS=2 bench/forwarded-sched.sh    # another share of the saturating rate
 #
+# Each of the bench's phases runs one warm-up second and then at least
+# SECS + 1 measured seconds, so the trace lies inside the forwarded phase.
+#
 # The trace stays in target/forwarded-sched/ (perf.data, the bench's own
 # report in bench.txt). Needs perf (Debian: linux-perf) and root.
 set -euo pipefail
@@ -17,26 +20,34 @@ LOAD=${LOAD:-0.5}
 SECS=${SECS:-3}
 OUT=${OUT:-target/forwarded-sched}
 
+number='^[0-9]+([.][0-9]+)?$'
+[[ $SECS =~ $number ]] && awk -v s="$SECS" 'BEGIN { exit !(s > 0) }' ||
+    { echo "SECS: a number of seconds above 0, got '$SECS'" >&2; exit 1; }
+[[ $LOAD =~ $number ]] || { echo "LOAD: a share of the saturating rate, got '$LOAD'" >&2; exit 1; }
+WARMUP=1
+PHASE=$(awk -v s="$SECS" 'BEGIN { print (s + 1 > 5) ? s + 1 : 5 }')
+
 cd "$(dirname "$0")/.."
 command -v perf >/dev/null || { echo "needs perf (Debian: apt-get install linux-perf)" >&2; exit 1; }
 cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bench
 mkdir -p "$OUT"
 
 target/release/weir-bench --spawn target/release/weir --forwarded --forwarded-load "$LOAD" \
-    >"$OUT/bench.txt" 2>&1 &
+    --warmup "$WARMUP" --secs "$PHASE" >"$OUT/bench.txt" 2>&1 &
 bench=$!
 trap 'kill $bench 2>/dev/null || true' EXIT
 # The forwarded phase is the first after this line; the trace starts
-# past its one-second warm-up.
+# half a second past its warm-up.
 for _ in $(seq 600); do
     grep -q '^open loop at' "$OUT/bench.txt" && break
     kill -0 $bench 2>/dev/null || { cat "$OUT/bench.txt" >&2; exit 1; }
     sleep 0.2
 done
-sleep 1.5
-# Which pid is which node (and the generator), read while they run.
+sleep "$(awk -v w="$WARMUP" 'BEGIN { print w + 0.5 }')"
+# Which pid is which node (and the generator), read while they run: the
+# bench's own children only, not another cluster on the same host.
 names="$bench=generator"
-for p in $(pgrep -f 'weir serve --node-id'); do
+for p in $(pgrep -P "$bench" -f 'weir serve --node-id'); do
     names+=" $p=$(tr '\0' ' ' <"/proc/$p/cmdline" | sed -n 's/.*--node-id \([^ ]*\).*/\1/p')"
 done
 perf sched record -o "$OUT/perf.data" -- sleep "$SECS" >/dev/null 2>&1
