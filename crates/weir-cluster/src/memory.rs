@@ -124,11 +124,7 @@ impl MemoryNet {
     /// A gossip socket on a new host of its own, for a membership without
     /// the rest of a member (peer calls to the host are refused).
     pub fn gossip_socket(&self) -> Arc<dyn Datagrams> {
-        let host = {
-            let mut s = self.state.lock();
-            s.hosts += 1;
-            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + s.hosts))
-        };
+        let host = self.new_host();
         let gossip = SocketAddr::new(host, GOSSIP_PORT);
         let (tx, rx) = mpsc::unbounded_channel();
         self.state.lock().sockets.insert(gossip, tx);
@@ -137,6 +133,23 @@ impl MemoryNet {
             local: gossip,
             rx: tokio::sync::Mutex::new(rx),
         })
+    }
+
+    fn new_host(&self) -> IpAddr {
+        let mut s = self.state.lock();
+        s.hosts += 1;
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + s.hosts))
+    }
+
+    /// Peer calls from a new host of their own, with no member on it: for
+    /// a test that plays one side of the protocol by hand.
+    pub fn link(&self) -> (IpAddr, Arc<dyn Link>) {
+        let from = self.new_host();
+        let link = MemoryLink {
+            net: self.clone(),
+            from,
+        };
+        (from, Arc::new(link))
     }
 
     /// `ip:port` as itself; any other name by the test's `names`.

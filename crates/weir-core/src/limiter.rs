@@ -7,7 +7,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use compact_str::CompactString;
 
-use crate::algorithm::State;
+use crate::algorithm::{Policy, State};
 use crate::check::{CheckRequest, CheckResponse, Decide, MAX_KEY_LEN};
 use crate::clock::{Clock, Nanos};
 use crate::decision::Decision;
@@ -709,15 +709,40 @@ impl Limiter {
                 out.push(CounterSnapshot::of_rule(&r.name, &k, state));
             }
         }
-        for (name, k, policy, state) in self.carried.take_unless(keep) {
-            // Carried limits are built by `Rule::carried`, a counting
-            // policy, so their limit and window are always there.
-            if let Some((limit, window)) = policy.limit_and_window() {
-                let carried = CarriedLimit { limit, window };
-                out.push(CounterSnapshot::of_carried(&name, &k, state, carried));
+        out.extend(carried_snapshots(self.carried.take_unless(keep)));
+        out
+    }
+
+    /// Copies of every counter whose hash part `keep` rejects, left in
+    /// place: what a node offers the keys' owners while it goes on
+    /// deciding on them, until [`Limiter::settle`] once an owner has one.
+    pub fn copy_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
+        let t = self.tables.load();
+        let mut out = Vec::new();
+        for (r, c) in t.rules.rules().iter().zip(&t.counters) {
+            for k in c.keys(|k| !keep(k)) {
+                if let Some(state) = c.get(&k) {
+                    out.push(CounterSnapshot::of_rule(&r.name, &k, state));
+                }
             }
         }
+        out.extend(carried_snapshots(self.carried.copy_unless(keep)));
         out
+    }
+
+    /// `sent`, a copy of one counter ([`Limiter::copy_unless`]), is now
+    /// counted by the key's owner: only what was spent here since it was
+    /// taken stays, for the owner's next handoff. The key never goes
+    /// missing meanwhile, so no decision here starts it over.
+    pub fn settle(&self, sent: &CounterSnapshot) {
+        let now = self.clock.now();
+        if sent.carried.is_some() {
+            let name: Arc<str> = Arc::from(sent.rule.as_str());
+            self.carried
+                .settle(&name, &sent.hash_part, &sent.state, now);
+        } else if let Ok(c) = self.counters(&sent.rule) {
+            c.settle(&sent.hash_part, &sent.state, now);
+        }
     }
 
     /// Folds in a counter handed over by another node, after checking it:
@@ -742,6 +767,19 @@ impl Limiter {
         c.absorb(&snap.hash_part, snap.state, now)
             .map_err(Absorb::Refused)
     }
+}
+
+/// Carried limits' counters as portable snapshots. Carried limits are built
+/// by `Rule::carried`, a counting policy, so their limit and window are
+/// always there.
+fn carried_snapshots(
+    states: Vec<(Arc<str>, CompactString, Policy, State)>,
+) -> impl Iterator<Item = CounterSnapshot> {
+    states.into_iter().filter_map(|(name, k, policy, state)| {
+        let (limit, window) = policy.limit_and_window()?;
+        let carried = CarriedLimit { limit, window };
+        Some(CounterSnapshot::of_carried(&name, &k, state, carried))
+    })
 }
 
 /// Decided in this process, with nothing to wait for.

@@ -94,6 +94,78 @@ mod tests {
         assert!(!new.check_adhoc(&rule, "k", 1).unwrap().allowed);
     }
 
+    /// What the limiter still admits for `key` under `rule`, up to 10.
+    fn admits(l: &Limiter, rule: &str, key: &str) -> usize {
+        (0..10)
+            .take_while(|_| l.consume(rule, key, 1, l.now()).unwrap().allowed)
+            .count()
+    }
+
+    /// Guard: a counter offered to its owner stays here, deciding on its
+    /// whole count, until the owner has it; then only what was spent
+    /// meanwhile stays. Taken out while the handoff was in flight, the key
+    /// started over here and admitted past its limit.
+    #[test]
+    fn a_copied_counter_decides_until_settled_then_keeps_what_was_spent_since() {
+        for kind in crate::AlgorithmKind::ALL {
+            let burst = if kind == crate::AlgorithmKind::LeakyBucket {
+                "burst = 5\n"
+            } else {
+                ""
+            };
+            let toml = format!(
+                "[[rule]]\nname = \"r\"\nalgorithm = \"{}\"\nlimit = 5\nwindow = \"60s\"\n{burst}",
+                kind.as_str()
+            );
+            let clock = Arc::new(FakeClock::at_secs(1_000.0));
+            let l = Limiter::new(
+                RuleSet::from_toml(&toml).unwrap(),
+                clock.clone(),
+                LimiterConfig::default(),
+            );
+            for key in ["moving", "staying"] {
+                assert!(l.consume("r", key, 1, l.now()).unwrap().allowed);
+            }
+            l.consume("r", "moving", 2, l.now()).unwrap();
+            let copies = l.copy_unless(|k| k == "staying");
+            assert_eq!(copies.len(), 1, "{kind:?}");
+            assert_eq!(l.keys(), 2, "{kind:?}: copied, not taken");
+            clock.advance(Duration::from_millis(1));
+            // While the owner has not got it: 3 of 5 spent, 2 left.
+            assert_eq!(admits(&l, "r", "moving"), 2, "{kind:?}");
+            l.settle(&copies[0]);
+            assert_eq!(
+                admits(&l, "r", "moving"),
+                3,
+                "{kind:?}: the 2 spent since stay"
+            );
+            let all_spent_there = l.copy_unless(|k| k == "staying");
+            l.settle(&all_spent_there[0]);
+            assert!(!l.holds("r", "moving"), "{kind:?}: nothing left here");
+            assert!(l.holds("r", "staying"), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_copied_carried_counter_settles_the_same_way() {
+        let clock = Arc::new(FakeClock::at_secs(1_000.0));
+        let l = limiter(&clock);
+        let rule = Rule::carried("override:5-per-minute", 5, Duration::from_secs(60)).unwrap();
+        for _ in 0..3 {
+            assert!(l.check_adhoc(&rule, "k", 1).unwrap().allowed);
+        }
+        let copies = l.copy_unless(|_| false);
+        assert_eq!(copies.len(), 1);
+        assert!(copies[0].carried.is_some());
+        assert_eq!(l.adhoc_keys(), 1, "copied, not taken");
+        assert!(l.check_adhoc(&rule, "k", 1).unwrap().allowed);
+        l.settle(&copies[0]);
+        let left = (0..10)
+            .take_while(|_| l.check_adhoc(&rule, "k", 1).unwrap().allowed)
+            .count();
+        assert_eq!(left, 4, "only the one spent since stays");
+    }
+
     #[test]
     fn a_carried_counter_that_cannot_be_a_limit_is_refused() {
         let clock = Arc::new(FakeClock::at_secs(1_000.0));

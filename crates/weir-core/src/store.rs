@@ -343,6 +343,26 @@ where
         Some(s)
     }
 
+    /// `sent`, an earlier copy of `key`'s state, is now counted elsewhere:
+    /// only what was spent past it stays, the key dropped when nothing was.
+    /// One entry guard throughout, so no decision finds the key missing.
+    fn settle(&self, key: &str, sent: &A::State, now: Nanos) {
+        let Entry::Occupied(mut o) = self.map.entry(CompactString::new(key)) else {
+            return;
+        };
+        let past = self.algo.since(o.get(), sent, now);
+        // Merged into a fresh state, as a handed-over state is (`absorb`).
+        let mut kept = self.algo.fresh();
+        self.algo.merge(&mut kept, past, now);
+        if self.algo.is_idle(&kept, now) {
+            o.remove();
+            self.ceiling.removed(1);
+        } else {
+            self.ceiling.rests_at(self.algo.rest_at(&kept));
+            *o.get_mut() = kept;
+        }
+    }
+
     /// Drops every key at rest at `now`; returns how many, and the earliest
     /// rest of those kept.
     fn sweep_at(&self, now: Nanos) -> (usize, Nanos) {
@@ -546,6 +566,20 @@ impl Counters {
             Inner::FixedWindow(s) => s.remove(key).map(State::FixedWindow),
             Inner::SlidingLog(s) => s.remove(key).map(State::SlidingLog),
             Inner::SlidingCounter(s) => s.remove(key).map(State::SlidingCounter),
+        }
+    }
+
+    /// Keeps of `key` only what was spent past `sent`, an earlier copy of
+    /// its state now counted elsewhere. Nothing changes when `sent` is of
+    /// another algorithm.
+    pub fn settle(&self, key: &str, sent: &State, now: Nanos) {
+        match (&self.inner, sent) {
+            (Inner::TokenBucket(s), State::TokenBucket(st)) => s.settle(key, st, now),
+            (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.settle(key, st, now),
+            (Inner::FixedWindow(s), State::FixedWindow(st)) => s.settle(key, st, now),
+            (Inner::SlidingLog(s), State::SlidingLog(st)) => s.settle(key, st, now),
+            (Inner::SlidingCounter(s), State::SlidingCounter(st)) => s.settle(key, st, now),
+            _ => {}
         }
     }
 

@@ -4,7 +4,7 @@
 //! and a merge adds spent budgets, so a handoff never grants a fresh budget:
 //! a key that has used 15 of 20 stays at 15 or more on its new owner.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,6 +87,11 @@ pub fn absorb(
     out
 }
 
+/// Names one counter: its rule (or carried limit), key, and which of the two.
+fn counter_id(c: &CounterSnapshot) -> (&str, &str, bool) {
+    (&c.rule, &c.hash_part, c.carried.is_some())
+}
+
 /// Hands counters to their owners.
 pub struct Handoff {
     local: Arc<Local>,
@@ -133,38 +138,49 @@ impl Handoff {
     }
 
     /// Hands every counter this node holds but no longer owns to its owner.
-    /// Those that cannot be delivered are kept and tried again on the next
-    /// sweep rather than lose their spent budget.
+    /// Each is offered as a copy and stays here, deciding on its whole
+    /// count, until its owner has it; then only what was spent meanwhile
+    /// stays ([`Limiter::settle`]). Taking it out first left the key empty
+    /// here for the call's round trip: a check decided meanwhile (one a
+    /// leaving owner forwarded, say, to an owner that refused the stray
+    /// back) started it over. Those not delivered stay whole, for the next
+    /// sweep.
     pub async fn rebalance(&self) {
         let ring = self.routing.ring();
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();
         let owned = ring.clone();
         let held = limiter.keys();
-        let Some(snaps) = sweep(held, move || {
-            limiter.take_unless(|k| owned.owner_id(k).is_none_or(|o| o == me))
+        let Some(copies) = sweep(held, move || {
+            limiter.copy_unless(|k| owned.owner_id(k).is_none_or(|o| o == me))
         })
         .await
         else {
             return;
         };
-        if snaps.is_empty() {
+        if copies.is_empty() {
             return;
         }
-        let n = snaps.len();
-        let undelivered = self.hand_over(snaps, &ring).await;
+        let n = copies.len();
+        let undelivered = self.hand_over(copies.clone(), &ring).await;
+        let kept: HashSet<(&str, &str, bool)> = undelivered.iter().map(counter_id).collect();
+        let delivered: Vec<CounterSnapshot> = copies
+            .into_iter()
+            .filter(|c| !kept.contains(&counter_id(c)))
+            .collect();
+        let limiter = self.local.limiter().clone();
+        sweep(delivered.len(), move || {
+            for sent in &delivered {
+                limiter.settle(sent);
+            }
+        })
+        .await;
         tracing::info!(
             moved = n - undelivered.len(),
             kept = undelivered.len(),
             "handed counters to their new owners"
         );
         if !undelivered.is_empty() {
-            for snap in undelivered {
-                // This node's own states, taken a moment ago: only a key
-                // ceiling reached meanwhile refuses one, and that costs
-                // what losing it costs.
-                let _ = self.local.limiter().absorb(snap);
-            }
             self.local.mark_stray();
         }
     }

@@ -24,7 +24,7 @@ use super::debts::{Charge, Debts};
 use super::fallback::{Fallback, Substitute};
 use super::lease::Lessor;
 use super::leased::Leases;
-use super::local::Local;
+use super::local::{Consumed, Local};
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
 use super::replica::Replicas;
 use super::replicate::Replicator;
@@ -261,15 +261,9 @@ impl Remote {
                 .cloned();
             if let Some(holder) = holder {
                 if holder.id == self.routing.me() {
-                    bump(&self.stats.replica_decisions, 1);
-                    let d = self
-                        .replicas
-                        .stand_in(&owner.id, &rule.name, hash_part, cost)?;
-                    let via = Via::Replica {
-                        holder: None,
-                        owner: owner.id.clone(),
-                    };
-                    return Ok((d, via));
+                    if let Some(decided) = self.stand_in_here(rule, hash_part, cost, owner)? {
+                        return Ok(decided);
+                    }
                 }
                 let now = self.now();
                 if self.breakers.admit(&holder.id, now) {
@@ -296,6 +290,37 @@ impl Remote {
         Ok((d, Via::Substitute(how)))
     }
 
+    /// This node holds the key's copy: it stands in for `owner` on it, or,
+    /// once the copy is settled into its counters (handed over or
+    /// promoted), decides on those. None when it is leaving.
+    fn stand_in_here(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        owner: &NodeIdentity,
+    ) -> Result<Option<(Decision, Via)>, CheckError> {
+        let copy =
+            self.replicas
+                .stand_in(&owner.id, &rule.name, hash_part, cost, self.limiter())?;
+        if let Some(d) = copy {
+            bump(&self.stats.replica_decisions, 1);
+            let via = Via::Replica {
+                holder: None,
+                owner: owner.id.clone(),
+            };
+            return Ok(Some((d, via)));
+        }
+        let Consumed::Decided(d) = self.local.consume(&rule.name, hash_part, cost) else {
+            return Ok(None);
+        };
+        let d = d?;
+        if d.allowed {
+            self.replicator.mark(&rule.name, hash_part, d.at);
+        }
+        Ok(Some((d, Via::Local)))
+    }
+
     /// Gives back what one admitted limit consumed. A remote refund is
     /// awaited up to the owner deadline; one that does not arrive in time
     /// leaves the budget spent, which can only under-admit.
@@ -317,7 +342,10 @@ impl Remote {
                 let op = wire::refund(name, hash_part, cost, d.at);
                 let _ = self.peers.decide(owner, op, self.deadline).await;
             }
-            Via::Replica { holder: None, .. } => self.replicas.refund(name, hash_part, d.at, cost),
+            Via::Replica { holder: None, .. } => {
+                let main = self.limiter();
+                self.replicas.refund(name, hash_part, d.at, cost, main)
+            }
             Via::Replica {
                 holder: Some(holder),
                 owner,

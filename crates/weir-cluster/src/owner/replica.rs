@@ -207,19 +207,32 @@ impl Replicas {
             .map(|m| m.owner.clone())
     }
 
-    /// Decides one op on the copy, standing in for `owner`.
+    /// Decides one op on the copy, standing in for `owner`. None when no
+    /// copy is held but `main` has the key's count (its owner handed it
+    /// over, or this node promoted the copy): the op is decided there, as
+    /// its new owner decides it. A fresh copy in its place would grant the
+    /// key a second budget.
+    ///
+    /// The copy's entry is held through the decision, so a handoff
+    /// (`handed_over`) or a promotion (`on_ring`) of the key lands wholly
+    /// before it, or after it with this admission in what it settles.
     pub fn stand_in(
         &self,
         owner: &str,
         rule: &str,
         hash_part: &str,
         cost: u64,
-    ) -> Result<Decision, CheckError> {
+        main: &Limiter,
+    ) -> Result<Option<Decision>, CheckError> {
+        let entry = self.meta.entry(key(rule, hash_part));
+        if matches!(entry, Entry::Vacant(_)) && main.holds(rule, hash_part) {
+            return Ok(None);
+        }
         let d = self
             .store
             .consume(rule, hash_part, cost, self.store.now())?;
         if d.allowed {
-            let mut m = self.meta.entry(key(rule, hash_part)).or_default();
+            let mut m = entry.or_default();
             if m.owner.is_empty() {
                 m.owner = owner.to_string();
             }
@@ -229,20 +242,24 @@ impl Replicas {
                 charged: Charged::Owed,
             });
         }
-        Ok(d)
+        Ok(Some(d))
     }
 
-    /// Gives back a stand-in admission a denied check refunds.
-    pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64) {
+    /// Gives back a stand-in admission a denied check refunds: on the copy,
+    /// or on `main` once the copy is settled there (handed over or
+    /// promoted, with the admission in it) or was never decided on.
+    pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64, main: &Limiter) {
+        let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) else {
+            main.refund(rule, hash_part, at, cost);
+            return;
+        };
         self.store.refund(rule, hash_part, at, cost);
-        if let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) {
-            if let Some(i) = m
-                .standins
-                .iter()
-                .rposition(|s| s.at == at && s.cost == cost)
-            {
-                m.standins.remove(i);
-            }
+        if let Some(i) = m
+            .standins
+            .iter()
+            .rposition(|s| s.at == at && s.cost == cost)
+        {
+            m.standins.remove(i);
         }
     }
 
@@ -551,7 +568,10 @@ mod tests {
         let replicas = Replicas::new(&main);
         // The gate arrives once the node joins its regions, after the copies.
         assert!(main.set_gate(Arc::new(Spent)));
-        let d = replicas.stand_in("owner-1", "g", "k", 1).unwrap();
+        let d = replicas
+            .stand_in("owner-1", "g", "k", 1, &main)
+            .unwrap()
+            .unwrap();
         assert!(!d.allowed, "{d:?}");
         assert_eq!(d.retry_after, Duration::from_millis(250));
     }

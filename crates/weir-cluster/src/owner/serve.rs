@@ -96,17 +96,23 @@ impl OwnerService {
             let empty = CheckError::invalid(InputField::Key, "must not be empty");
             return Some(wire::error_to_wire(&empty));
         }
-        if !op.stand_in_for.is_empty() {
-            return Some(self.stand_in(op, &op.stand_in_for));
-        }
         // A gateway whose ring dropped the owner before ours did sends the
         // key here as its new owner: it is decided on the copy, which has
         // the owner's counts, until this node's ring promotes it.
-        if op.carried.is_none() && matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
-            if let Some(owner) = ring.owner_id(&op.key).filter(|o| *o != self.routing.me()) {
-                if self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(owner) {
-                    return Some(self.stand_in(op, owner));
-                }
+        let dropped = || {
+            if op.carried.is_some() || !matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
+                return None;
+            }
+            let owner = ring.owner_id(&op.key).filter(|o| *o != self.routing.me())?;
+            let held = self.replicas.holder_of(&op.rule, &op.key);
+            (held.as_deref() == Some(owner)).then_some(owner)
+        };
+        let standing_in = Some(op.stand_in_for.as_str()).filter(|o| !o.is_empty());
+        if let Some(owner) = standing_in.or_else(dropped) {
+            // None: the copy is settled into this node's counters (handed
+            // over or promoted), where the op is decided below.
+            if let Some(result) = self.stand_in(op, owner) {
+                return Some(result);
             }
         }
         // The rule as this node has it: its name is the interned one the
@@ -205,18 +211,22 @@ impl OwnerService {
     }
 
     /// An op sent here because the key's owner cannot be reached from its
-    /// gateway: decided on this node's copy of the owner's counts.
-    fn stand_in(&self, op: &CounterOp, owner: &str) -> OpResult {
-        match op.kind() {
+    /// gateway: decided on this node's copy of the owner's counts. None
+    /// when no copy is held but this node's counters have the key (its
+    /// owner handed it over, or the copy was promoted): it is decided
+    /// there, as by its owner.
+    fn stand_in(&self, op: &CounterOp, owner: &str) -> Option<OpResult> {
+        let limiter = self.local.limiter();
+        Some(match op.kind() {
             OpKind::Refund => {
-                self.replicas.refund(&op.rule, &op.key, op.at, op.cost);
+                self.replicas
+                    .refund(&op.rule, &op.key, op.at, op.cost, limiter);
                 wire::refunded()
             }
             // Leases are the owner's, never a copy's.
             OpKind::Lease => wire::not_owner("only the key's owner leases"),
             // A dead owner's admission, reported by a gateway it answered.
             OpKind::Charge => {
-                let limiter = self.local.limiter();
                 if self
                     .replicas
                     .admitted_by(owner, &op.rule, &op.key, op.cost, op.at, limiter)
@@ -231,12 +241,16 @@ impl OwnerService {
                 // Carried limits have no copies: the owner's count is the
                 // only one, so standing in for it would grant a fresh one.
                 Some(_) => wire::not_owner("a carried limit has no copy to decide on"),
-                None => match self.replicas.stand_in(owner, &op.rule, &op.key, op.cost) {
-                    Ok(d) => wire::decided(&d),
+                None => match self
+                    .replicas
+                    .stand_in(owner, &op.rule, &op.key, op.cost, limiter)
+                {
+                    Ok(Some(d)) => wire::decided(&d),
+                    Ok(None) => return None,
                     Err(e) => wire::error_to_wire(&e),
                 },
             },
-        }
+        })
     }
 
     /// Sends an op that reached a leaving node on to the key's new owner.

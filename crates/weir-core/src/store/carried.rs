@@ -113,6 +113,44 @@ impl Carried {
         out
     }
 
+    /// Copies of every key whose caller key `keep` rejects, left in place
+    /// (see [`Carried::settle`]).
+    pub fn copy_unless(
+        &self,
+        mut keep: impl FnMut(&str) -> bool,
+    ) -> Vec<(Arc<str>, CompactString, Policy, State)> {
+        self.map
+            .iter()
+            .filter(|e| !keep(&e.key().1))
+            .map(|e| {
+                let (name, key) = e.key().clone();
+                (name, key, e.policy, e.state.clone())
+            })
+            .collect()
+    }
+
+    /// Keeps of `key` under `name` only what was spent past `sent`, an
+    /// earlier copy of its state now counted elsewhere; the key is dropped
+    /// when nothing was. One entry guard throughout.
+    pub fn settle(&self, name: &Arc<str>, key: &str, sent: &State, now: Nanos) {
+        let Entry::Occupied(mut o) = self.map.entry((name.clone(), CompactString::new(key))) else {
+            return;
+        };
+        let policy = o.get().policy;
+        let Some(past) = policy.since(&o.get().state, sent, now) else {
+            return;
+        };
+        let mut kept = policy.fresh();
+        policy.merge(&mut kept, past, now);
+        if policy.is_idle(&kept, now) {
+            o.remove();
+            self.ceiling.removed(1);
+        } else {
+            self.ceiling.rests_at(policy.rest_at(&kept));
+            o.get_mut().state = kept;
+        }
+    }
+
     /// Folds a state another node held for `key` under the carried limit
     /// `name` into this table, after checking it as a handed-over rule
     /// counter is checked: spent budgets add, and an invalid state, or a new

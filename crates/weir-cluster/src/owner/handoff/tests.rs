@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use weir_core::{AlgorithmKind, FakeClock, LimiterConfig, Nanos, RuleSet};
+use weir_core::{AlgorithmKind, Decision, FakeClock, LimiterConfig, Nanos, RuleSet};
 
 #[test]
 fn a_handed_over_counter_keeps_its_spent_budget() {
@@ -173,6 +173,14 @@ impl Scene {
         );
     }
 
+    /// `n1` stands in for `n3` on the key, for a gateway that lost `n3`.
+    /// None: `n1` has no copy but its counters hold the key.
+    fn stand_in(&self) -> Option<Decision> {
+        self.copies
+            .stand_in(OWNER, self.rule, &self.key, 1, &self.main)
+            .unwrap()
+    }
+
     /// What `n1` still admits for the key.
     fn left(&self) -> usize {
         let now = self.main.now();
@@ -259,7 +267,7 @@ fn stand_in_admissions_the_owner_never_got_stay_counted() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::new(kind, 10);
         for _ in 0..2 {
-            let d = s.copies.stand_in(OWNER, s.rule, &s.key, 1).unwrap();
+            let d = s.stand_in().expect("decided on the copy");
             assert!(d.allowed, "{kind:?}: {d:?}");
         }
         s.owner_admits(3);
@@ -324,4 +332,101 @@ fn a_copy_from_a_node_that_no_longer_owns_the_key_is_refused() {
         0
     );
     assert_eq!(s.take(at, copy), 1);
+}
+
+/// Guard: n3, leaving, has handed the full key over; a gateway whose ring
+/// still lists n3 asks n1 to stand in for it (n3 had answered that it
+/// could not decide). The copy is settled into n1's counters, so the op
+/// goes there. Decided on a fresh copy in its place, it was admitted on a
+/// second budget.
+#[test]
+fn a_stand_in_after_the_handoff_goes_to_the_handed_count() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 14);
+        s.owner_admits(LIMIT - 14);
+        s.handoff_arrives(BOOT);
+        assert_eq!(s.stand_in(), None, "{kind:?}");
+        assert_eq!(s.left(), 0, "{kind:?}");
+    }
+}
+
+/// Guard: the same once n1's ring has dropped n3 and promoted the copy,
+/// for a gateway whose ring has not.
+#[test]
+fn a_stand_in_after_the_promotion_goes_to_the_promoted_count() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, LIMIT);
+        s.merge(s.ring_drops_the_owner());
+        assert_eq!(s.stand_in(), None, "{kind:?}");
+        assert_eq!(s.left(), 0, "{kind:?}");
+    }
+}
+
+/// A stand-in admission refunded after the handoff settled it into n1's
+/// counters is given back there: it was counted there.
+#[test]
+fn a_stand_in_refunded_after_the_handoff_is_given_back_where_it_was_counted() {
+    let s = Scene::new(AlgorithmKind::FixedWindow, 10);
+    let d = s.stand_in().expect("decided on the copy");
+    assert!(d.allowed, "{d:?}");
+    s.owner_admits(3);
+    s.handoff_arrives(BOOT);
+    s.copies.refund(s.rule, &s.key, d.at, 1, &s.main);
+    assert_eq!(s.left(), LIMIT - 13, "10 + 3 at n3; n1's one refunded");
+}
+
+/// Guard: a counter this node holds for another owner stays whole here
+/// while the handoff to its owner is in flight, and after it fails. Taken
+/// out for the call, a check decided here meanwhile (one a leaving owner
+/// forwarded, say) found the key empty and admitted past its limit.
+#[tokio::test(start_paused = true)]
+async fn a_stray_stays_whole_here_until_its_owner_has_it() {
+    let net = crate::memory::MemoryNet::new();
+    let (here, link) = net.link();
+    let (there, _) = net.link();
+    // The owner does not answer: the call waits out its deadline.
+    net.partition(&[here], &[there]);
+    let addr = std::net::SocketAddr::new(there, 1);
+    let owner = NodeIdentity::new(OWNER, addr, addr);
+    let ring = Ring::with_default_vnodes(&[node(ME), owner]);
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| ring.owner_id(k) == Some(OWNER))
+        .unwrap();
+    let rules = RuleSet::from_toml(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
+    )
+    .unwrap();
+    let limiter = Arc::new(Limiter::new(rules, net.clock(), LimiterConfig::default()));
+    let local = Arc::new(Local::new(limiter.clone()));
+    let handoff = Handoff::new(
+        local.clone(),
+        Arc::new(Routing::new(ME.into(), ring)),
+        link,
+        Arc::new(Stats::default()),
+        Arc::new(Replicas::new(&limiter)),
+        BOOT,
+    );
+    let admits = || {
+        (0..10)
+            .filter(|_| {
+                limiter
+                    .consume("r", &key, 1, limiter.now())
+                    .unwrap()
+                    .allowed
+            })
+            .count()
+    };
+    assert_eq!(admits(), 5);
+    let during = async {
+        tokio::time::sleep(HANDOFF_DEADLINE / 2).await;
+        admits()
+    };
+    let ((), during) = tokio::join!(handoff.rebalance(), during);
+    assert_eq!(
+        during, 0,
+        "the key is whole here while its handoff is in flight"
+    );
+    assert_eq!(admits(), 0, "and once it failed");
+    assert!(local.take_strays(), "the next sweep tries again");
 }
