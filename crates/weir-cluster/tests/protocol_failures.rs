@@ -7,8 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use weir_cluster::wire::{self, Answer};
 use weir_cluster::{ClusterConfig, OwnerFailure};
 use weir_core::{CheckError, Unavailable};
+use weir_proto::weir::v1::DecideRequest;
 
 fn deadline() -> Duration {
     ClusterConfig::default().owner_deadline
@@ -339,4 +341,50 @@ async fn a_partitioned_owner_and_the_other_side_each_admit_at_most_what_was_left
         0,
         "both sides' spend is kept"
     );
+}
+
+/// Guard: a stand-in that reaches the key's holder once the copy is
+/// settled into its counters is decided on them: after the owner handed
+/// the key over (a gateway whose ring still lists the leaving owner, which
+/// could not decide), or after the holder's ring dropped a dead owner and
+/// promoted the copy (a gateway whose ring has not yet). On a fresh copy
+/// in place of the settled one it was admitted on a second budget.
+#[tokio::test(start_paused = true)]
+async fn a_stand_in_after_the_copy_is_settled_is_decided_on_the_settled_count() {
+    for graceful in [true, false] {
+        let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+        let key = key_owned_by(&nodes[0], "node-3", "settled");
+        let all: Vec<&TestNode> = nodes.iter().collect();
+        assert_eq!(admitted(&all, &key, LIMIT).await, LIMIT);
+        settle().await;
+        let owner = nodes.pop().unwrap();
+        if graceful {
+            owner.leave().await;
+        } else {
+            owner.kill().await;
+            wait_until("the survivors drop node-3", || {
+                nodes.iter().all(|n| n.ring_ids().len() == 2)
+            })
+            .await;
+        }
+        let holder = nodes[0].cluster.owner_of(&key).expect("a survivor owns it");
+        let rules = nodes[0].engine.limiter().rules();
+        let (_, rule) = rules.get("per-client").unwrap();
+        // A gateway played by hand: its ring still says node-3.
+        let (_, gateway) = net.link();
+        let req = DecideRequest {
+            ops: vec![wire::stand_in(wire::consume(rule, &key, 1, false), "node-3")],
+            rules_version: 0,
+            from_node: "node-2".into(),
+        };
+        let mut answer = gateway.decide(&holder, req, deadline()).await.unwrap();
+        match wire::answer(answer.results.remove(0), rule, 1) {
+            Answer::Decided(d) => assert!(
+                !d.allowed,
+                "graceful {graceful}: {LIMIT} of {LIMIT} were spent: {d:?}"
+            ),
+            other => panic!("graceful {graceful}: the holder decides: {other:?}"),
+        }
+        drop(net);
+    }
 }
