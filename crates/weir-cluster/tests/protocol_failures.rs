@@ -373,7 +373,10 @@ async fn a_stand_in_after_the_copy_is_settled_is_decided_on_the_settled_count() 
         // A gateway played by hand: its ring still says node-3.
         let (_, gateway) = net.link();
         let req = DecideRequest {
-            ops: vec![wire::stand_in(wire::consume(rule, &key, 1, false), "node-3")],
+            ops: vec![wire::stand_in(
+                wire::consume(rule, &key, 1, false),
+                "node-3",
+            )],
             rules_version: 0,
             from_node: "node-2".into(),
         };
