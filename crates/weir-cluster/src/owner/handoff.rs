@@ -5,6 +5,7 @@
 //! a key that has used 15 of 20 stays at 15 or more on its new owner.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +104,20 @@ pub struct Handoff {
     replicas: Arc<Replicas>,
     /// This process's boot, sent with every handoff.
     boot: u64,
+    /// A rebalance is under way. Two at once (a ring change and a stray
+    /// sweep) would offer the same counters twice, and the owner would
+    /// count them twice.
+    rebalancing: AtomicBool,
+}
+
+/// Clears the rebalancing flag however the rebalance ends (a leave aborts
+/// the task running it mid-call).
+struct Rebalancing<'a>(&'a AtomicBool);
+
+impl Drop for Rebalancing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Handoff {
@@ -121,6 +136,7 @@ impl Handoff {
             stats,
             replicas,
             boot,
+            rebalancing: AtomicBool::new(false),
         }
     }
 
@@ -144,8 +160,14 @@ impl Handoff {
     /// here for the call's round trip: a check decided meanwhile (one a
     /// leaving owner forwarded, say, to an owner that refused the stray
     /// back) started it over. Those not delivered stay whole, for the next
-    /// sweep.
+    /// sweep. One runs at a time; one asked for meanwhile is left to the
+    /// next sweep.
     pub async fn rebalance(&self) {
+        if self.rebalancing.swap(true, Ordering::AcqRel) {
+            self.local.mark_stray();
+            return;
+        }
+        let _running = Rebalancing(&self.rebalancing);
         let ring = self.routing.ring();
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();

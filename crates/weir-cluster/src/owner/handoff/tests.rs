@@ -375,29 +375,30 @@ fn a_stand_in_refunded_after_the_handoff_is_given_back_where_it_was_counted() {
     assert_eq!(s.left(), LIMIT - 13, "10 + 3 at n3; n1's one refunded");
 }
 
-/// Guard: a counter this node holds for another owner stays whole here
-/// while the handoff to its owner is in flight, and after it fails. Taken
-/// out for the call, a check decided here meanwhile (one a leaving owner
-/// forwarded, say) found the key empty and admitted past its limit.
-#[tokio::test(start_paused = true)]
-async fn a_stray_stays_whole_here_until_its_owner_has_it() {
-    let net = crate::memory::MemoryNet::new();
-    let (here, link) = net.link();
-    let (there, _) = net.link();
-    // The owner does not answer: the call waits out its deadline.
-    net.partition(&[here], &[there]);
-    let addr = std::net::SocketAddr::new(there, 1);
-    let owner = NodeIdentity::new(OWNER, addr, addr);
-    let ring = Ring::with_default_vnodes(&[node(ME), owner]);
+/// This node (`ME`), on a host of its own on `net`, with `OWNER` (on the
+/// host `owner`) on its ring: its handoff, its counters, its host, and a
+/// key `OWNER` owns.
+struct Holder {
+    handoff: Handoff,
+    local: Arc<Local>,
+    host: std::net::IpAddr,
+    key: String,
+}
+
+fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> Holder {
+    let (host, link) = net.link();
+    // Calls are routed by host; the port is not looked at.
+    let addr = std::net::SocketAddr::new(owner, 1);
+    let ring = Ring::with_default_vnodes(&[node(ME), NodeIdentity::new(OWNER, addr, addr)]);
     let key = (0..)
         .map(|i| format!("k{i}"))
         .find(|k| ring.owner_id(k) == Some(OWNER))
         .unwrap();
-    let rules = RuleSet::from_toml(
-        "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
-    )
-    .unwrap();
-    let limiter = Arc::new(Limiter::new(rules, net.clock(), LimiterConfig::default()));
+    let limiter = Arc::new(Limiter::new(
+        RuleSet::from_toml(STRAY_RULES).unwrap(),
+        net.clock(),
+        LimiterConfig::default(),
+    ));
     let local = Arc::new(Local::new(limiter.clone()));
     let handoff = Handoff::new(
         local.clone(),
@@ -407,26 +408,95 @@ async fn a_stray_stays_whole_here_until_its_owner_has_it() {
         Arc::new(Replicas::new(&limiter)),
         BOOT,
     );
-    let admits = || {
-        (0..10)
-            .filter(|_| {
-                limiter
-                    .consume("r", &key, 1, limiter.now())
-                    .unwrap()
-                    .allowed
-            })
-            .count()
+    Holder {
+        handoff,
+        local,
+        host,
+        key,
+    }
+}
+
+const STRAY_RULES: &str =
+    "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n";
+
+/// How many of 10 checks of `key` `l` admits.
+fn admits(l: &Limiter, key: &str) -> usize {
+    (0..10)
+        .filter(|_| l.consume("r", key, 1, l.now()).unwrap().allowed)
+        .count()
+}
+
+/// Guard: one rebalance at a time. A ring change and a stray sweep at once
+/// each offered the same counter, and its owner counted it twice (2 + 2
+/// of 5 spent, and a window of denials).
+#[tokio::test(start_paused = true)]
+async fn two_rebalances_at_once_hand_a_counter_over_once() {
+    let net = crate::memory::MemoryNet::new();
+    let owner_limiter = Arc::new(Limiter::new(
+        RuleSet::from_toml(STRAY_RULES).unwrap(),
+        net.clock(),
+        LimiterConfig::default(),
+    ));
+    let config = crate::ClusterConfig {
+        secret: Some("handoff-test".into()),
+        ..crate::ClusterConfig::default()
     };
-    assert_eq!(admits(), 5);
+    let owner = net
+        .start(OWNER, config, owner_limiter.clone())
+        .await
+        .unwrap();
+    let Holder {
+        handoff,
+        local,
+        key,
+        ..
+    } = holder_of_strays(&net, owner.identity().grpc.ip());
+    let limiter = local.limiter();
+    for _ in 0..2 {
+        assert!(
+            limiter
+                .consume("r", &key, 1, limiter.now())
+                .unwrap()
+                .allowed
+        );
+    }
+    tokio::join!(handoff.rebalance(), handoff.rebalance());
+    assert_eq!(admits(&owner_limiter, &key), 3, "2 of 5 spent, once");
+    assert!(local.take_strays(), "the second is left to the next sweep");
+    handoff.rebalance().await;
+    assert!(
+        !limiter.holds("r", &key),
+        "settled: nothing was spent since"
+    );
+}
+
+/// Guard: a counter this node holds for another owner stays whole here
+/// while the handoff to its owner is in flight, and after it fails. Taken
+/// out for the call, a check decided here meanwhile (one a leaving owner
+/// forwarded, say) found the key empty and admitted past its limit.
+#[tokio::test(start_paused = true)]
+async fn a_stray_stays_whole_here_until_its_owner_has_it() {
+    let net = crate::memory::MemoryNet::new();
+    let (there, _) = net.link();
+    let Holder {
+        handoff,
+        local,
+        host,
+        key,
+    } = holder_of_strays(&net, there);
+    // The owner does not answer: the call waits out its deadline.
+    net.partition(&[host], &[there]);
+    let limiter = local.limiter();
+    assert_eq!(admits(limiter, &key), 5);
     let during = async {
         tokio::time::sleep(HANDOFF_DEADLINE / 2).await;
-        admits()
+        admits(limiter, &key)
     };
     let ((), during) = tokio::join!(handoff.rebalance(), during);
     assert_eq!(
         during, 0,
         "the key is whole here while its handoff is in flight"
     );
-    assert_eq!(admits(), 0, "and once it failed");
+    assert_eq!(admits(limiter, &key), 0, "and once it failed");
     assert!(local.take_strays(), "the next sweep tries again");
 }
