@@ -290,9 +290,9 @@ impl Remote {
         Ok((d, Via::Substitute(how)))
     }
 
-    /// This node holds the key's copy: it stands in for `owner` on it, or,
-    /// once the copy is settled into its counters (handed over or
-    /// promoted), decides on those. None when it is leaving.
+    /// This node is the key's replica holder: it stands in for `owner` on
+    /// its copy, or with none held (settled into its counters, or never
+    /// sent), decides on its counters. None when it is leaving.
     fn stand_in_here(
         &self,
         rule: &Arc<Rule>,
@@ -300,9 +300,7 @@ impl Remote {
         cost: u64,
         owner: &NodeIdentity,
     ) -> Result<Option<(Decision, Via)>, CheckError> {
-        let copy =
-            self.replicas
-                .stand_in(&owner.id, &rule.name, hash_part, cost, self.limiter())?;
+        let copy = self.replicas.stand_in(&rule.name, hash_part, cost)?;
         if let Some(d) = copy {
             bump(&self.stats.replica_decisions, 1);
             let via = Via::Replica {

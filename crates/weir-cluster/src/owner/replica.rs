@@ -207,36 +207,30 @@ impl Replicas {
             .map(|m| m.owner.clone())
     }
 
-    /// Decides one op on the copy, standing in for `owner`. None when no
-    /// copy is held but `main` has the key's count (its owner handed it
-    /// over, or this node promoted the copy): the op is decided there, as
-    /// its new owner decides it. A fresh copy in its place would grant the
-    /// key a second budget.
+    /// Decides one op on the copy, standing in for its owner. None when no
+    /// copy is held: the op is decided on this node's own counters, which
+    /// hold whatever count of the key is here (its owner handed it over,
+    /// this node promoted the copy, or decided it as its new owner). A
+    /// fresh copy in their place would grant the key a second budget, and
+    /// one its counters never see.
     ///
     /// The copy's entry is held through the decision, so a handoff
     /// (`handed_over`) or a promotion (`on_ring`) of the key lands wholly
     /// before it, or after it with this admission in what it settles.
     pub fn stand_in(
         &self,
-        owner: &str,
         rule: &str,
         hash_part: &str,
         cost: u64,
-        main: &Limiter,
     ) -> Result<Option<Decision>, CheckError> {
-        let entry = self.meta.entry(key(rule, hash_part));
-        if matches!(entry, Entry::Vacant(_)) && main.holds(rule, hash_part) {
+        let Entry::Occupied(mut copy) = self.meta.entry(key(rule, hash_part)) else {
             return Ok(None);
-        }
+        };
         let d = self
             .store
             .consume(rule, hash_part, cost, self.store.now())?;
         if d.allowed {
-            let mut m = entry.or_default();
-            if m.owner.is_empty() {
-                m.owner = owner.to_string();
-            }
-            m.standins.push(Standin {
+            copy.get_mut().standins.push(Standin {
                 at: d.at,
                 cost,
                 charged: Charged::Owed,
@@ -246,8 +240,8 @@ impl Replicas {
     }
 
     /// Gives back a stand-in admission a denied check refunds: on the copy,
-    /// or on `main` once the copy is settled there (handed over or
-    /// promoted, with the admission in it) or was never decided on.
+    /// or on `main` when none is held (the admission was decided there, or
+    /// the copy is settled there with it).
     pub fn refund(&self, rule: &str, hash_part: &str, at: Nanos, cost: u64, main: &Limiter) {
         let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) else {
             main.refund(rule, hash_part, at, cost);
@@ -566,13 +560,44 @@ mod tests {
             LimiterConfig::default(),
         );
         let replicas = Replicas::new(&main);
+        assert_eq!(copy_of_owner_1(&main, &replicas, "g", "k"), 1);
         // The gate arrives once the node joins its regions, after the copies.
         assert!(main.set_gate(Arc::new(Spent)));
-        let d = replicas
-            .stand_in("owner-1", "g", "k", 1, &main)
-            .unwrap()
-            .unwrap();
+        let d = replicas.stand_in("g", "k", 1).unwrap().expect("a copy");
         assert!(!d.allowed, "{d:?}");
         assert_eq!(d.retry_after, Duration::from_millis(250));
+    }
+
+    /// Takes into `replicas` a copy, from `owner-1`, of a counter of
+    /// (`rule`, `key`) with one spent: made on `main`, then taken out of it.
+    fn copy_of_owner_1(main: &Limiter, replicas: &Replicas, rule: &str, key: &str) -> u32 {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        let ring = Ring::with_default_vnodes(&[NodeIdentity::new("owner-1", addr, addr)]);
+        main.consume(rule, key, 1, main.now()).unwrap();
+        let copy = main.take(rule, key).unwrap();
+        replicas.take("owner-1", 1, main.now(), vec![copy], &ring)
+    }
+
+    /// Guard: with no copy of the key held, a stand-in is decided on this
+    /// node's counters. On a fresh copy instead, a holder whose counters
+    /// already spent the key (it owns it now, on its ring) granted it a
+    /// second budget, and one those counters never saw.
+    #[test]
+    fn with_no_copy_a_stand_in_is_left_to_this_nodes_counters() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 3\nwindow = \"60s\"\n",
+        )
+        .unwrap();
+        let main = Limiter::new(
+            rules,
+            Arc::new(FakeClock::at_secs(6_000.0)),
+            LimiterConfig::default(),
+        );
+        let replicas = Replicas::new(&main);
+        assert_eq!(replicas.stand_in("r", "k", 1).unwrap(), None);
+        assert!(replicas.is_empty(), "no copy was made up");
+        assert_eq!(copy_of_owner_1(&main, &replicas, "r", "held"), 1);
+        let d = replicas.stand_in("r", "held", 1).unwrap().expect("a copy");
+        assert_eq!((d.allowed, d.remaining), (true, 1), "1 + this one of 3");
     }
 }

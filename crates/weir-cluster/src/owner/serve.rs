@@ -212,9 +212,9 @@ impl OwnerService {
 
     /// An op sent here because the key's owner cannot be reached from its
     /// gateway: decided on this node's copy of the owner's counts. None
-    /// when no copy is held but this node's counters have the key (its
-    /// owner handed it over, or the copy was promoted): it is decided
-    /// there, as by its owner.
+    /// when no copy is held: it is decided on this node's counters, which
+    /// have whatever count of the key is here (handed over, promoted, or
+    /// decided as its new owner).
     fn stand_in(&self, op: &CounterOp, owner: &str) -> Option<OpResult> {
         let limiter = self.local.limiter();
         Some(match op.kind() {
@@ -241,10 +241,7 @@ impl OwnerService {
                 // Carried limits have no copies: the owner's count is the
                 // only one, so standing in for it would grant a fresh one.
                 Some(_) => wire::not_owner("a carried limit has no copy to decide on"),
-                None => match self
-                    .replicas
-                    .stand_in(owner, &op.rule, &op.key, op.cost, limiter)
-                {
+                None => match self.replicas.stand_in(&op.rule, &op.key, op.cost) {
                     Ok(Some(d)) => wire::decided(&d),
                     Ok(None) => return None,
                     Err(e) => wire::error_to_wire(&e),

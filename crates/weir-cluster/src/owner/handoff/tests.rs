@@ -174,11 +174,9 @@ impl Scene {
     }
 
     /// `n1` stands in for `n3` on the key, for a gateway that lost `n3`.
-    /// None: `n1` has no copy but its counters hold the key.
+    /// None: `n1` has no copy, and decides on its counters.
     fn stand_in(&self) -> Option<Decision> {
-        self.copies
-            .stand_in(OWNER, self.rule, &self.key, 1, &self.main)
-            .unwrap()
+        self.copies.stand_in(self.rule, &self.key, 1).unwrap()
     }
 
     /// What `n1` still admits for the key.
