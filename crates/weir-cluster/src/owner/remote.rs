@@ -122,8 +122,38 @@ impl Remote {
             .await?
         {
             Some(d) => Ok((d, Via::Owner(owner))),
+            // It left the ring while the op was on its way (its port
+            // closes once no member lists it): the key has a successor.
+            None if !self.routing.is_member(&owner.id) => {
+                self.successor(rule, hash_part, cost, &owner, carried).await
+            }
             None => {
                 self.without_owner(rule, hash_part, cost, &owner, carried)
+                    .await
+            }
+        }
+    }
+
+    /// Decides a limit whose owner left the ring while the op was on its
+    /// way at the key's owner on the ring now, this node or a peer, as any
+    /// limit is. Standing in for the one that left decided it on a copy of
+    /// the successor's counts, which lag them, or here on counts the
+    /// successor never sees.
+    async fn successor(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        gone: &NodeIdentity,
+        carried: bool,
+    ) -> Result<(Decision, Via), CheckError> {
+        if let Some(next) = self.routing.remote_owner(hash_part) {
+            return Box::pin(self.decide(rule, hash_part, cost, next, carried)).await;
+        }
+        match self.decide_here(rule, hash_part, cost, carried) {
+            Some(decided) => decided,
+            None => {
+                self.without_owner(rule, hash_part, cost, gone, carried)
                     .await
             }
         }
@@ -309,14 +339,32 @@ impl Remote {
             };
             return Ok(Some((d, via)));
         }
-        let Consumed::Decided(d) = self.local.consume(&rule.name, hash_part, cost) else {
-            return Ok(None);
+        self.decide_here(rule, hash_part, cost, false).transpose()
+    }
+
+    /// Decides a limit on this node's counters; None when it is leaving.
+    fn decide_here(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+    ) -> Option<Result<(Decision, Via), CheckError>> {
+        let consumed = if carried {
+            self.local.consume_carried(rule, hash_part, cost)
+        } else {
+            self.local.consume(&rule.name, hash_part, cost)
         };
-        let d = d?;
-        if d.allowed {
-            self.replicator.mark(&rule.name, hash_part, d.at);
-        }
-        Ok(Some((d, Via::Local)))
+        let Consumed::Decided(d) = consumed else {
+            return None;
+        };
+        Some(d.map(|d| {
+            // Carried limits have no copies.
+            if d.allowed && !carried {
+                self.replicator.mark(&rule.name, hash_part, d.at);
+            }
+            (d, Via::Local)
+        }))
     }
 
     /// Gives back what one admitted limit consumed. A remote refund is
@@ -508,3 +556,6 @@ impl Remote {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

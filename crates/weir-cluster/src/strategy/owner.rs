@@ -51,6 +51,11 @@ impl OwnerStrategy {
         self.local.limiter()
     }
 
+    /// How this node decides the limits of keys it does not own.
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
     /// An admitted verdict decided here changed counters this node owns.
     fn changed(&self, v: &Verdict) {
         if !self.replicator.is_on() || !v.allowed || self.alone.load(Ordering::Relaxed) {
