@@ -37,6 +37,9 @@ pub async fn follow_view(
             continue;
         }
         let ring = Arc::new(ring);
+        // Before the ring is routed by: a dead owner's copies become this
+        // node's counters first, so no check finds a key it now owns empty.
+        strategy.before_ring(&ring);
         let old = routing.install(ring.clone());
         let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
         tracing::info!(epoch = view.epoch, members = ?ids, "ring rebuilt");
@@ -247,3 +250,6 @@ pub(crate) async fn region_rounds(regional: std::sync::Arc<crate::regional::Regi
         tokio::spawn(async move { r.round().await });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -410,13 +410,18 @@ impl Replicas {
     }
 
     /// On a new ring: copies whose owner left it. Those this node now owns
-    /// come back as `mine` (with their base remembered), the others as
-    /// `theirs`, for their new owner. Copies this node no longer holds for
-    /// a live owner are dropped.
-    pub fn on_ring(&self, ring: &Ring, me: &str) -> (Vec<CounterSnapshot>, Vec<CounterSnapshot>) {
+    /// are merged into `main`, its counters (with their base remembered);
+    /// returns how many, and the others, for their new owners. Copies this
+    /// node no longer holds for a live owner are dropped.
+    ///
+    /// Each copy's entry is held until its count is in `main`: a stand-in
+    /// that finds no copy is decided on `main`, and must find it there.
+    /// The merge adds the copy to any count `main` holds of the key already
+    /// (ops a gateway whose ring dropped the owner first sent here).
+    pub fn on_ring(&self, ring: &Ring, me: &str, main: &Limiter) -> (usize, Vec<CounterSnapshot>) {
         let members: Vec<&NodeIdentity> = ring.members().iter().collect();
         let live = |id: &str| members.iter().any(|m| m.id == id);
-        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        let (mut mine, mut theirs) = (0, Vec::new());
         let keys: Vec<Key> = self.meta.iter().map(|e| e.key().clone()).collect();
         let now = self.store.now();
         for k in keys {
@@ -448,8 +453,11 @@ impl Replicas {
                     uncharged: uncharged(m),
                     at: now,
                 };
-                self.bases.insert((rule, hash_part), base);
-                mine.push(snap);
+                self.bases.insert((rule.clone(), hash_part.clone()), base);
+                if let Err(e) = main.absorb(snap) {
+                    tracing::warn!(%rule, key = %hash_part, ?e, "a promoted copy was not taken");
+                }
+                mine += 1;
             } else {
                 theirs.push(snap);
             }

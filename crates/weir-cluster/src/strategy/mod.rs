@@ -68,6 +68,10 @@ pub trait Strategy: Send + Sync + 'static {
     /// A new rule set is in force.
     fn on_rules(&self, _rules: &RuleSet) {}
 
+    /// The live members are about to change to `ring`: what must be in
+    /// place before a check is routed by it.
+    fn before_ring(&self, _ring: &Ring) {}
+
     /// The live members changed from `old` to `ring`.
     fn on_ring<'a>(&'a self, _old: &'a Ring, _ring: &'a Ring) -> BoxFuture<'a, ()> {
         Box::pin(async {})

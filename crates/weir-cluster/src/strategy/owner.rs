@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use weir_core::{CheckError, CheckRequest, Limiter, Placed, RuleSet, Verdict};
+use parking_lot::Mutex;
+use weir_core::{CheckError, CheckRequest, CounterSnapshot, Limiter, Placed, RuleSet, Verdict};
 
 use super::{Decided, Strategy};
 use crate::owner::gateway::Gateway;
@@ -24,8 +25,11 @@ pub struct OwnerStrategy {
     /// The ring holds this node alone: a change has no holder to be copied
     /// to, so it is not marked (marking is a map write per admitted
     /// check, for nothing). When a member joins,
-    /// `promote` marks every counter owned here.
+    /// `follow_ring` marks every counter owned here.
     alone: AtomicBool,
+    /// Copies of a dead owner's counters that another member owns now,
+    /// taken off the copies by `before_ring` and handed over by `on_ring`.
+    orphans: Mutex<Vec<CounterSnapshot>>,
 }
 
 impl OwnerStrategy {
@@ -44,6 +48,7 @@ impl OwnerStrategy {
             replicas,
             replicator,
             alone: AtomicBool::new(alone),
+            orphans: Mutex::default(),
         }
     }
 
@@ -69,31 +74,17 @@ impl OwnerStrategy {
         }
     }
 
-    /// A new ring: copies of a dead owner's counters that this node now
-    /// owns become its own (the others go to their new owners), and every
-    /// counter owned here is copied to its holder on the new ring.
-    async fn promote(&self, ring: &Ring) {
-        let me = self.gateway.remote().me();
-        let (mine, theirs) = self.replicas.on_ring(ring, me);
-        if !mine.is_empty() {
-            tracing::info!(
-                counters = mine.len(),
-                "took over a lost owner's counters from their copies"
-            );
-        }
-        for snap in mine {
-            // Merged with any count this node already holds for the key: ops
-            // a gateway whose ring dropped the owner first sent here. (A key
-            // its owner handed over on its way out has no copy left.)
-            let (rule, key) = (snap.rule.clone(), snap.hash_part.clone());
-            if let Err(e) = self.limiter().absorb(snap) {
-                tracing::warn!(%rule, %key, ?e, "a promoted copy was not taken");
-            }
-        }
-        if !theirs.is_empty() {
-            self.handoff.hand_to_owners(theirs).await;
+    /// A new ring: copies of a dead owner's counters this node was sent
+    /// but does not own go to their new owners (the ones it owns became
+    /// its own in `before_ring`), and every counter owned here is copied
+    /// to its holder on the new ring.
+    async fn follow_ring(&self, ring: &Ring) {
+        let orphans = std::mem::take(&mut *self.orphans.lock());
+        if !orphans.is_empty() {
+            self.handoff.hand_to_owners(orphans).await;
         }
         if self.replicator.is_on() {
+            let me = self.gateway.remote().me();
             let now = self.limiter().now();
             for (rule, key) in self.limiter().keys_where(|k| ring.owner_id(k) == Some(me)) {
                 self.replicator.mark(&rule, &key, now);
@@ -198,12 +189,27 @@ impl Strategy for OwnerStrategy {
         self.gateway.on_rules(rules);
     }
 
+    /// Copies of a dead owner's counters that this node owns on `ring`
+    /// become its own before any check is routed by it: one decided here
+    /// in between found the key empty, and admitted past the copy's count.
+    fn before_ring(&self, ring: &Ring) {
+        let me = self.gateway.remote().me();
+        let (promoted, orphans) = self.replicas.on_ring(ring, me, self.limiter());
+        if promoted > 0 {
+            tracing::info!(
+                counters = promoted,
+                "took over a lost owner's counters from their copies"
+            );
+        }
+        self.orphans.lock().extend(orphans);
+    }
+
     fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
-        // Before `promote`, so a change made after it is marked as it happens.
+        // Before `follow_ring`, so a change made after it is marked as it happens.
         self.alone.store(ring.len() <= 1, Ordering::Relaxed);
         self.gateway.on_ring(old, ring, &self.limiter().rules());
         Box::pin(async move {
-            self.promote(ring).await;
+            self.follow_ring(ring).await;
             self.handoff.rebalance().await;
         })
     }

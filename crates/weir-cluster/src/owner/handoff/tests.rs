@@ -147,20 +147,13 @@ impl Scene {
         at
     }
 
-    /// `n1`'s ring drops `n3`: the copy becomes `n1`'s counter. The merge
-    /// into its counters is returned for the caller to apply, as the owner
-    /// strategy applies it after `on_ring` returns.
-    fn ring_drops_the_owner(&self) -> Vec<CounterSnapshot> {
+    /// `n1`'s ring drops `n3`: the copy becomes `n1`'s counter. Returns
+    /// how many copies were promoted.
+    fn ring_drops_the_owner(&self) -> usize {
         let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
-        let (mine, theirs) = self.copies.on_ring(&after, ME);
+        let (promoted, theirs) = self.copies.on_ring(&after, ME, &self.main);
         assert!(theirs.is_empty());
-        mine
-    }
-
-    fn merge(&self, promoted: Vec<CounterSnapshot>) {
-        for snap in promoted {
-            self.main.absorb(snap).unwrap();
-        }
+        promoted
     }
 
     /// `n3`'s handoff, from the process `boot`, reaches `n1`.
@@ -206,25 +199,11 @@ fn a_handoff_after_the_copy_was_promoted_adds_only_what_the_owner_spent_past_it(
         let s = Scene::new(kind, 13);
         let at = s.owner_admits(1);
         s.owner_admits(1);
-        s.merge(s.ring_drops_the_owner());
+        assert_eq!(s.ring_drops_the_owner(), 1);
         // A gateway n3 answered reports its 14th admission; its 15th
         // (n3's own, say) only the handoff carries.
         assert!(s.copies.admitted_by(OWNER, s.rule, &s.key, 1, at, &s.main));
         s.handoff_arrives(BOOT);
-        assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
-    }
-}
-
-/// The handoff may land between the promotion and its merge into the
-/// counters: the two add up the same in either order.
-#[test]
-fn a_handoff_between_a_promotion_and_its_merge_counts_once() {
-    for kind in AlgorithmKind::ALL {
-        let s = Scene::new(kind, 14);
-        s.owner_admits(1);
-        let promoted = s.ring_drops_the_owner();
-        s.handoff_arrives(BOOT);
-        s.merge(promoted);
         assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
     }
 }
@@ -237,7 +216,7 @@ fn a_handoff_before_the_ring_change_leaves_no_copy_to_promote() {
         let s = Scene::new(kind, 14);
         s.owner_admits(1);
         s.handoff_arrives(BOOT);
-        assert!(s.ring_drops_the_owner().is_empty(), "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
         assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
     }
 }
@@ -248,7 +227,7 @@ fn a_handoff_before_the_ring_change_leaves_no_copy_to_promote() {
 fn a_handoff_from_a_restarted_owner_is_added_whole() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::new(kind, 14);
-        s.merge(s.ring_drops_the_owner());
+        assert_eq!(s.ring_drops_the_owner(), 1);
         // The restarted n3 began empty and admitted two.
         s.owner.take_unless(|_| false);
         s.owner_admits(2);
@@ -269,7 +248,7 @@ fn stand_in_admissions_the_owner_never_got_stay_counted() {
             assert!(d.allowed, "{kind:?}: {d:?}");
         }
         s.owner_admits(3);
-        s.merge(s.ring_drops_the_owner());
+        assert_eq!(s.ring_drops_the_owner(), 1);
         s.handoff_arrives(BOOT);
         assert_eq!(s.left(), LIMIT - 15, "10 + 3 at n3, 2 at n1: {kind:?}");
     }
@@ -284,7 +263,7 @@ fn stand_in_admissions_the_owner_never_got_stay_counted() {
 #[test]
 fn a_full_owner_charged_past_its_limit_hands_over_what_it_was_charged() {
     let s = Scene::new(AlgorithmKind::SlidingWindowLog, LIMIT);
-    s.merge(s.ring_drops_the_owner());
+    assert_eq!(s.ring_drops_the_owner(), 1);
     s.clock.advance(Duration::from_millis(1));
     s.owner.charge(s.rule, &s.key, 3).unwrap();
     s.handoff_arrives(BOOT);
@@ -306,7 +285,7 @@ fn a_copy_older_than_the_handoff_is_refused() {
         let in_flight = s.owner.snapshot(s.rule, &s.key).unwrap();
         s.handoff_arrives(BOOT);
         assert_eq!(s.take(taken_at, in_flight.clone()), 0);
-        assert!(s.ring_drops_the_owner().is_empty(), "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
         assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
 
         s.clock.advance(Duration::from_millis(1));
@@ -354,7 +333,7 @@ fn a_stand_in_after_the_handoff_goes_to_the_handed_count() {
 fn a_stand_in_after_the_promotion_goes_to_the_promoted_count() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::new(kind, LIMIT);
-        s.merge(s.ring_drops_the_owner());
+        assert_eq!(s.ring_drops_the_owner(), 1);
         assert_eq!(s.stand_in(), None, "{kind:?}");
         assert_eq!(s.left(), 0, "{kind:?}");
     }
