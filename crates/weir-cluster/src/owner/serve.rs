@@ -109,8 +109,8 @@ impl OwnerService {
         };
         let standing_in = Some(op.stand_in_for.as_str()).filter(|o| !o.is_empty());
         if let Some(owner) = standing_in.or_else(dropped) {
-            // None: the copy is settled into this node's counters (handed
-            // over or promoted), where the op is decided below.
+            // None: no copy is held (settled into this node's counters,
+            // or never sent), so the op is decided on those, below.
             if let Some(result) = self.stand_in(op, owner) {
                 return Some(result);
             }
