@@ -126,6 +126,13 @@ async fn with_two_copies_a_lost_owners_keys_are_decided_on_the_copy_and_counted(
     let mut nodes = two_nodes().await;
     let key = key_owned_by(&nodes[0], "node-2");
     assert_eq!(status(&nodes[0], &key).await, 200);
+    // A copy is what node-1 stands in on; with none held it decides on its
+    // own counters, which is not a replica decision.
+    wait_until("node-2 copied the key to node-1", || async {
+        nodes[1].metric("weir_replicated_total").await >= Some(1.0)
+            && nodes[1].metric("weir_replication_pending").await == Some(0.0)
+    })
+    .await;
     nodes[1].take().kill();
     wait_until("a check decided on node-2's copy", || async {
         let s = status(&nodes[0], &key).await;
