@@ -551,7 +551,7 @@ mod tests {
     /// stand-in admitted past the region's share during every failover.
     #[test]
     fn a_stand_in_on_a_global_rule_is_held_to_the_regions_share() {
-        let rules = RuleSet::from_toml(
+        let main = limiter(
             r#"
             [[rule]]
             name = "g"
@@ -560,12 +560,6 @@ mod tests {
             window = "60s"
             scope = "global"
             "#,
-        )
-        .unwrap();
-        let main = Limiter::new(
-            rules,
-            Arc::new(FakeClock::at_secs(6_000.0)),
-            LimiterConfig::default(),
         );
         let replicas = Replicas::new(&main);
         assert_eq!(copy_of_owner_1(&main, &replicas, "g", "k"), 1);
@@ -574,6 +568,15 @@ mod tests {
         let d = replicas.stand_in("g", "k", 1).unwrap().expect("a copy");
         assert!(!d.allowed, "{d:?}");
         assert_eq!(d.retry_after, Duration::from_millis(250));
+    }
+
+    /// A node's counters under the rules `toml`, on a fake clock.
+    fn limiter(toml: &str) -> Limiter {
+        Limiter::new(
+            RuleSet::from_toml(toml).unwrap(),
+            Arc::new(FakeClock::at_secs(6_000.0)),
+            LimiterConfig::default(),
+        )
     }
 
     /// Takes into `replicas` a copy, from `owner-1`, of a counter of
@@ -592,14 +595,8 @@ mod tests {
     /// second budget, and one those counters never saw.
     #[test]
     fn with_no_copy_a_stand_in_is_left_to_this_nodes_counters() {
-        let rules = RuleSet::from_toml(
+        let main = limiter(
             "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 3\nwindow = \"60s\"\n",
-        )
-        .unwrap();
-        let main = Limiter::new(
-            rules,
-            Arc::new(FakeClock::at_secs(6_000.0)),
-            LimiterConfig::default(),
         );
         let replicas = Replicas::new(&main);
         assert_eq!(replicas.stand_in("r", "k", 1).unwrap(), None);
