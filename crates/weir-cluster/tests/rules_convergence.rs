@@ -49,6 +49,11 @@ async fn a_node_that_joins_late_pulls_the_rules_in_force() {
     })
     .await;
     assert_eq!(late.engine.rules().rules()[0].limit, 3);
+    // Counted once the set is installed: a moment after it is in force.
+    wait_until("the adoption is counted", || {
+        late.cluster.stats().rules_adopted >= 1
+    })
+    .await;
     assert_eq!(late.cluster.stats().rules_adopted, 1);
 }
 
