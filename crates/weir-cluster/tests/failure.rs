@@ -196,9 +196,11 @@ async fn a_partition_leaves_both_sides_answering_and_each_side_admits_one_limit(
     // Healing merges the sides; counters handed over on the ring change
     // add up, so the key's spent budget survives and nothing is re-granted.
     net.heal();
-    let healed = wait_until("all five rejoin", || {
-        nodes.iter().all(|n| n.ring_ids().len() == 5)
-    })
+    let healed = wait_until_showing(
+        "all five rejoin",
+        || nodes.iter().all(|n| n.ring_ids().len() == 5),
+        || views(&nodes),
+    )
     .await;
     println!("healed: one ring again after {healed:?}");
     // Waited for without a check: a check that is admitted spends budget,

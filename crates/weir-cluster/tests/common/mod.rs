@@ -290,7 +290,17 @@ pub async fn paused_members(
 }
 
 /// Polls `cond` every 10 ms; panics naming `what` after [`DEADLINE`].
-pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+pub async fn wait_until(what: &str, cond: impl FnMut() -> bool) -> Duration {
+    wait_until_showing(what, cond, String::new).await
+}
+
+/// [`wait_until`], and a timeout also shows `state`: what a rare failure
+/// needs to say which way it went.
+pub async fn wait_until_showing(
+    what: &str,
+    mut cond: impl FnMut() -> bool,
+    state: impl Fn() -> String,
+) -> Duration {
     let started = Instant::now();
     loop {
         if cond() {
@@ -298,10 +308,32 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) -> Duration 
         }
         assert!(
             started.elapsed() < DEADLINE,
-            "timed out after {DEADLINE:?} waiting until {what}"
+            "timed out after {DEADLINE:?} waiting until {what}{}",
+            state()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Each node's view of the members, for a failure message.
+pub fn views(nodes: &[TestNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            let members: Vec<String> = n
+                .cluster
+                .members_status()
+                .iter()
+                .map(|m| format!("{} {:?}", m.id, m.state))
+                .collect();
+            format!(
+                "\n  {}: ring {:?}, members [{}]",
+                n.id,
+                n.ring_ids(),
+                members.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Like [`wait_until`] with an async condition.
