@@ -192,6 +192,15 @@ pub fn answer_charge(result: OpResult) -> Option<Nanos> {
     }
 }
 
+/// When an owner admitted an op, by its answer; None for a denial, an
+/// error or no answer.
+pub fn admitted_at(result: &OpResult) -> Option<Nanos> {
+    match &result.outcome {
+        Some(Outcome::Decision(d)) if d.allowed => Some(d.at),
+        _ => None,
+    }
+}
+
 /// What an owner's answer to one op means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {

@@ -409,3 +409,46 @@ async fn a_stand_in_with_no_copy_left_is_decided_on_the_holders_count() {
         drop(net);
     }
 }
+
+/// Guard: a check that reaches its owner as it leaves waits for the
+/// handoff and goes on to the key's new owner. When that answer comes too
+/// late, the leaving owner tells the gateway it could not decide; the new
+/// owner's admission went to nobody and is refunded. Kept, the window
+/// admitted 19 of 20.
+#[tokio::test(start_paused = true)]
+async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunded() {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "late-forward");
+    // Spent at node-3, so its leave has a counter to hand over.
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, 5).await, 5);
+    settle().await;
+    let owner = nodes.pop().unwrap();
+    // The key's owner once node-3 is gone, and the other survivor.
+    let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
+    let heir_id = weir_cluster::ring::Ring::with_default_vnodes(&ids)
+        .owner_id(&key)
+        .unwrap()
+        .to_string();
+    let heir = nodes.iter().find(|n| n.id == heir_id).unwrap();
+    let gateway = nodes.iter().find(|n| n.id != heir_id).unwrap();
+    // The heir answers slowly: each call to it takes longer than the owner
+    // deadline, though it reaches the heir within it.
+    net.slow_down(heir.host(), deadline() * 3 / 5);
+    let racing = async {
+        tokio::time::sleep(Duration::from_micros(500)).await;
+        gateway.check(&key).await.expect("a verdict")
+    };
+    let ((), raced) = tokio::join!(owner.leave(), racing);
+    net.slow_down(heir.host(), Duration::ZERO);
+    settle().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    let after = admitted(&survivors, &key, 2 * LIMIT).await;
+    let stats: Vec<_> = survivors.iter().map(|n| n.cluster.stats()).collect();
+    assert_eq!(
+        5 + usize::from(raced.allowed) + after,
+        LIMIT,
+        "the racing check: {raced:?}; survivors: {stats:?}"
+    );
+    drop(net);
+}

@@ -259,8 +259,25 @@ impl OwnerService {
             self.peers.send(&owner, op);
             return wire::refunded();
         }
+        let refund = (op.carried.is_none()).then(|| (op.rule.clone(), op.key.clone(), op.cost));
         match self.peers.decide(&owner, op, self.deadline).await {
             Reply::Answered(result) => result,
+            Reply::Late(late) => {
+                // The gateway is told the op was not decided and decides it
+                // elsewhere: an admission the new owner makes after all
+                // went to nobody, and is given back. (A carried limit's
+                // stays spent: a refund names a rule's counter only.)
+                if let Some((rule, key, cost)) = refund {
+                    let peers = self.peers.clone();
+                    let then = move |result: OpResult| {
+                        if let Some(at) = wire::admitted_at(&result) {
+                            peers.send(&owner, wire::refund(&rule, &key, cost, at));
+                        }
+                    };
+                    self.peers.on_late(late, Box::new(then));
+                }
+                wire::not_owner("the key's new owner did not answer in time")
+            }
             _ => wire::not_owner("the key's new owner did not answer"),
         }
     }
