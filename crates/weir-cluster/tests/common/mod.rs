@@ -327,10 +327,11 @@ pub fn views(nodes: &[TestNode]) -> String {
                 .map(|m| format!("{} {:?}", m.id, m.state))
                 .collect();
             format!(
-                "\n  {}: ring {:?}, members [{}]",
+                "\n  {}: ring {:?}, members [{}], gossip {:?}",
                 n.id,
                 n.ring_ids(),
-                members.join(", ")
+                members.join(", "),
+                n.cluster.gossip_stats()
             )
         })
         .collect()
