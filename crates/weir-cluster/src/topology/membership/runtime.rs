@@ -68,6 +68,9 @@ pub(super) struct Driver {
     left: bool,
     /// Set when foca renewed this node's identity; see `reraise_suspicions`.
     rejoined: bool,
+    /// foca is probing and gossiping: it says so (`Active`) once it has an
+    /// active member to talk to, and stops when it renews its identity.
+    connected: bool,
     out: Vec<u8>,
 }
 
@@ -103,6 +106,7 @@ impl Driver {
             epoch: 0,
             left: false,
             rejoined: false,
+            connected: false,
             out: Vec::with_capacity(2048),
         }
     }
@@ -144,7 +148,10 @@ impl Driver {
                     Err(error) => tracing::debug!(%error, "gossip recv error"),
                 },
                 _ = sleep_until_opt(next_timer), if next_timer.is_some() => self.fire_due_timers(),
-                _ = announce.tick() => self.announce_if_alone(),
+                _ = announce.tick() => {
+                    self.announce_if_alone();
+                    self.announce_if_stalled();
+                }
             }
             self.flush().await;
             self.publish();
@@ -212,6 +219,25 @@ impl Driver {
             };
             if let Err(error) = self.foca.announce(dst, &mut self.rt) {
                 tracing::debug!(%seed, %error, "announce failed");
+            }
+        }
+    }
+
+    /// A renewed identity leaves foca disconnected, every timer of the old
+    /// one dropped, until a message from an active member reaches it; the
+    /// only one it sends itself is a single gossip round. After a healed
+    /// partition every node can renew at once, and with that round lost
+    /// no node ever spoke again: each side kept the other down for good.
+    /// Until foca is active again, this announces to the members it still
+    /// lists each interval; one that hears it answers, and both resume.
+    fn announce_if_stalled(&mut self) {
+        if self.left || self.connected || self.foca.num_members() == 0 {
+            return;
+        }
+        let members: Vec<NodeIdentity> = self.foca.iter_members().map(|m| m.id().clone()).collect();
+        for member in members {
+            if let Err(error) = self.foca.announce(member, &mut self.rt) {
+                tracing::debug!(%error, "announce failed");
             }
         }
     }
@@ -311,12 +337,17 @@ impl Driver {
             OwnedNotification::Rename(old, new) => {
                 tracing::info!(%old, %new, "member rejoined with a new incarnation")
             }
-            OwnedNotification::Active => tracing::info!("joined the cluster"),
+            OwnedNotification::Active => {
+                self.connected = true;
+                tracing::info!("joined the cluster");
+            }
             OwnedNotification::Idle => {
+                self.connected = false;
                 tracing::warn!("no live peers left; announcing to seeds until one answers")
             }
             OwnedNotification::Rejoin(new) => {
                 // foca already renewed the identity and told the cluster.
+                self.connected = false;
                 tracing::warn!(node = %new, "declared down by the cluster; rejoined");
                 *lock(&self.shared.identity) = new;
                 self.rejoined = true;
