@@ -74,6 +74,9 @@ pub(super) struct Driver {
     out: Vec<u8>,
 }
 
+/// Members a silent node announces to per interval (`announce_if_stalled`).
+const STALLED_ANNOUNCES: usize = 3;
+
 impl Driver {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -228,14 +231,22 @@ impl Driver {
     /// only one it sends itself is a single gossip round. After a healed
     /// partition every node can renew at once, and with that round lost
     /// no node ever spoke again: each side kept the other down for good.
-    /// Until foca is active again, this announces to the members it still
-    /// lists each interval; one that hears it answers, and both resume.
+    /// Until foca is active again, this announces to a few of the members
+    /// it still lists each interval; one that hears it answers, and both
+    /// resume.
     fn announce_if_stalled(&mut self) {
         if self.left || self.connected || self.foca.num_members() == 0 {
             return;
         }
+        use rand::seq::IndexedRandom;
         let members: Vec<NodeIdentity> = self.foca.iter_members().map(|m| m.id().clone()).collect();
-        for member in members {
+        // A few at a time, as foca's own periodic announce does: one that
+        // answers is enough, and a large cluster is not flooded.
+        let chosen: Vec<NodeIdentity> = members
+            .choose_multiple(&mut rand::rng(), STALLED_ANNOUNCES)
+            .cloned()
+            .collect();
+        for member in chosen {
             if let Err(error) = self.foca.announce(member, &mut self.rt) {
                 tracing::debug!(%error, "announce failed");
             }
