@@ -701,32 +701,29 @@ impl Limiter {
     /// Removes and returns every counter whose hash part `keep` rejects,
     /// the carried limits' (keyed by the caller key) among them: what a node
     /// hands to the keys' owners when it leaves or the ring changes.
-    pub fn take_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
-        let t = self.tables.load();
-        let mut out = Vec::new();
-        for (r, c) in t.rules.rules().iter().zip(&t.counters) {
-            for (k, state) in c.take_unless(&mut keep) {
-                out.push(CounterSnapshot::of_rule(&r.name, &k, state));
-            }
-        }
-        out.extend(carried_snapshots(self.carried.take_unless(keep)));
-        out
+    pub fn take_unless(&self, keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
+        self.unkept(keep, true)
     }
 
     /// Copies of every counter whose hash part `keep` rejects, left in
     /// place: what a node offers the keys' owners while it goes on
     /// deciding on them, until [`Limiter::settle`] once an owner has one.
-    pub fn copy_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
+    pub fn copy_unless(&self, keep: impl FnMut(&str) -> bool) -> Vec<CounterSnapshot> {
+        self.unkept(keep, false)
+    }
+
+    fn unkept(&self, mut keep: impl FnMut(&str) -> bool, take: bool) -> Vec<CounterSnapshot> {
         let t = self.tables.load();
         let mut out = Vec::new();
         for (r, c) in t.rules.rules().iter().zip(&t.counters) {
-            for k in c.keys(|k| !keep(k)) {
-                if let Some(state) = c.get(&k) {
-                    out.push(CounterSnapshot::of_rule(&r.name, &k, state));
-                }
-            }
+            let states = c.unkept(&mut keep, take);
+            out.extend(
+                states
+                    .into_iter()
+                    .map(|(k, state)| CounterSnapshot::of_rule(&r.name, &k, state)),
+            );
         }
-        out.extend(carried_snapshots(self.carried.copy_unless(keep)));
+        out.extend(carried_snapshots(self.carried.unkept(keep, take)));
         out
     }
 

@@ -384,7 +384,19 @@ where
         self.ceiling.swept(self.sweep_at(now))
     }
 
-    fn take(&self, keep: &mut dyn FnMut(&str) -> bool) -> Vec<(CompactString, A::State)> {
+    /// The keys `keep` rejects with their states, removed when `take`,
+    /// else copied and left in place.
+    fn unkept(
+        &self,
+        keep: &mut dyn FnMut(&str) -> bool,
+        take: bool,
+    ) -> Vec<(CompactString, A::State)> {
+        if !take {
+            let unkept = self.map.iter().filter(|e| !keep(e.key()));
+            return unkept
+                .map(|e| (e.key().clone(), e.value().clone()))
+                .collect();
+        }
         let mut out = Vec::new();
         self.map.retain(|k, s| {
             if keep(k) {
@@ -631,12 +643,23 @@ impl Counters {
     /// Removes and returns the keys `keep` rejects, as portable states: what a
     /// node hands to their new owners.
     pub fn take_unless(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(CompactString, State)> {
+        self.unkept(&mut keep, true)
+    }
+
+    /// The keys `keep` rejects with their states: removed when `take`, else
+    /// copied and left in place (what a node offers their owners while it
+    /// goes on deciding on them).
+    pub fn unkept(
+        &self,
+        keep: &mut dyn FnMut(&str) -> bool,
+        take: bool,
+    ) -> Vec<(CompactString, State)> {
         match &self.inner {
-            Inner::TokenBucket(s) => wrap(s.take(&mut keep), State::TokenBucket),
-            Inner::LeakyBucket(s) => wrap(s.take(&mut keep), State::LeakyBucket),
-            Inner::FixedWindow(s) => wrap(s.take(&mut keep), State::FixedWindow),
-            Inner::SlidingLog(s) => wrap(s.take(&mut keep), State::SlidingLog),
-            Inner::SlidingCounter(s) => wrap(s.take(&mut keep), State::SlidingCounter),
+            Inner::TokenBucket(s) => wrap(s.unkept(keep, take), State::TokenBucket),
+            Inner::LeakyBucket(s) => wrap(s.unkept(keep, take), State::LeakyBucket),
+            Inner::FixedWindow(s) => wrap(s.unkept(keep, take), State::FixedWindow),
+            Inner::SlidingLog(s) => wrap(s.unkept(keep, take), State::SlidingLog),
+            Inner::SlidingCounter(s) => wrap(s.unkept(keep, take), State::SlidingCounter),
         }
     }
 

@@ -95,38 +95,31 @@ impl Carried {
         }
     }
 
-    /// Removes and returns every key whose caller key `keep` rejects: what a
-    /// node hands to the keys' owners when it leaves or the ring changes.
-    pub fn take_unless(
+    /// Every key whose caller key `keep` rejects, with its policy and state:
+    /// removed when `take` (what a node hands to the keys' owners when it
+    /// leaves), else copied and left in place (see [`Carried::settle`]).
+    pub fn unkept(
         &self,
         mut keep: impl FnMut(&str) -> bool,
+        take: bool,
     ) -> Vec<(Arc<str>, CompactString, Policy, State)> {
+        let out_of = |(name, key): &Key, slot: &Slot| {
+            (name.clone(), key.clone(), slot.policy, slot.state.clone())
+        };
+        if !take {
+            let unkept = self.map.iter().filter(|e| !keep(&e.key().1));
+            return unkept.map(|e| out_of(e.key(), e.value())).collect();
+        }
         let mut out = Vec::new();
-        self.map.retain(|(name, key), slot| {
-            if keep(key) {
+        self.map.retain(|k, slot| {
+            if keep(&k.1) {
                 return true;
             }
-            out.push((name.clone(), key.clone(), slot.policy, slot.state.clone()));
+            out.push(out_of(k, slot));
             false
         });
         self.ceiling.removed(out.len());
         out
-    }
-
-    /// Copies of every key whose caller key `keep` rejects, left in place
-    /// (see [`Carried::settle`]).
-    pub fn copy_unless(
-        &self,
-        mut keep: impl FnMut(&str) -> bool,
-    ) -> Vec<(Arc<str>, CompactString, Policy, State)> {
-        self.map
-            .iter()
-            .filter(|e| !keep(&e.key().1))
-            .map(|e| {
-                let (name, key) = e.key().clone();
-                (name, key, e.policy, e.state.clone())
-            })
-            .collect()
     }
 
     /// Keeps of `key` under `name` only what was spent past `sent`, an
