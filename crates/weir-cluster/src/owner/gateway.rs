@@ -23,7 +23,7 @@ use weir_core::{
 };
 
 use super::deny_cache::DenyCache;
-use super::local::{Consumed, Local};
+use super::local::Local;
 use super::remote::{Remote, Via};
 use crate::stats::{bump, FallbackCounts, FallbackStatus};
 use crate::topology::membership::NodeIdentity;
@@ -218,9 +218,9 @@ impl Gateway {
         let remote = &self.remote;
         let (decision, via) = match self.routing.remote_owner(&req.key) {
             Some(owner) => remote.decide(rule, &req.key, req.cost, owner, true).await?,
-            None => match self.local.consume_carried(rule, &req.key, req.cost) {
-                Consumed::Decided(d) => (d?, Via::Local),
-                Consumed::Moved => {
+            None => match remote.decide_here(rule, &req.key, req.cost, true) {
+                Some(decided) => decided?,
+                None => {
                     let owner = self.owner_after_handover(&req.key).await?;
                     remote.decide(rule, &req.key, req.cost, owner, true).await?
                 }
@@ -260,15 +260,12 @@ impl Gateway {
         }
         let owner = match ring.owner(hash_part) {
             Some(o) if o.id != self.routing.me() => o.clone(),
-            _ => match self.local.consume(&rule.name, hash_part, cost) {
-                Consumed::Decided(d) => {
-                    let d = d?;
-                    if d.allowed {
-                        self.remote.replicator.mark(&rule.name, hash_part, d.at);
-                    }
-                    return Ok(step(d, Via::Local));
+            _ => match self.remote.decide_here(rule, hash_part, cost, false) {
+                Some(decided) => {
+                    let (d, via) = decided?;
+                    return Ok(step(d, via));
                 }
-                Consumed::Moved => self.owner_after_handover(hash_part).await?,
+                None => self.owner_after_handover(hash_part).await?,
             },
         };
         if let Some(d) = self.remote.from_lease(rule, hash_part, cost, &owner) {

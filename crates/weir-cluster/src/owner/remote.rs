@@ -342,8 +342,9 @@ impl Remote {
         self.decide_here(rule, hash_part, cost, false).transpose()
     }
 
-    /// Decides a limit on this node's counters; None when it is leaving.
-    fn decide_here(
+    /// Decides a limit on this node's counters, marking an admission for
+    /// its copy; None when this node is leaving.
+    pub(super) fn decide_here(
         &self,
         rule: &Arc<Rule>,
         hash_part: &str,
