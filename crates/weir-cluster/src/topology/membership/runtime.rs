@@ -10,6 +10,7 @@ use foca::{
     AccumulatingRuntime, Foca, Member as SwimMember, NoCustomBroadcast, OwnedNotification,
     PostcardCodec, State as SwimState, Timer,
 };
+use rand::seq::IteratorRandom;
 use rand_foca::rngs::SmallRng;
 use rand_foca::SeedableRng;
 use tokio::sync::mpsc;
@@ -238,14 +239,13 @@ impl Driver {
         if self.left || self.connected || self.foca.num_members() == 0 {
             return;
         }
-        use rand::seq::IndexedRandom;
-        let members: Vec<NodeIdentity> = self.foca.iter_members().map(|m| m.id().clone()).collect();
         // A few at a time, as foca's own periodic announce does: one that
         // answers is enough, and a large cluster is not flooded.
-        let chosen: Vec<NodeIdentity> = members
-            .choose_multiple(&mut rand::rng(), STALLED_ANNOUNCES)
-            .cloned()
-            .collect();
+        let chosen = self
+            .foca
+            .iter_members()
+            .map(|m| m.id().clone())
+            .choose_multiple(&mut rand::rng(), STALLED_ANNOUNCES);
         for member in chosen {
             if let Err(error) = self.foca.announce(member, &mut self.rt) {
                 tracing::debug!(%error, "announce failed");
