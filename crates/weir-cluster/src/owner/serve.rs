@@ -259,7 +259,10 @@ impl OwnerService {
             self.peers.send(&owner, op);
             return wire::refunded();
         }
-        let refund = (op.carried.is_none()).then(|| (op.rule.clone(), op.key.clone(), op.cost));
+        let refund = op
+            .carried
+            .is_none()
+            .then(|| (op.rule.clone(), op.key.clone(), op.cost));
         match self.peers.decide(&owner, op, self.deadline).await {
             Reply::Answered(result) => result,
             Reply::Late(late) => {

@@ -371,11 +371,7 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
         .map(|i| format!("k{i}"))
         .find(|k| ring.owner_id(k) == Some(OWNER))
         .unwrap();
-    let limiter = Arc::new(Limiter::new(
-        RuleSet::from_toml(STRAY_RULES).unwrap(),
-        net.clock(),
-        LimiterConfig::default(),
-    ));
+    let limiter = stray_limiter(net);
     let local = Arc::new(Local::new(limiter.clone()));
     let handoff = Handoff::new(
         local.clone(),
@@ -393,8 +389,14 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
     }
 }
 
-const STRAY_RULES: &str =
-    "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n";
+/// Counters on `net`'s clock under one rule, `r`: 5 a minute, exact.
+fn stray_limiter(net: &crate::memory::MemoryNet) -> Arc<Limiter> {
+    let rules = RuleSet::from_toml(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"sliding_window_log\"\nlimit = 5\nwindow = \"60s\"\n",
+    )
+    .unwrap();
+    Arc::new(Limiter::new(rules, net.clock(), LimiterConfig::default()))
+}
 
 /// How many of 10 checks of `key` `l` admits.
 fn admits(l: &Limiter, key: &str) -> usize {
@@ -409,11 +411,7 @@ fn admits(l: &Limiter, key: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
-    let owner_limiter = Arc::new(Limiter::new(
-        RuleSet::from_toml(STRAY_RULES).unwrap(),
-        net.clock(),
-        LimiterConfig::default(),
-    ));
+    let owner_limiter = stray_limiter(&net);
     let config = crate::ClusterConfig {
         secret: Some("handoff-test".into()),
         ..crate::ClusterConfig::default()
