@@ -22,6 +22,7 @@ use crate::handler::PeerHandler;
 use crate::link::Link;
 use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
+use crate::net::direct::DirectServer;
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
@@ -121,7 +122,7 @@ impl Cluster {
             .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
             datagrams: Arc::new(datagrams),
-            link: Arc::new(TonicLink::new(token.clone())),
+            link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only)),
             region_link: Arc::new(TonicRegionLink::new(token)),
             resolver: SeedResolver::system(),
         };
@@ -415,6 +416,18 @@ impl Cluster {
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         InterceptedService::new(server, auth)
+    }
+
+    /// Serves the direct Decide connections (`net::direct`) that this
+    /// node's gRPC listener finds among its connections, behind the same
+    /// cluster-secret check as the peer service.
+    pub fn direct_server(&self) -> DirectServer {
+        let auth = PeerAuth::new(
+            self.inner.token.clone(),
+            self.inner.config.insecure_open,
+            self.inner.stats.clone(),
+        );
+        DirectServer::new(self.inner.handler.clone(), self.inner.killed.clone(), auth)
     }
 
     /// The `weir.v1.Regions` service to mount beside the peer service, when

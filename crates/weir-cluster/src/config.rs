@@ -174,6 +174,11 @@ pub struct ClusterConfig {
     /// the ring, own keys and replace the rules. Off, a node without a
     /// secret takes neither and stays a cluster of one.
     pub insecure_open: bool,
+    /// Forwarded checks go to their owners over gRPC only, not on direct
+    /// connections (`--peer-grpc-only`). Off, each owner that takes direct
+    /// connections (`net::direct`) gets its Decide calls on one, and every
+    /// other peer call stays on gRPC.
+    pub grpc_only: bool,
     /// Checks per second at its owner from which a key is hot, and leased
     /// to the gateways sending it (`--hot-key-rate`).
     pub hot_key_rate: u64,
@@ -204,6 +209,7 @@ impl Default for ClusterConfig {
             deny_cache_keys: 100_000,
             replicas: 2,
             insecure_open: false,
+            grpc_only: false,
             hot_key_rate: 100,
             // The fail-open local bucket: one node's share of 100,000 req/s over 20 nodes.
             fallback_cap: 5_000,
@@ -270,6 +276,7 @@ impl fmt::Debug for ClusterConfig {
             .field("deny_cache_keys", &self.deny_cache_keys)
             .field("replicas", &self.replicas)
             .field("insecure_open", &self.insecure_open)
+            .field("grpc_only", &self.grpc_only)
             .field("hot_key_rate", &self.hot_key_rate)
             .field("fallback_cap", &self.fallback_cap)
             .finish()

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
+use weir_cluster::net::direct::{is_direct, DirectServer};
 
 pub use capped::{CappedListener, CappedStream};
 use watch::Watch;
@@ -76,10 +77,16 @@ impl Conn {
 /// (`watch.rs`): an HTTP/2 client's preface and SETTINGS must arrive
 /// within the head timeout too, and a connection with no request for the
 /// idle timeout is closed.
+///
+/// With `direct`, a plain connection whose first byte asks for direct
+/// peer calls (`weir_cluster::net::direct`) is served by it instead, in a
+/// task of its own that ends when `stop` does; its first byte must come
+/// within the head timeout.
 pub fn incoming(
     listener: TcpListener,
     max_connections: usize,
     tls: Option<TlsAcceptor>,
+    direct: Option<DirectServer>,
     timeouts: Timeouts,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> mpsc::Receiver<Conn> {
@@ -88,7 +95,11 @@ pub fn incoming(
     let mut listener = CappedListener::new(listener, max_connections);
     tokio::spawn(async move {
         tokio::pin!(stop);
+        // Direct connections end with the loop: a stopped node answers
+        // no more peer calls on them.
+        let mut diverted = tokio::task::JoinSet::new();
         loop {
+            while diverted.try_join_next().is_some() {}
             let stream = tokio::select! {
                 _ = &mut stop => return,
                 _ = tx.closed() => return,
@@ -102,6 +113,21 @@ pub fn incoming(
             // against the head timeout of the HTTP/2 start as well.
             let watch = Watch::new(timeouts);
             let Some(acceptor) = tls.clone() else {
+                if let Some(direct) = &direct {
+                    diverted.spawn(divert(
+                        stream,
+                        direct.clone(),
+                        timeouts.head,
+                        tx.clone(),
+                        move |io| Conn {
+                            io: Io::Plain(io),
+                            local,
+                            remote,
+                            watch,
+                        },
+                    ));
+                    continue;
+                }
                 let conn = Conn {
                     io: Io::Plain(stream),
                     local,
@@ -132,6 +158,27 @@ pub fn incoming(
         }
     });
     rx
+}
+
+/// Serves `stream` as a direct peer connection if its first byte says it
+/// is one, or passes it on as a connection for the gRPC server.
+async fn divert(
+    stream: CappedStream,
+    direct: DirectServer,
+    head: Duration,
+    tx: mpsc::Sender<Conn>,
+    conn: impl FnOnce(CappedStream) -> Conn,
+) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(head, stream.tcp().peek(&mut first)).await {
+        Ok(Ok(1)) if is_direct(first[0]) => direct.serve(stream, head).await,
+        Ok(Ok(1)) => {
+            let _ = tx.send(conn(stream)).await;
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "a connection failed before its first byte"),
+        Err(_) => tracing::debug!("a connection sent nothing within the head timeout"),
+    }
 }
 
 impl Connected for Conn {

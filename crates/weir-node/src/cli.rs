@@ -170,6 +170,10 @@ pub struct ServeArgs {
     /// the rules). Only for isolated test networks.
     #[arg(long)]
     pub insecure_open_cluster: bool,
+    /// Forward checks to their owners over gRPC only, not on the direct
+    /// connections a node opens to each peer that takes them.
+    #[arg(long)]
+    pub peer_grpc_only: bool,
     /// Log line format; the level comes from RUST_LOG [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
@@ -311,6 +315,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),
             secret: secret("--cluster-secret", &args.cluster_secret)?,
             insecure_open: args.insecure_open_cluster,
+            grpc_only: args.peer_grpc_only,
             region,
             ..c.clone()
         },

@@ -75,6 +75,16 @@ pub struct Args {
     /// the default half the cores sit idler, as a larger machine's would.
     #[arg(long, value_name = "SHARE", default_value_t = 0.5, value_parser = load_share, requires = "forwarded")]
     pub forwarded_load: f64,
+    /// With `--forwarded`: an argument for every node it starts, once per
+    /// argument (`--node-arg=--peer-grpc-only` forwards over gRPC only,
+    /// to compare with the direct connections).
+    #[arg(
+        long = "node-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        requires = "forwarded"
+    )]
+    pub node_args: Vec<String>,
     /// Print the cluster model's predictions (no load is sent) from the
     /// per-check costs below, as `--forwarded` measures them.
     #[arg(long)]
@@ -225,6 +235,24 @@ mod tests {
         let a =
             parse(&["--spawn", "weir", "--forwarded", "--forwarded-load", "1"]).expect("parses");
         assert_eq!(a.forwarded_load, 1.0);
+    }
+
+    #[test]
+    fn node_arguments_reach_the_forwarded_run_in_order() {
+        let a = parse(&[
+            "--spawn",
+            "weir",
+            "--forwarded",
+            "--node-arg=--peer-grpc-only",
+            "--node-arg",
+            "--owner-deadline=10ms",
+        ])
+        .expect("parses");
+        assert_eq!(a.node_args, ["--peer-grpc-only", "--owner-deadline=10ms"]);
+        let e = parse(&["--spawn", "weir", "--node-arg=--peer-grpc-only"])
+            .expect_err("no forwarded run to take it")
+            .to_string();
+        assert!(e.contains("--forwarded"), "{e}");
     }
 
     #[test]

@@ -62,7 +62,12 @@ fn split_keys(cluster: &Cluster) -> (Keys, Keys) {
     (Keys::from_vec(local), Keys::from_vec(remote))
 }
 
-async fn start(bin: &Path, dir: &Path, replicas: usize) -> Result<Cluster, SimError> {
+async fn start(
+    bin: &Path,
+    dir: &Path,
+    replicas: usize,
+    node_args: &[String],
+) -> Result<Cluster, SimError> {
     let mut opts = ClusterOptions::new(
         bin.to_path_buf(),
         NODES,
@@ -72,6 +77,7 @@ async fn start(bin: &Path, dir: &Path, replicas: usize) -> Result<Cluster, SimEr
     );
     opts.rust_log = Some("warn".into());
     opts.replicas = Some(replicas);
+    opts.extra_args = node_args.to_vec();
     Cluster::start(opts).await
 }
 
@@ -211,7 +217,7 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
     let dir = std::env::temp_dir().join(format!("weir-bench-fwd-{}", std::process::id()));
     let measured = rt.block_on(async {
         // One copy per counter first: the costs of forwarding alone.
-        let mut one = start(bin, &dir, 1).await?;
+        let mut one = start(bin, &dir, 1, &args.node_args).await?;
         let (local, remote) = split_keys(&one);
         let (local, remote) = (Arc::new(local), Arc::new(remote));
         let (peak, sat) = phase(&one, args, &remote, None).await?;
@@ -230,12 +236,12 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
         // (half unless told) on a fresh cluster, since the gateway's
         // queueing and call timings are quantiles since its start, and the
         // saturated run would be in them.
-        let mut two = start(bin, &dir, 2).await?;
+        let mut two = start(bin, &dir, 2, &args.node_args).await?;
         let (peak2, copied) = phase(&two, args, &remote, None).await?;
         two.shut_down(SHUTDOWN).await?;
         line("closed loop, 64 callers, forwarded, two copies", &peak2);
         let rate = peak2.totals.calls as f64 / peak2.elapsed.as_secs_f64() * args.forwarded_load;
-        let mut two = start(bin, &dir, 2).await?;
+        let mut two = start(bin, &dir, 2, &args.node_args).await?;
         let before = Reading::take(&two).await?;
         println!(
             "open loop at {} checks/s ({:.0}% of the two-copy saturating rate) over {} connections to node 1",

@@ -72,23 +72,22 @@ impl PeerToken {
     }
 
     pub(crate) fn attach(&self, metadata: &mut MetadataMap) {
-        // Stamped to the second: fresh enough, and one MAC a second.
-        let second = keys::unix_ms() / 1000 * 1000;
-        let token = {
-            let mut cached = self.cached.lock();
-            if cached.0 != second {
-                *cached = (second, self.token_at(second));
-            }
-            cached.1.clone()
-        };
-        metadata.insert(PEER_AUTH_HEADER, token);
+        metadata.insert(PEER_AUTH_HEADER, self.current());
     }
 
-    /// Whether `metadata` carries a token of this key, fresh at `now_ms`.
-    fn accepts(&self, metadata: &MetadataMap, now_ms: u64) -> bool {
-        let Some(got) = metadata.get(PEER_AUTH_HEADER).and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
+    /// The token to send now: stamped to the second, fresh enough, and one
+    /// MAC a second.
+    pub(crate) fn current(&self) -> AsciiMetadataValue {
+        let second = keys::unix_ms() / 1000 * 1000;
+        let mut cached = self.cached.lock();
+        if cached.0 != second {
+            *cached = (second, self.token_at(second));
+        }
+        cached.1.clone()
+    }
+
+    /// Whether `got` is a token of this key, fresh at `now_ms`.
+    fn accepts_token(&self, got: &str, now_ms: u64) -> bool {
         let Some((stamp, mac)) = got.split_once('.') else {
             return false;
         };
@@ -143,18 +142,33 @@ impl PeerAuth {
     }
 }
 
-impl tonic::service::Interceptor for PeerAuth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+impl PeerAuth {
+    /// Admits a caller that sent `token` (None: no token at all), or says
+    /// why not and counts the refusal.
+    pub(crate) fn admit(&self, token: Option<&str>) -> Result<(), &'static str> {
         let refusal = match &self.expected {
-            Some(token) if token.accepts(request.metadata(), keys::unix_ms()) => {
-                return Ok(request)
+            Some(t) if token.is_some_and(|got| t.accepts_token(got, keys::unix_ms())) => {
+                return Ok(())
             }
             Some(_) => "peer call without a fresh token of the cluster secret",
-            None if self.open => return Ok(request),
+            None if self.open => return Ok(()),
             None => "this node has no cluster secret and serves no peer calls",
         };
         bump(&self.stats.unauthenticated, 1);
-        Err(Status::unauthenticated(refusal))
+        Err(refusal)
+    }
+}
+
+impl tonic::service::Interceptor for PeerAuth {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let token = request
+            .metadata()
+            .get(PEER_AUTH_HEADER)
+            .and_then(|v| v.to_str().ok());
+        match self.admit(token) {
+            Ok(()) => Ok(request),
+            Err(refusal) => Err(Status::unauthenticated(refusal)),
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use dashmap::DashMap;
 use futures::future::BoxFuture;
 use tonic::{Code, Request, Status};
@@ -15,6 +17,7 @@ use weir_proto::weir::v1::{
 
 use super::auth::PeerToken;
 use super::conn::{ConnConfig, PeerConn};
+use super::direct::{DirectConfig, DirectConn};
 use crate::link::Link;
 use crate::link::PeerFailure;
 use crate::topology::membership::NodeIdentity;
@@ -32,6 +35,13 @@ const CONN: ConnConfig = ConnConfig {
     connect_timeout: CONNECT_TIMEOUT,
     keepalive: KEEPALIVE,
 };
+const DIRECT: DirectConfig = DirectConfig {
+    connect_timeout: CONNECT_TIMEOUT,
+    keepalive: KEEPALIVE,
+};
+/// A peer that took no direct calls is asked again after this long: it
+/// may have been upgraded in place.
+const REPROBE: Duration = Duration::from_secs(60);
 
 fn failure(s: &Status, deadline: Duration) -> PeerFailure {
     match s.code() {
@@ -53,18 +63,67 @@ struct Slot {
     client: PeerClient<PeerConn>,
 }
 
-/// Peer calls over gRPC, each carrying the cluster token when there is one.
+struct DirectSlot {
+    addr: std::net::SocketAddr,
+    conn: DirectConn,
+    dialled_at: Instant,
+}
+
+/// Peer calls over gRPC, each carrying the cluster token when there is
+/// one; Decide calls on a direct connection (`super::direct`) to every
+/// peer that takes them.
+#[derive(Clone)]
 pub struct TonicLink {
     clients: Arc<DashMap<String, Slot>>,
+    direct: Option<Arc<DashMap<String, DirectSlot>>>,
     token: Option<PeerToken>,
 }
 
 impl TonicLink {
-    pub fn new(token: Option<PeerToken>) -> Self {
+    /// `direct`: whether Decide calls go on direct connections where the
+    /// peer takes them.
+    pub fn new(token: Option<PeerToken>, direct: bool) -> Self {
         TonicLink {
             clients: Arc::default(),
+            direct: direct.then(Arc::default),
             token,
         }
+    }
+
+    /// The direct connection to `to`, dialled when there is none, when it
+    /// has closed, when `to` moved, and again a while after `to` said it
+    /// takes no direct calls.
+    fn direct_conn(&self, direct: &DashMap<String, DirectSlot>, to: &NodeIdentity) -> DirectConn {
+        if let Some(slot) = direct.get(&to.id) {
+            let stale = slot.conn.is_unsupported() && slot.dialled_at.elapsed() > REPROBE;
+            if slot.addr == to.grpc && !slot.conn.is_closed() && !stale {
+                return slot.conn.clone();
+            }
+        }
+        let token = self
+            .token
+            .as_ref()
+            .and_then(|t| t.current().to_str().ok().map(str::to_string));
+        let conn = DirectConn::dial(to.grpc, token, DIRECT);
+        direct.insert(
+            to.id.clone(),
+            DirectSlot {
+                addr: to.grpc,
+                conn: conn.clone(),
+                dialled_at: Instant::now(),
+            },
+        );
+        conn
+    }
+
+    fn grpc_decide(
+        &self,
+        to: &NodeIdentity,
+        req: DecideRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.decide(req).await })
     }
 
     fn client(&self, to: &NodeIdentity) -> PeerClient<PeerConn> {
@@ -149,8 +208,33 @@ impl Link for TonicLink {
         req: DecideRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
-        let req = self.request(req, deadline);
-        self.call(to, deadline, |mut c| async move { c.decide(req).await })
+        let Some(direct) = &self.direct else {
+            return self.grpc_decide(to, req, deadline);
+        };
+        let conn = self.direct_conn(direct, to);
+        if conn.is_unsupported() {
+            return self.grpc_decide(to, req, deadline);
+        }
+        // Only while the dial is under way can the answer still be "ask
+        // over gRPC", and only then is the link needed in the call.
+        let fallback = (!conn.is_dialled()).then(|| (self.clone(), to.clone()));
+        let (direct, id, addr) = (direct.clone(), to.id.clone(), to.grpc);
+        Box::pin(async move {
+            match conn.decide(&req, deadline).await {
+                Some(answer) => {
+                    // As over gRPC: a failed connection is dropped, a slow
+                    // answer keeps it.
+                    if matches!(answer, Err(PeerFailure::Unreachable(_))) {
+                        direct.remove_if(&id, |_, slot| slot.addr == addr);
+                    }
+                    answer
+                }
+                None => match fallback {
+                    Some((link, to)) => link.grpc_decide(&to, req, deadline).await,
+                    None => unreachable!("a dialled connection answers or fails"),
+                },
+            }
+        })
     }
 
     fn handoff(
@@ -218,6 +302,9 @@ impl Link for TonicLink {
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {
         self.clients.retain(|id, _| keep(id));
+        if let Some(direct) = &self.direct {
+            direct.retain(|id, _| keep(id));
+        }
     }
 
     fn summary(
@@ -271,7 +358,7 @@ mod tests {
                 drop(tcp);
             }
         });
-        let link = TonicLink::new(None);
+        let link = TonicLink::new(None, false);
         let peer = NodeIdentity::new("peer", "127.0.0.1:7946".parse().unwrap(), addr);
         link.client(&peer);
         let first = link.clients.get("peer").unwrap().conn.clone();

@@ -6,13 +6,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
+use weir_cluster::net::direct::{is_direct, DirectServer};
 use weir_cluster::{Cluster, ClusterConfig, Engine, GossipProfile};
 use weir_core::{
     CheckError, CheckRequest, Clock, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict,
@@ -83,6 +83,46 @@ fn config(seeds: &[SocketAddr], tweak: impl FnOnce(&mut ClusterConfig)) -> Clust
     config
 }
 
+/// Accepts on `listener`: direct Decide connections are served by
+/// `direct`, every other connection comes out for the gRPC server. Direct
+/// connections end when the stream is dropped, with the server.
+fn serve_direct(
+    listener: TcpListener,
+    direct: DirectServer,
+) -> impl futures::Stream<Item = std::io::Result<TcpStream>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let accepting = tokio::spawn(async move {
+        let mut diverted = tokio::task::JoinSet::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            while diverted.try_join_next().is_some() {}
+            // Without TCP_NODELAY a small answer can wait on a delayed ACK.
+            let _ = tcp.set_nodelay(true);
+            let (tx, direct) = (tx.clone(), direct.clone());
+            diverted.spawn(async move {
+                let mut first = [0u8; 1];
+                match tcp.peek(&mut first).await {
+                    Ok(1) if is_direct(first[0]) => direct.serve(tcp, DEADLINE).await,
+                    Ok(1) => {
+                        let _ = tx.send(Ok(tcp)).await;
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    let mut rx = AbortOnDrop(accepting, rx);
+    futures::stream::poll_fn(move |cx| rx.1.poll_recv(cx))
+}
+
+/// A receiver whose task is aborted with it.
+struct AbortOnDrop<T>(JoinHandle<()>, tokio::sync::mpsc::Receiver<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl TestNode {
     /// A member on real sockets on loopback.
     pub async fn start(
@@ -101,8 +141,7 @@ impl TestNode {
         let cluster = Arc::new(cluster);
         let (stop, stopped) = oneshot::channel::<()>();
         let service = cluster.peer_service();
-        // Without TCP_NODELAY a small answer can wait on a delayed ACK.
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming = serve_direct(listener, cluster.direct_server());
         let server = tokio::spawn(async move {
             let _ = Server::builder()
                 .add_service(service)

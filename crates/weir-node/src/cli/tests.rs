@@ -145,6 +145,13 @@ fn seeds_need_the_secret_or_the_insecure_flag_and_not_both() {
 }
 
 #[test]
+fn forwarded_checks_go_on_direct_connections_unless_told_grpc_only() {
+    assert!(!parse(&["weir", "serve"]).unwrap().cluster.grpc_only);
+    let told = parse(&["weir", "serve", "--peer-grpc-only"]).unwrap();
+    assert!(told.cluster.grpc_only);
+}
+
+#[test]
 fn a_cluster_node_must_advertise_addresses_peers_can_reach() {
     let seeds = "--seeds=a:7946";
     let e = parse(&["weir", "serve", "--grpc=0.0.0.0:8081", seeds]).unwrap_err();

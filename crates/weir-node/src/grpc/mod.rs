@@ -13,6 +13,7 @@ use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::Server;
+use weir_cluster::net::direct::DirectServer;
 use weir_core::{MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN};
 use weir_proto::check_wire::rate_limiter_server::RateLimiterServer;
 use weir_proto::rls_wire::rate_limit_service_server::RateLimitServiceServer;
@@ -74,9 +75,17 @@ pub async fn serve(
         Some(l) => (None, None, peer.map(|p| (p, regions, l))),
         None => (peer, regions, None),
     };
+    // Direct Decide connections come to whichever listener serves the
+    // peers, when it is plain (peers dial it without TLS).
+    let direct = state.engine.cluster().map(|c| c.direct_server());
+    let shared_direct = if own_port.is_none() && tls.is_none() {
+        direct.clone()
+    } else {
+        None
+    };
     let peer_task = own_port.map(|(peer, regions, l)| {
         let stop = stop.clone();
-        let conns = incoming(&state, l, None, stop.clone());
+        let conns = incoming(&state, l, None, direct, stop.clone());
         tokio::spawn(async move {
             let server = Server::builder()
                 .layer(CountRequests)
@@ -87,7 +96,7 @@ pub async fn serve(
             }
         })
     });
-    let conns = incoming(&state, listener, tls, stop.clone());
+    let conns = incoming(&state, listener, tls, shared_direct, stop.clone());
     let server = Server::builder()
         .layer(CountRequests)
         .add_service(weir)
@@ -107,6 +116,7 @@ fn incoming(
     state: &NodeState,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
+    direct: Option<DirectServer>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>> {
     let limits = &state.config.limits;
@@ -114,6 +124,7 @@ fn incoming(
         listener,
         limits.max_connections,
         tls,
+        direct,
         limits.timeouts(),
         stop,
     );

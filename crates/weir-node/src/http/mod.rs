@@ -76,6 +76,7 @@ pub async fn serve(
         listener,
         limits.max_connections,
         tls,
+        None,
         limits.timeouts(),
         stop.clone(),
     );

@@ -1,0 +1,360 @@
+//! The gateway's side: a call is written from its caller's task, and one reader task hands answers back.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::time::Instant;
+use weir_proto::weir::v1::{DecideRequest, DecideResponse};
+
+use super::{hello, put_frame, take_frame, Kind, MAGIC, REFUSED};
+use crate::link::PeerFailure;
+
+type Answer = Result<DecideResponse, PeerFailure>;
+
+/// How a dial ended.
+#[derive(Clone)]
+enum Dialled {
+    Live(Arc<Live>),
+    /// The peer does not serve direct calls: they go over gRPC.
+    Unsupported,
+    Failed(String),
+}
+
+/// One direct connection to a peer, dialled in the background; cheap to
+/// clone, every clone calling over the same connection.
+#[derive(Clone)]
+pub(crate) struct DirectConn {
+    dialled: watch::Receiver<Option<Dialled>>,
+}
+
+/// Settings of a direct connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectConfig {
+    pub connect_timeout: Duration,
+    /// A ping goes out this often, and a connection that has heard
+    /// nothing for two of them is closed.
+    pub keepalive: Duration,
+}
+
+impl DirectConn {
+    /// Starts dialling `addr`, sending `token` in the hello.
+    pub fn dial(addr: SocketAddr, token: Option<String>, config: DirectConfig) -> DirectConn {
+        let (tx, dialled) = watch::channel(None);
+        tokio::spawn(async move {
+            let result = connect(addr, token.as_deref().unwrap_or(""), config).await;
+            let result = match result {
+                Ok(Some(tcp)) => Dialled::Live(Live::start(tcp, config.keepalive)),
+                Ok(None) => Dialled::Unsupported,
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "direct peer dial failed");
+                    Dialled::Failed(e.to_string())
+                }
+            };
+            let _ = tx.send(Some(result));
+        });
+        DirectConn { dialled }
+    }
+
+    /// Whether calls made now can never succeed here: the dial failed, or
+    /// the connection has closed since. A peer without direct calls is
+    /// not closed: it is asked over gRPC, for as long as it is at this address.
+    pub fn is_closed(&self) -> bool {
+        match &*self.dialled.borrow() {
+            None | Some(Dialled::Unsupported) => false,
+            Some(Dialled::Live(live)) => live.is_closed(),
+            Some(Dialled::Failed(_)) => true,
+        }
+    }
+
+    /// Whether the peer said it takes no direct calls.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(&*self.dialled.borrow(), Some(Dialled::Unsupported))
+    }
+
+    /// Whether the dial has ended, one way or another.
+    pub fn is_dialled(&self) -> bool {
+        self.dialled.borrow().is_some()
+    }
+
+    /// Calls waiting for their answers on the live connection.
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        match &*self.dialled.borrow() {
+            Some(Dialled::Live(live)) => live.waiting.lock().len(),
+            _ => 0,
+        }
+    }
+
+    /// Sends one call and waits up to `deadline` for its answer; None when
+    /// the peer takes no direct calls, so the caller asks over gRPC.
+    pub async fn decide(&self, req: &DecideRequest, deadline: Duration) -> Option<Answer> {
+        let started = Instant::now();
+        let mut dialled = self.dialled.clone();
+        let ended = match tokio::time::timeout(deadline, dialled.wait_for(Option::is_some)).await {
+            Err(_) => return Some(Err(PeerFailure::Timeout(deadline))),
+            Ok(Err(_)) => return Some(Err(unreachable("the dial was abandoned"))),
+            Ok(Ok(d)) => d.clone().expect("waited for the dial to end"),
+        };
+        let live = match ended {
+            Dialled::Live(live) => live,
+            Dialled::Unsupported => return None,
+            Dialled::Failed(e) => return Some(Err(unreachable(&e))),
+        };
+        let left = deadline.saturating_sub(started.elapsed());
+        Some(live.call(req, left, deadline).await)
+    }
+}
+
+fn unreachable(why: &str) -> PeerFailure {
+    PeerFailure::Unreachable(format!("direct peer connection: {why}"))
+}
+
+/// Dials and says hello: the connection when the peer answers with the
+/// magic, None when it answers anything else or closes (it does not take
+/// direct calls), an error when it cannot be reached or refuses the token.
+async fn connect(
+    addr: SocketAddr,
+    token: &str,
+    config: DirectConfig,
+) -> Result<Option<TcpStream>, String> {
+    let exchange = async {
+        let mut tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        tcp.write_all(&hello(token)).await?;
+        let mut answer = [0u8; MAGIC.len()];
+        match tcp.read_exact(&mut answer).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Err(answer)),
+            Err(e) => return Err(e),
+        }
+        Ok(if &answer == MAGIC {
+            Ok(tcp)
+        } else {
+            Err(answer)
+        })
+    };
+    match tokio::time::timeout(config.connect_timeout, exchange).await {
+        Err(_) => Err(format!(
+            "no answer to the hello within {:?}",
+            config.connect_timeout
+        )),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(Ok(tcp))) => Ok(Some(tcp)),
+        Ok(Ok(Err(answer))) if &answer == REFUSED => {
+            Err("the peer refused this node's cluster token".to_string())
+        }
+        Ok(Ok(Err(_))) => Ok(None),
+    }
+}
+
+/// A live connection: what callers write to and the reader answers from.
+struct Live {
+    tcp: TcpStream,
+    /// Bytes not yet on the socket. Held only to append and to write
+    /// without waiting, never across an await.
+    unsent: Mutex<BytesMut>,
+    /// Wakes the flusher when a write could not finish at once.
+    flush: Notify,
+    /// Callers waiting for answers, by call id.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    next_id: AtomicU64,
+    /// Set once, when the connection closes; the reader and the flusher
+    /// end on it.
+    closed: watch::Sender<bool>,
+}
+
+impl Live {
+    fn start(tcp: TcpStream, keepalive: Duration) -> Arc<Live> {
+        let live = Arc::new(Live {
+            tcp,
+            unsent: Mutex::new(BytesMut::new()),
+            flush: Notify::new(),
+            waiting: Mutex::default(),
+            // Zero is the pings' id.
+            next_id: AtomicU64::new(1),
+            closed: watch::Sender::new(false),
+        });
+        tokio::spawn(read_answers(live.clone(), keepalive));
+        tokio::spawn(flush(live.clone()));
+        live
+    }
+
+    async fn call(&self, req: &DecideRequest, left: Duration, deadline: Duration) -> Answer {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().insert(id, tx);
+        // Taken out again however the call ends, so an answer that never
+        // comes leaves nothing behind.
+        let _waiting = Waiting { live: self, id };
+        // Checked after the entry is in: a close from now on fails it.
+        if self.is_closed() {
+            return Err(unreachable("closed"));
+        }
+        let mut frame = BytesMut::new();
+        put_frame(&mut frame, id, Kind::Decide, req);
+        self.send(&frame);
+        match tokio::time::timeout(left, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(unreachable("closed with the call in flight")),
+            Err(_) => Err(PeerFailure::Timeout(deadline)),
+        }
+    }
+
+    /// Writes `frame` now if nothing is queued ahead of it and the socket
+    /// takes it; what it does not take, the flusher writes.
+    fn send(&self, frame: &[u8]) {
+        let mut unsent = self.unsent.lock();
+        let flushing = !unsent.is_empty();
+        unsent.extend_from_slice(frame);
+        if flushing {
+            return;
+        }
+        match self.tcp.try_write(&unsent) {
+            Ok(n) => {
+                let _ = unsent.split_to(n);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => {
+                drop(unsent);
+                self.close(&e.to_string());
+                return;
+            }
+        }
+        if !unsent.is_empty() {
+            self.flush.notify_one();
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Resolves once the connection is closed.
+    async fn closing(&self) {
+        let _ = self.closed.subscribe().wait_for(|closed| *closed).await;
+    }
+
+    /// Marks the connection closed and fails every call waiting on it.
+    fn close(&self, why: &str) {
+        if !self
+            .closed
+            .send_if_modified(|closed| !std::mem::replace(closed, true))
+        {
+            return;
+        }
+        tracing::debug!(why, "direct peer connection closed");
+        let waiting = std::mem::take(&mut *self.waiting.lock());
+        for (_, tx) in waiting {
+            let _ = tx.send(Err(unreachable(why)));
+        }
+    }
+}
+
+/// Removes a call's entry when the call ends, answered or not.
+struct Waiting<'a> {
+    live: &'a Live,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.live.waiting.lock().remove(&self.id);
+    }
+}
+
+/// Writes what callers could not write at once, whenever there is some.
+async fn flush(live: Arc<Live>) {
+    loop {
+        tokio::select! {
+            _ = live.flush.notified() => {}
+            _ = live.closing() => return,
+        }
+        loop {
+            if live.unsent.lock().is_empty() {
+                break;
+            }
+            tokio::select! {
+                r = live.tcp.writable() => if let Err(e) = r {
+                    live.close(&e.to_string());
+                    return;
+                },
+                _ = live.closing() => return,
+            }
+            let mut unsent = live.unsent.lock();
+            match live.tcp.try_write(&unsent) {
+                Ok(n) => {
+                    let _ = unsent.split_to(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    drop(unsent);
+                    live.close(&e.to_string());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads answers and hands each to its caller; pings the peer each
+/// `keepalive` and closes the connection when two go by with nothing read.
+async fn read_answers(live: Arc<Live>, keepalive: Duration) {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut heard = Instant::now();
+    let mut ping = tokio::time::interval(keepalive);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let why = loop {
+        tokio::select! {
+            r = live.tcp.readable() => if let Err(e) = r {
+                break e.to_string();
+            },
+            _ = ping.tick() => {
+                if heard.elapsed() > 2 * keepalive {
+                    break format!("no answer to pings for {:?}", 2 * keepalive);
+                }
+                let mut frame = BytesMut::new();
+                put_frame(&mut frame, 0, Kind::Ping, &());
+                live.send(&frame);
+                continue;
+            }
+            _ = live.closing() => return,
+        }
+        match live.tcp.try_read_buf(&mut buf) {
+            Ok(0) => break "the peer closed it".to_string(),
+            Ok(_) => heard = Instant::now(),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+            Err(e) => break e.to_string(),
+        }
+        if let Err(why) = hand_out(&live, &mut buf) {
+            break why;
+        }
+    };
+    live.close(&why);
+}
+
+/// Hands every whole answer in `buf` to its caller.
+fn hand_out(live: &Live, buf: &mut BytesMut) -> Result<(), String> {
+    while let Some(frame) = take_frame(buf).map_err(|e| e.to_string())? {
+        let answer = match frame.kind {
+            Kind::Pong => continue,
+            Kind::Decide => DecideResponse::decode(frame.body)
+                .map_err(|e| unreachable(&format!("an answer did not decode: {e}"))),
+            Kind::Unavailable => Err(unreachable("the peer was killed")),
+            Kind::Ping => return Err("the peer sent a ping".to_string()),
+        };
+        if let Some(tx) = live.waiting.lock().remove(&frame.id) {
+            let _ = tx.send(answer);
+        }
+    }
+    Ok(())
+}

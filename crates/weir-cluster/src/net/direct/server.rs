@@ -1,0 +1,166 @@
+//! The owner's side: one task per connection reads calls, decides them and writes the answers.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use weir_proto::weir::v1::{DecideRequest, DecideResponse};
+
+use super::{put_frame, take_frame, Frame, Kind, MAGIC, REFUSED};
+use crate::handler::PeerHandler;
+use crate::net::auth::PeerAuth;
+
+/// A connection that sends nothing, not even the gateway's pings (one
+/// each keepalive interval), for this long is closed.
+const SILENT: Duration = Duration::from_secs(10);
+
+/// Serves direct Decide connections for one node.
+#[derive(Clone)]
+pub struct DirectServer {
+    handler: Arc<PeerHandler>,
+    killed: Arc<AtomicBool>,
+    auth: PeerAuth,
+}
+
+type Answering = Pin<Box<dyn Future<Output = (u64, Option<DecideResponse>)> + Send>>;
+
+impl DirectServer {
+    pub(crate) fn new(handler: Arc<PeerHandler>, killed: Arc<AtomicBool>, auth: PeerAuth) -> Self {
+        DirectServer {
+            handler,
+            killed,
+            auth,
+        }
+    }
+
+    /// Serves one connection whose first byte said it is direct, until it
+    /// closes. The hello must arrive within `head`.
+    pub async fn serve<S>(&self, mut io: S, head: Duration)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        match tokio::time::timeout(head, self.greet(&mut io)).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "direct peer hello failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("direct peer hello timed out");
+                return;
+            }
+        }
+        if let Err(e) = self.answer(io).await {
+            tracing::debug!(error = %e, "direct peer connection closed");
+        }
+    }
+
+    /// Reads the hello and answers it: true to go on.
+    async fn greet<S>(&self, io: &mut S) -> std::io::Result<bool>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut head = [0u8; MAGIC.len() + 2];
+        io.read_exact(&mut head).await?;
+        if &head[..MAGIC.len()] != MAGIC {
+            return Ok(false);
+        }
+        let len = u16::from_be_bytes([head[MAGIC.len()], head[MAGIC.len() + 1]]);
+        let mut token = vec![0u8; usize::from(len)];
+        io.read_exact(&mut token).await?;
+        let token = (!token.is_empty()).then(|| String::from_utf8_lossy(&token).into_owned());
+        if let Err(refusal) = self.auth.admit(token.as_deref()) {
+            tracing::debug!(refusal, "direct peer connection refused");
+            io.write_all(REFUSED).await?;
+            return Ok(false);
+        }
+        io.write_all(MAGIC).await?;
+        Ok(true)
+    }
+
+    /// Reads calls and writes answers until the connection closes. An
+    /// answer ready at once (the usual case: a decision takes microseconds)
+    /// is written in the same turn as its call was read; one that waits
+    /// (a stand-in that asks another node) is polled with the rest and
+    /// written when it is ready, without holding up the calls behind it.
+    async fn answer<S>(&self, mut io: S) -> std::io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut read = BytesMut::with_capacity(8 * 1024);
+        let mut write = BytesMut::with_capacity(8 * 1024);
+        let mut running: FuturesUnordered<Answering> = FuturesUnordered::new();
+        loop {
+            while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
+                self.take(frame, &mut running, &mut write)?;
+            }
+            while let Some(Some((id, answer))) = running.next().now_or_never() {
+                put_answer(&mut write, id, answer);
+            }
+            if !write.is_empty() {
+                io.write_all(&write).await?;
+                write.clear();
+            }
+            tokio::select! {
+                n = tokio::time::timeout(SILENT, io.read_buf(&mut read)) => {
+                    match n {
+                        Ok(Ok(0)) => return Ok(()),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return Err(std::io::Error::other("the peer went silent")),
+                    }
+                }
+                Some((id, answer)) = running.next(), if !running.is_empty() => {
+                    put_answer(&mut write, id, answer);
+                }
+            }
+        }
+    }
+
+    fn take(
+        &self,
+        frame: Frame,
+        running: &mut FuturesUnordered<Answering>,
+        write: &mut BytesMut,
+    ) -> std::io::Result<()> {
+        match frame.kind {
+            Kind::Ping => put_frame(write, frame.id, Kind::Pong, &()),
+            Kind::Decide => {
+                let req = DecideRequest::decode(frame.body).map_err(std::io::Error::other)?;
+                let handler = self.handler.clone();
+                let killed = self.killed.clone();
+                let id = frame.id;
+                running.push(Box::pin(async move {
+                    // A killed member answers no call, even one on a
+                    // connection that outlived it.
+                    if killed.load(Ordering::SeqCst) {
+                        return (id, None);
+                    }
+                    (id, Some(handler.decide(req).await))
+                }));
+            }
+            Kind::Pong | Kind::Unavailable => {
+                return Err(std::io::Error::other(format!(
+                    "a gateway sent a {:?} frame",
+                    frame.kind
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn put_answer(write: &mut BytesMut, id: u64, answer: Option<DecideResponse>) {
+    match answer {
+        Some(r) => put_frame(write, id, Kind::Decide, &r),
+        None => put_frame(write, id, Kind::Unavailable, &()),
+    }
+}
