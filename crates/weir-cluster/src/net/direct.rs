@@ -1,4 +1,4 @@
-//! Decide calls on a connection of their own: length-prefixed frames, no HTTP/2 in between.
+//! Decide and Replicate calls on a connection of their own: length-prefixed frames, no HTTP/2 in between.
 //!
 //! A forwarded check is one small request and one small answer, and over
 //! gRPC each crosses more tasks than the decision takes time: the
@@ -18,7 +18,8 @@
 //! the rest to its gRPC server. A peer that does not speak this protocol
 //! (an older node, or a server with no such listener) does not answer the
 //! hello with [`MAGIC`], and the caller sends its Decide calls over gRPC.
-//! Every other peer call stays on gRPC.
+//! The owner's copies to its replica holder (Replicate) take the same
+//! connections; every other peer call stays on gRPC.
 //!
 //! Frames, all integers big-endian:
 //! - hello, gateway to owner: [`MAGIC`], `u16` token length, the token (as
@@ -26,7 +27,8 @@
 //! - the owner's answer to the hello: [`MAGIC`] to go on, or [`REFUSED`]
 //!   and the connection closes;
 //! - then frames both ways: `u32` length of what follows, `u64` call id,
-//!   `u8` kind, the message (a `DecideRequest` or a `DecideResponse`).
+//!   `u8` kind, the message (a `DecideRequest` or a `ReplicateRequest`,
+//!   and the response to it).
 
 mod client;
 mod server;
@@ -57,7 +59,7 @@ const HEAD: usize = 8 + 1;
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// A `DecideRequest`, or the `DecideResponse` to it.
     Decide = 0,
     /// Gateway to owner: are you there? Answered with a `Pong` at once.
@@ -65,13 +67,21 @@ pub(crate) enum Kind {
     Pong = 2,
     /// The owner answers no call: it was killed, as a killed process is.
     Unavailable = 3,
+    /// A `ReplicateRequest`, or the `ReplicateResponse` to it.
+    Replicate = 4,
 }
 
 impl Kind {
     fn from_u8(b: u8) -> Option<Kind> {
-        [Kind::Decide, Kind::Ping, Kind::Pong, Kind::Unavailable]
-            .into_iter()
-            .find(|k| *k as u8 == b)
+        [
+            Kind::Decide,
+            Kind::Ping,
+            Kind::Pong,
+            Kind::Unavailable,
+            Kind::Replicate,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == b)
     }
 }
 

@@ -17,7 +17,7 @@ use weir_proto::weir::v1::{
 
 use super::auth::PeerToken;
 use super::conn::{ConnConfig, PeerConn};
-use super::direct::{DirectConfig, DirectConn};
+use super::direct::{DirectConfig, DirectConn, Kind};
 use crate::link::Link;
 use crate::link::PeerFailure;
 use crate::topology::membership::NodeIdentity;
@@ -57,6 +57,9 @@ fn failure(s: &Status, deadline: Duration) -> PeerFailure {
     }
 }
 
+/// A peer call's answer, as the link hands it out.
+type PeerCall<T> = BoxFuture<'static, Result<T, PeerFailure>>;
+
 struct Slot {
     addr: std::net::SocketAddr,
     conn: PeerConn,
@@ -70,8 +73,8 @@ struct DirectSlot {
 }
 
 /// Peer calls over gRPC, each carrying the cluster token when there is
-/// one; Decide calls on a direct connection (`super::direct`) to every
-/// peer that takes them.
+/// one; Decide and Replicate calls on a direct connection
+/// (`super::direct`) to every peer that takes them.
 #[derive(Clone)]
 pub struct TonicLink {
     clients: Arc<DashMap<String, Slot>>,
@@ -80,8 +83,8 @@ pub struct TonicLink {
 }
 
 impl TonicLink {
-    /// `direct`: whether Decide calls go on direct connections where the
-    /// peer takes them.
+    /// `direct`: whether Decide and Replicate calls go on direct
+    /// connections where the peer takes them.
     pub fn new(token: Option<PeerToken>, direct: bool) -> Self {
         TonicLink {
             clients: Arc::default(),
@@ -116,14 +119,67 @@ impl TonicLink {
         conn
     }
 
+    /// A call of `kind` on the direct connection to `to`, or over gRPC
+    /// (`grpc`) when direct calls are off or `to` takes none.
+    fn direct_or_grpc<Req, Resp>(
+        &self,
+        to: &NodeIdentity,
+        kind: Kind,
+        req: Req,
+        deadline: Duration,
+        grpc: fn(&TonicLink, &NodeIdentity, Req, Duration) -> PeerCall<Resp>,
+    ) -> PeerCall<Resp>
+    where
+        Req: prost::Message + Send + 'static,
+        Resp: prost::Message + Default + Send + 'static,
+    {
+        let Some(direct) = &self.direct else {
+            return grpc(self, to, req, deadline);
+        };
+        let conn = self.direct_conn(direct, to);
+        if conn.is_unsupported() {
+            return grpc(self, to, req, deadline);
+        }
+        // Only while the dial is under way can the answer still be "ask
+        // over gRPC", and only then is the link needed in the call.
+        let fallback = (!conn.is_dialled()).then(|| (self.clone(), to.clone()));
+        let (direct, id, addr) = (direct.clone(), to.id.clone(), to.grpc);
+        Box::pin(async move {
+            match conn.call(kind, &req, deadline).await {
+                Some(answer) => {
+                    // As over gRPC: a failed connection is dropped, a slow
+                    // answer keeps it.
+                    if matches!(answer, Err(PeerFailure::Unreachable(_))) {
+                        direct.remove_if(&id, |_, slot| slot.addr == addr);
+                    }
+                    answer
+                }
+                None => match fallback {
+                    Some((link, to)) => grpc(&link, &to, req, deadline).await,
+                    None => unreachable!("a dialled connection answers or fails"),
+                },
+            }
+        })
+    }
+
     fn grpc_decide(
         &self,
         to: &NodeIdentity,
         req: DecideRequest,
         deadline: Duration,
-    ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
+    ) -> PeerCall<DecideResponse> {
         let req = self.request(req, deadline);
         self.call(to, deadline, |mut c| async move { c.decide(req).await })
+    }
+
+    fn grpc_replicate(
+        &self,
+        to: &NodeIdentity,
+        req: ReplicateRequest,
+        deadline: Duration,
+    ) -> PeerCall<ReplicateResponse> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.replicate(req).await })
     }
 
     fn client(&self, to: &NodeIdentity) -> PeerClient<PeerConn> {
@@ -208,33 +264,7 @@ impl Link for TonicLink {
         req: DecideRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
-        let Some(direct) = &self.direct else {
-            return self.grpc_decide(to, req, deadline);
-        };
-        let conn = self.direct_conn(direct, to);
-        if conn.is_unsupported() {
-            return self.grpc_decide(to, req, deadline);
-        }
-        // Only while the dial is under way can the answer still be "ask
-        // over gRPC", and only then is the link needed in the call.
-        let fallback = (!conn.is_dialled()).then(|| (self.clone(), to.clone()));
-        let (direct, id, addr) = (direct.clone(), to.id.clone(), to.grpc);
-        Box::pin(async move {
-            match conn.decide(&req, deadline).await {
-                Some(answer) => {
-                    // As over gRPC: a failed connection is dropped, a slow
-                    // answer keeps it.
-                    if matches!(answer, Err(PeerFailure::Unreachable(_))) {
-                        direct.remove_if(&id, |_, slot| slot.addr == addr);
-                    }
-                    answer
-                }
-                None => match fallback {
-                    Some((link, to)) => link.grpc_decide(&to, req, deadline).await,
-                    None => unreachable!("a dialled connection answers or fails"),
-                },
-            }
-        })
+        self.direct_or_grpc(to, Kind::Decide, req, deadline, TonicLink::grpc_decide)
     }
 
     fn handoff(
@@ -296,8 +326,13 @@ impl Link for TonicLink {
         req: ReplicateRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>> {
-        let req = self.request(req, deadline);
-        self.call(to, deadline, |mut c| async move { c.replicate(req).await })
+        self.direct_or_grpc(
+            to,
+            Kind::Replicate,
+            req,
+            deadline,
+            TonicLink::grpc_replicate,
+        )
     }
 
     fn retain(&self, keep: &dyn Fn(&str) -> bool) {

@@ -7,19 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
-use weir_proto::weir::v1::{DecideRequest, DecideResponse};
 
 use super::{hello, put_frame, take_frame, Kind, MAGIC, REFUSED};
 use crate::link::PeerFailure;
 
-type Answer = Result<DecideResponse, PeerFailure>;
+/// An answer's message, still encoded, or why there is none.
+type Answer = Result<Bytes, PeerFailure>;
 
 /// How a dial ended.
 #[derive(Clone)]
@@ -95,9 +95,14 @@ impl DirectConn {
         }
     }
 
-    /// Sends one call and waits up to `deadline` for its answer; None when
-    /// the peer takes no direct calls, so the caller asks over gRPC.
-    pub async fn decide(&self, req: &DecideRequest, deadline: Duration) -> Option<Answer> {
+    /// Sends one call of `kind` and waits up to `deadline` for its answer;
+    /// None when the peer takes no direct calls, so the caller asks over gRPC.
+    pub async fn call<Resp: Message + Default>(
+        &self,
+        kind: Kind,
+        req: &impl Message,
+        deadline: Duration,
+    ) -> Option<Result<Resp, PeerFailure>> {
         let started = Instant::now();
         let mut dialled = self.dialled.clone();
         let ended = match tokio::time::timeout(deadline, dialled.wait_for(Option::is_some)).await {
@@ -111,7 +116,10 @@ impl DirectConn {
             Dialled::Failed(e) => return Some(Err(unreachable(&e))),
         };
         let left = deadline.saturating_sub(started.elapsed());
-        Some(live.call(req, left, deadline).await)
+        let answer = live.call(kind, req, left, deadline).await.and_then(|body| {
+            Resp::decode(body).map_err(|e| unreachable(&format!("an answer did not decode: {e}")))
+        });
+        Some(answer)
     }
 }
 
@@ -189,7 +197,13 @@ impl Live {
         live
     }
 
-    async fn call(&self, req: &DecideRequest, left: Duration, deadline: Duration) -> Answer {
+    async fn call(
+        &self,
+        kind: Kind,
+        req: &impl Message,
+        left: Duration,
+        deadline: Duration,
+    ) -> Answer {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().insert(id, tx);
@@ -201,7 +215,7 @@ impl Live {
             return Err(unreachable("closed"));
         }
         let mut frame = BytesMut::new();
-        put_frame(&mut frame, id, Kind::Decide, req);
+        put_frame(&mut frame, id, kind, req);
         self.send(&frame);
         match tokio::time::timeout(left, rx).await {
             Ok(Ok(answer)) => answer,
@@ -347,8 +361,7 @@ fn hand_out(live: &Live, buf: &mut BytesMut) -> Result<(), String> {
     while let Some(frame) = take_frame(buf).map_err(|e| e.to_string())? {
         let answer = match frame.kind {
             Kind::Pong => continue,
-            Kind::Decide => DecideResponse::decode(frame.body)
-                .map_err(|e| unreachable(&format!("an answer did not decode: {e}"))),
+            Kind::Decide | Kind::Replicate => Ok(frame.body),
             Kind::Unavailable => Err(unreachable("the peer was killed")),
             Kind::Ping => return Err("the peer sent a ping".to_string()),
         };

@@ -11,7 +11,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use weir_proto::weir::v1::{DecideRequest, DecideResponse};
+use weir_proto::weir::v1::{DecideRequest, DecideResponse, ReplicateRequest};
 
 use super::{put_frame, take_frame, Frame, Kind, MAGIC, REFUSED};
 use crate::handler::PeerHandler;
@@ -146,6 +146,20 @@ impl DirectServer {
                     }
                     (id, Some(handler.decide(req).await))
                 }));
+            }
+            Kind::Replicate => {
+                let req = ReplicateRequest::decode(frame.body).map_err(std::io::Error::other)?;
+                // Taking copies waits on nothing: answered in this turn.
+                if self.killed.load(Ordering::SeqCst) {
+                    put_frame(write, frame.id, Kind::Unavailable, &());
+                } else {
+                    put_frame(
+                        write,
+                        frame.id,
+                        Kind::Replicate,
+                        &self.handler.replicate(req),
+                    );
+                }
             }
             Kind::Pong | Kind::Unavailable => {
                 return Err(std::io::Error::other(format!(

@@ -6,7 +6,10 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use weir_core::{Limiter, LimiterConfig, RuleSet};
-use weir_proto::weir::v1::{op_result, CounterOp, DecideRequest, DecideResponse, OpKind};
+use weir_proto::weir::v1::{
+    op_result, CounterOp, DecideRequest, DecideResponse, OpKind, ReplicateRequest,
+    ReplicateResponse,
+};
 
 use super::client::DirectConfig;
 use super::*;
@@ -139,6 +142,14 @@ async fn owner(tweak: impl FnOnce(&mut ClusterConfig)) -> Owner {
     }
 }
 
+async fn decide(
+    conn: &DirectConn,
+    cost: u64,
+    deadline: Duration,
+) -> Option<Result<DecideResponse, PeerFailure>> {
+    conn.call(Kind::Decide, &request(cost), deadline).await
+}
+
 fn allowed(answer: Option<Result<DecideResponse, PeerFailure>>) -> bool {
     let answer = answer.expect("the owner takes direct calls").unwrap();
     match &answer.results[0].outcome {
@@ -153,7 +164,7 @@ async fn calls_on_a_direct_connection_are_decided_by_the_owner() {
     let conn = DirectConn::dial(owner.addr, None, CONFIG);
     let mut admitted = 0;
     for _ in 0..7 {
-        admitted += usize::from(allowed(conn.decide(&request(1), DEADLINE).await));
+        admitted += usize::from(allowed(decide(&conn, 1, DEADLINE).await));
     }
     assert_eq!(
         admitted, 5,
@@ -171,13 +182,13 @@ async fn many_calls_in_flight_at_once_each_get_their_own_answer() {
     // admitted alone would have fit.
     let calls = (1..=5u64).map(|cost| {
         let conn = conn.clone();
-        async move { (cost, allowed(conn.decide(&request(cost), DEADLINE).await)) }
+        async move { (cost, allowed(decide(&conn, cost, DEADLINE).await)) }
     });
     let answers = futures::future::join_all(calls).await;
     let admitted: u64 = answers.iter().filter(|(_, a)| *a).map(|(c, _)| c).sum();
     assert!((1..=5).contains(&admitted), "{answers:?}");
     let remaining = {
-        let answer = conn.decide(&request(1), DEADLINE).await.unwrap().unwrap();
+        let answer = decide(&conn, 1, DEADLINE).await.unwrap().unwrap();
         match &answer.results[0].outcome {
             Some(op_result::Outcome::Decision(d)) => d.remaining + u64::from(d.allowed),
             other => panic!("{other:?}"),
@@ -201,7 +212,7 @@ async fn a_hello_without_a_fresh_token_is_refused_and_counted() {
     let token = wrong.current().to_str().unwrap().to_string();
     for token in [None, Some(token)] {
         let conn = DirectConn::dial(owner.addr, token, CONFIG);
-        match conn.decide(&request(1), DEADLINE).await {
+        match decide(&conn, 1, DEADLINE).await {
             Some(Err(PeerFailure::Unreachable(why))) => assert!(why.contains("refused"), "{why}"),
             other => panic!("not refused: {other:?}"),
         }
@@ -211,7 +222,7 @@ async fn a_hello_without_a_fresh_token_is_refused_and_counted() {
     let right = PeerToken::new(b"the secret").unwrap();
     let token = right.current().to_str().unwrap().to_string();
     let conn = DirectConn::dial(owner.addr, Some(token), CONFIG);
-    assert!(allowed(conn.decide(&request(1), DEADLINE).await));
+    assert!(allowed(decide(&conn, 1, DEADLINE).await));
 }
 
 #[tokio::test]
@@ -225,7 +236,7 @@ async fn a_peer_that_answers_the_hello_otherwise_is_asked_over_grpc() {
         }
     });
     let conn = DirectConn::dial(addr, None, CONFIG);
-    assert!(conn.decide(&request(1), DEADLINE).await.is_none());
+    assert!(decide(&conn, 1, DEADLINE).await.is_none());
     assert!(conn.is_unsupported());
     assert!(!conn.is_closed(), "the peer is there, over gRPC");
 }
@@ -234,9 +245,16 @@ async fn a_peer_that_answers_the_hello_otherwise_is_asked_over_grpc() {
 async fn a_killed_owner_answers_no_call() {
     let owner = owner(|_| {}).await;
     let conn = DirectConn::dial(owner.addr, None, CONFIG);
-    assert!(allowed(conn.decide(&request(1), DEADLINE).await));
+    assert!(allowed(decide(&conn, 1, DEADLINE).await));
     owner.cluster.kill();
-    match conn.decide(&request(1), DEADLINE).await {
+    match decide(&conn, 1, DEADLINE).await {
+        Some(Err(PeerFailure::Unreachable(why))) => assert!(why.contains("killed"), "{why}"),
+        other => panic!("answered: {other:?}"),
+    }
+    let copies = conn
+        .call::<ReplicateResponse>(Kind::Replicate, &ReplicateRequest::default(), DEADLINE)
+        .await;
+    match copies {
         Some(Err(PeerFailure::Unreachable(why))) => assert!(why.contains("killed"), "{why}"),
         other => panic!("answered: {other:?}"),
     }
@@ -269,7 +287,7 @@ async fn a_call_in_flight_when_the_connection_closes_fails_at_once() {
     let addr = silent_peer(true).await;
     let conn = DirectConn::dial(addr, None, CONFIG);
     let started = std::time::Instant::now();
-    match conn.decide(&request(1), DEADLINE).await {
+    match decide(&conn, 1, DEADLINE).await {
         Some(Err(PeerFailure::Unreachable(_))) => {}
         other => panic!("{other:?}"),
     }
@@ -286,7 +304,7 @@ async fn an_unanswered_call_times_out_and_leaves_nothing_waiting() {
     let conn = DirectConn::dial(addr, None, CONFIG);
     let short = Duration::from_millis(50);
     assert_eq!(
-        conn.decide(&request(1), short).await,
+        decide(&conn, 1, short).await,
         Some(Err(PeerFailure::Timeout(short)))
     );
     assert_eq!(conn.waiting(), 0);
@@ -302,7 +320,7 @@ async fn a_connection_whose_pings_go_unanswered_closes() {
     };
     let conn = DirectConn::dial(addr, None, config);
     let short = Duration::from_millis(10);
-    let _ = conn.decide(&request(1), short).await;
+    let _ = decide(&conn, 1, short).await;
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !conn.is_closed() {
         assert!(tokio::time::Instant::now() < deadline, "still open");
@@ -318,14 +336,14 @@ async fn an_owner_keeps_a_connection_that_pings_open() {
         ..CONFIG
     };
     let conn = DirectConn::dial(owner.addr, None, config);
-    assert!(allowed(conn.decide(&request(1), DEADLINE).await));
+    assert!(allowed(decide(&conn, 1, DEADLINE).await));
     // Ten keepalive intervals: the pongs keep it open.
     let until = tokio::time::Instant::now() + Duration::from_millis(200);
     while tokio::time::Instant::now() < until {
         assert!(!conn.is_closed());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(allowed(conn.decide(&request(1), DEADLINE).await));
+    assert!(allowed(decide(&conn, 1, DEADLINE).await));
 }
 
 /// Connections an owner took, by kind.
@@ -394,6 +412,16 @@ async fn a_link_decides_on_a_direct_connection_where_the_owner_takes_one_and_ove
         for _ in 0..3 {
             let answer = link.decide(&to, request(1), DEADLINE).await;
             assert!(answer.is_ok(), "{answer:?}");
+            let copies = ReplicateRequest {
+                from_node: "a stranger".into(),
+                ..ReplicateRequest::default()
+            };
+            let answer = link.replicate(&to, copies, DEADLINE).await;
+            assert_eq!(
+                answer,
+                Ok(ReplicateResponse { accepted: 0 }),
+                "not a member's copies"
+            );
         }
         let got = (taken.direct.load(Relaxed), taken.grpc.load(Relaxed));
         assert_eq!(
