@@ -39,8 +39,20 @@ async fn three_nodes() -> Vec<TestNode> {
 }
 
 async fn three_nodes_failing(on_failure: OwnerFailure, replicas: usize) -> Vec<TestNode> {
-    let member =
-        |id, seed| move |c: &mut ServeConfig| member_failing(c, id, seed, on_failure, replicas);
+    three_nodes_with(on_failure, replicas, false).await
+}
+
+async fn three_nodes_with(
+    on_failure: OwnerFailure,
+    replicas: usize,
+    grpc_only: bool,
+) -> Vec<TestNode> {
+    let member = |id, seed| {
+        move |c: &mut ServeConfig| {
+            member_failing(c, id, seed, on_failure, replicas);
+            c.cluster.grpc_only = grpc_only;
+        }
+    };
     let first = TestNode::start(RULES, member("node-1", None)).await;
     let seed = first.state().config.gossip;
     let mut nodes = vec![first];
@@ -96,11 +108,38 @@ async fn grpc_allowed(client: &mut RateLimiterClient<Channel>, key: &str) -> boo
     r.allowed
 }
 
+/// Direct peer connections each node has accepted.
+async fn direct_connections(nodes: &[TestNode]) -> Vec<u64> {
+    let mut accepted = Vec::new();
+    for n in nodes {
+        let doc = n.get_json("/v1/cluster").await;
+        accepted.push(doc["stats"]["direct_connections"].as_u64().unwrap());
+    }
+    accepted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_round_robin_over_every_node_gets_exactly_its_limit() {
     let nodes = three_nodes().await;
+    round_robin_over(&nodes).await;
+    // Each node owns a key the two others forwarded: both dialled it.
+    let accepted = direct_connections(&nodes).await;
+    assert!(accepted.iter().all(|&n| n >= 2), "{accepted:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_over_grpc_only_gets_exactly_the_limit_too() {
+    let defaults = weir_cluster::ClusterConfig::default();
+    let nodes = three_nodes_with(defaults.on_owner_failure, defaults.replicas, true).await;
+    round_robin_over(&nodes).await;
+    assert_eq!(direct_connections(&nodes).await, [0, 0, 0]);
+}
+
+/// Checks for a key of each owner, round robin over every node and
+/// alternating HTTP and gRPC: each key admits exactly its limit.
+async fn round_robin_over(nodes: &[TestNode]) {
     let mut grpc = Vec::new();
-    for n in &nodes {
+    for n in nodes {
         let url = format!("http://{}", n.node().grpc_addr());
         grpc.push(RateLimiterClient::connect(url).await.unwrap());
     }

@@ -427,7 +427,12 @@ impl Cluster {
             self.inner.config.insecure_open,
             self.inner.stats.clone(),
         );
-        DirectServer::new(self.inner.handler.clone(), self.inner.killed.clone(), auth)
+        DirectServer::new(
+            self.inner.handler.clone(),
+            self.inner.killed.clone(),
+            auth,
+            self.inner.stats.clone(),
+        )
     }
 
     /// The `weir.v1.Regions` service to mount beside the peer service, when

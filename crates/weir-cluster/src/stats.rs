@@ -67,6 +67,8 @@ pub struct ClusterStats {
     pub rules_adopted: u64,
     /// Peer calls refused for a missing or wrong cluster secret.
     pub unauthenticated: u64,
+    /// Direct peer connections (`net::direct`) this node accepted.
+    pub direct_connections: u64,
     /// Ops decided here for keys this node does not own (a peer's ring was
     /// behind); such counters are swept to their owner.
     pub strays: u64,
@@ -130,6 +132,7 @@ pub struct Stats {
     pub rules_pushed: AtomicU64,
     pub rules_adopted: AtomicU64,
     pub unauthenticated: AtomicU64,
+    pub direct_connections: AtomicU64,
     pub strays: AtomicU64,
     pub sync_messages: AtomicU64,
     pub sync_bytes: AtomicU64,
@@ -195,6 +198,7 @@ impl Stats {
             rules_pushed: get(&self.rules_pushed),
             rules_adopted: get(&self.rules_adopted),
             unauthenticated: get(&self.unauthenticated),
+            direct_connections: get(&self.direct_connections),
             strays: get(&self.strays),
             sync_messages: get(&self.sync_messages),
             sync_bytes: get(&self.sync_bytes),

@@ -119,6 +119,7 @@ fn stats_view(s: &weir_cluster::ClusterStats) -> Value {
         ("rules_pushed", json!(s.rules_pushed)),
         ("rules_adopted", json!(s.rules_adopted)),
         ("unauthenticated", json!(s.unauthenticated)),
+        ("direct_connections", json!(s.direct_connections)),
         ("strays", json!(s.strays)),
         ("slow_decisions", json!(s.slow_decisions)),
         ("replica_decisions", json!(s.replica_decisions)),

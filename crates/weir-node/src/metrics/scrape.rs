@@ -200,6 +200,11 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
             s.unauthenticated,
         ),
         (
+            "weir_peer_direct_connections_total",
+            "Direct peer connections (forwarded checks and copies) this node accepted.",
+            s.direct_connections,
+        ),
+        (
             "weir_strays_total",
             "Ops decided here for keys another node owns.",
             s.strays,

@@ -16,6 +16,7 @@ use weir_proto::weir::v1::{DecideRequest, DecideResponse, ReplicateRequest};
 use super::{put_frame, take_frame, Frame, Kind, MAGIC, REFUSED};
 use crate::handler::PeerHandler;
 use crate::net::auth::PeerAuth;
+use crate::stats::{bump, Stats};
 
 /// A connection that sends nothing, not even the gateway's pings (one
 /// each keepalive interval), for this long is closed.
@@ -27,16 +28,23 @@ pub struct DirectServer {
     handler: Arc<PeerHandler>,
     killed: Arc<AtomicBool>,
     auth: PeerAuth,
+    stats: Arc<Stats>,
 }
 
 type Answering = Pin<Box<dyn Future<Output = (u64, Option<DecideResponse>)> + Send>>;
 
 impl DirectServer {
-    pub(crate) fn new(handler: Arc<PeerHandler>, killed: Arc<AtomicBool>, auth: PeerAuth) -> Self {
+    pub(crate) fn new(
+        handler: Arc<PeerHandler>,
+        killed: Arc<AtomicBool>,
+        auth: PeerAuth,
+        stats: Arc<Stats>,
+    ) -> Self {
         DirectServer {
             handler,
             killed,
             auth,
+            stats,
         }
     }
 
@@ -83,6 +91,7 @@ impl DirectServer {
             return Ok(false);
         }
         io.write_all(MAGIC).await?;
+        bump(&self.stats.direct_connections, 1);
         Ok(true)
     }
 
