@@ -80,8 +80,8 @@ impl Conn {
 ///
 /// With `direct`, a plain connection whose first byte asks for direct
 /// peer calls (`weir_cluster::net::direct`) is served by it instead, in a
-/// task of its own that ends when `stop` does; its first byte must come
-/// within the head timeout.
+/// task of its own, which closes it once `stop` resolves (answering the
+/// calls it has read); its first byte must come within the head timeout.
 pub fn incoming(
     listener: TcpListener,
     max_connections: usize,
@@ -95,11 +95,11 @@ pub fn incoming(
     let mut listener = CappedListener::new(listener, max_connections);
     tokio::spawn(async move {
         tokio::pin!(stop);
-        // Direct connections end with the loop: a stopped node answers
-        // no more peer calls on them.
-        let mut diverted = tokio::task::JoinSet::new();
+        // Direct connections begin to close when the loop ends (this
+        // sender is dropped): a stopped node answers the calls it has
+        // read, and takes no more.
+        let (_open, closing) = tokio::sync::watch::channel(());
         loop {
-            while diverted.try_join_next().is_some() {}
             let stream = tokio::select! {
                 _ = &mut stop => return,
                 _ = tx.closed() => return,
@@ -114,11 +114,16 @@ pub fn incoming(
             let watch = Watch::new(timeouts);
             let Some(acceptor) = tls.clone() else {
                 if let Some(direct) = &direct {
-                    diverted.spawn(divert(
+                    let mut closing = closing.clone();
+                    let closing = async move {
+                        let _ = closing.changed().await;
+                    };
+                    tokio::spawn(divert(
                         stream,
                         direct.clone(),
                         timeouts.head,
                         tx.clone(),
+                        closing,
                         move |io| Conn {
                             io: Io::Plain(io),
                             local,
@@ -167,11 +172,12 @@ async fn divert(
     direct: DirectServer,
     head: Duration,
     tx: mpsc::Sender<Conn>,
+    closing: impl Future<Output = ()>,
     conn: impl FnOnce(CappedStream) -> Conn,
 ) {
     let mut first = [0u8; 1];
     match tokio::time::timeout(head, stream.tcp().peek(&mut first)).await {
-        Ok(Ok(1)) if is_direct(first[0]) => direct.serve(stream, head).await,
+        Ok(Ok(1)) if is_direct(first[0]) => direct.serve(stream, head, closing).await,
         Ok(Ok(1)) => {
             let _ = tx.send(conn(stream)).await;
         }

@@ -101,7 +101,9 @@ fn serve_direct(
             diverted.spawn(async move {
                 let mut first = [0u8; 1];
                 match tcp.peek(&mut first).await {
-                    Ok(1) if is_direct(first[0]) => direct.serve(tcp, DEADLINE).await,
+                    Ok(1) if is_direct(first[0]) => {
+                        direct.serve(tcp, DEADLINE, std::future::pending()).await
+                    }
                     Ok(1) => {
                         let _ = tx.send(Ok(tcp)).await;
                     }

@@ -49,8 +49,10 @@ impl DirectServer {
     }
 
     /// Serves one connection whose first byte said it is direct, until it
-    /// closes. The hello must arrive within `head`.
-    pub async fn serve<S>(&self, mut io: S, head: Duration)
+    /// closes or `closing` resolves: then the calls already read are
+    /// answered and the connection ends, as a gRPC server drains. The
+    /// hello must arrive within `head`.
+    pub async fn serve<S>(&self, mut io: S, head: Duration, closing: impl Future<Output = ()>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
@@ -66,7 +68,7 @@ impl DirectServer {
                 return;
             }
         }
-        if let Err(e) = self.answer(io).await {
+        if let Err(e) = self.answer(io, closing).await {
             tracing::debug!(error = %e, "direct peer connection closed");
         }
     }
@@ -100,13 +102,14 @@ impl DirectServer {
     /// is written in the same turn as its call was read; one that waits
     /// (a stand-in that asks another node) is polled with the rest and
     /// written when it is ready, without holding up the calls behind it.
-    async fn answer<S>(&self, mut io: S) -> std::io::Result<()>
+    async fn answer<S>(&self, mut io: S, closing: impl Future<Output = ()>) -> std::io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let mut read = BytesMut::with_capacity(8 * 1024);
         let mut write = BytesMut::with_capacity(8 * 1024);
         let mut running: FuturesUnordered<Answering> = FuturesUnordered::new();
+        let mut closing = std::pin::pin!(closing);
         loop {
             while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
                 self.take(frame, &mut running, &mut write)?;
@@ -119,6 +122,8 @@ impl DirectServer {
                 write.clear();
             }
             tokio::select! {
+                biased;
+                _ = &mut closing => break,
                 n = tokio::time::timeout(SILENT, io.read_buf(&mut read)) => {
                     match n {
                         Ok(Ok(0)) => return Ok(()),
@@ -132,6 +137,22 @@ impl DirectServer {
                 }
             }
         }
+        // Closing: every call that has arrived gets its answer (the
+        // gateway counts on one it sent being answered or refused, never
+        // dropped once decided), then the connection ends.
+        while let Some(Ok(n)) = io.read_buf(&mut read).now_or_never() {
+            if n == 0 {
+                break;
+            }
+        }
+        while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
+            self.take(frame, &mut running, &mut write)?;
+        }
+        while let Some((id, answer)) = running.next().await {
+            put_answer(&mut write, id, answer);
+        }
+        io.write_all(&write).await?;
+        io.shutdown().await
     }
 
     fn take(

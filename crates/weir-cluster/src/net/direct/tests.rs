@@ -132,7 +132,7 @@ async fn owner(tweak: impl FnOnce(&mut ClusterConfig)) -> Owner {
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let server = server.clone();
-            tokio::spawn(async move { server.serve(tcp, DEADLINE).await });
+            tokio::spawn(async move { server.serve(tcp, DEADLINE, std::future::pending()).await });
         }
     });
     Owner {
@@ -371,7 +371,9 @@ async fn served(owner: &Owner, direct: bool) -> (SocketAddr, Arc<Taken>) {
             if direct && is_direct(first[0]) {
                 counts.direct.fetch_add(1, Relaxed);
                 let server = server.clone();
-                tokio::spawn(async move { server.serve(tcp, DEADLINE).await });
+                tokio::spawn(
+                    async move { server.serve(tcp, DEADLINE, std::future::pending()).await },
+                );
             } else {
                 counts.grpc.fetch_add(1, Relaxed);
                 let _ = tx.send(Ok::<_, std::io::Error>(tcp)).await;
@@ -430,4 +432,38 @@ async fn a_link_decides_on_a_direct_connection_where_the_owner_takes_one_and_ove
             "serves direct {serves}, link may use it {uses}: the connections, each reused"
         );
     }
+}
+
+#[tokio::test]
+async fn a_closing_server_answers_the_calls_that_arrived_then_ends() {
+    let owner = owner(|_| {}).await;
+    let (mut gateway, io) = tokio::io::duplex(64 * 1024);
+    let (close, closing) = tokio::sync::oneshot::channel::<()>();
+    let server = owner.cluster.direct_server();
+    let serving = tokio::spawn(async move {
+        let closing = async move {
+            let _ = closing.await;
+        };
+        server.serve(io, DEADLINE, closing).await
+    });
+    gateway.write_all(&hello("")).await.unwrap();
+    let mut magic = [0u8; MAGIC.len()];
+    gateway.read_exact(&mut magic).await.unwrap();
+    assert_eq!(&magic, MAGIC);
+    // Two calls in, and the server told to close before it reads them.
+    let mut calls = frame_of(1, Kind::Decide, &request(1));
+    calls.extend_from_slice(&frame_of(2, Kind::Decide, &request(1)));
+    gateway.write_all(&calls).await.unwrap();
+    close.send(()).unwrap();
+    let mut answers = Vec::new();
+    gateway.read_to_end(&mut answers).await.unwrap();
+    let mut answers = BytesMut::from(&answers[..]);
+    let ids: Vec<_> = std::iter::from_fn(|| take_frame(&mut answers).unwrap())
+        .map(|f| (f.id, f.kind))
+        .collect();
+    assert_eq!(ids, [(1, Kind::Decide), (2, Kind::Decide)]);
+    tokio::time::timeout(DEADLINE, serving)
+        .await
+        .expect("the connection ended")
+        .unwrap();
 }
