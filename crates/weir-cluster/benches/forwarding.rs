@@ -304,17 +304,27 @@ async fn run() {
         max_in_flight: n,
         ..BatchConfig::default()
     };
-    for (name, batch) in [
-        ("batching on (default: 4 in flight)", BatchConfig::default()),
+    for (name, batch, grpc_only) in [
+        (
+            "batching on (default: 4 in flight)",
+            BatchConfig::default(),
+            false,
+        ),
         (
             "batching off (max_items 1)",
             BatchConfig::unbatched(CONCURRENCY),
+            false,
         ),
-        ("batching on, 1 call in flight", in_flight(1)),
-        ("batching on, 2 calls in flight", in_flight(2)),
-        ("batching on, 16 calls in flight", in_flight(16)),
+        ("batching on, 1 call in flight", in_flight(1), false),
+        ("batching on, 2 calls in flight", in_flight(2), false),
+        ("batching on, 16 calls in flight", in_flight(16), false),
+        ("batching on, over gRPC only", BatchConfig::default(), true),
     ] {
-        let nodes = cluster(3, RULES, |c| c.batch = batch).await;
+        let nodes = cluster(3, RULES, |c| {
+            c.batch = batch;
+            c.grpc_only = grpc_only;
+        })
+        .await;
         let remote = Arc::new(keys(&nodes[0], &["node-2", "node-3"], 5000, "tp"));
         let (rate, mean_batch) = throughput(&nodes[0], remote).await;
         rows.push((name, rate, mean_batch));

@@ -146,21 +146,21 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 2.0)]
     pub cores: f64,
     /// The edge (HTTP) and a local decision, per check received.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 8.9)]
     pub edge_us: f64,
     #[arg(long, default_value_t = 0.0)]
     pub gateway_call_us: f64,
-    #[arg(long, default_value_t = 13.1)]
+    #[arg(long, default_value_t = 6.0)]
     pub gateway_op_us: f64,
-    #[arg(long, default_value_t = 31.6)]
+    #[arg(long, default_value_t = 9.3)]
     pub owner_call_us: f64,
-    #[arg(long, default_value_t = 3.4)]
+    #[arg(long, default_value_t = 1.8)]
     pub owner_op_us: f64,
     /// The second copy of a counter, per admitted check.
-    #[arg(long, default_value_t = 7.8)]
+    #[arg(long, default_value_t = 3.4)]
     pub copy_us: f64,
     /// Decide call time under load.
-    #[arg(long, default_value_t = 1000.0)]
+    #[arg(long, default_value_t = 250.0)]
     pub rtt_us: f64,
     /// The whale key's share of all checks.
     #[arg(long, default_value_t = 0.2)]
