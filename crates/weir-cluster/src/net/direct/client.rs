@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -116,6 +116,10 @@ impl DirectConn {
             Dialled::Failed(e) => return Some(Err(unreachable(&e))),
         };
         let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            // The dial took the whole deadline: nothing was sent.
+            return Some(Err(PeerFailure::Timeout(deadline)));
+        }
         let answer = live.call(kind, req, left, deadline).await.and_then(|body| {
             Resp::decode(body).map_err(|e| unreachable(&format!("an answer did not decode: {e}")))
         });
@@ -234,9 +238,7 @@ impl Live {
             return;
         }
         match self.tcp.try_write(&unsent) {
-            Ok(n) => {
-                let _ = unsent.split_to(n);
-            }
+            Ok(n) => unsent.advance(n),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => {
                 drop(unsent);
@@ -306,9 +308,7 @@ async fn flush(live: Arc<Live>) {
             }
             let mut unsent = live.unsent.lock();
             match live.tcp.try_write(&unsent) {
-                Ok(n) => {
-                    let _ = unsent.split_to(n);
-                }
+                Ok(n) => unsent.advance(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(e) => {
                     drop(unsent);

@@ -19,7 +19,7 @@ use crate::net::auth::PeerAuth;
 use crate::stats::{bump, Stats};
 
 /// A connection that sends nothing, not even the gateway's pings (one
-/// each keepalive interval), for this long is closed.
+/// each keepalive interval), for a whole period of this is closed.
 const SILENT: Duration = Duration::from_secs(10);
 
 /// Serves direct Decide connections for one node.
@@ -110,6 +110,10 @@ impl DirectServer {
         let mut write = BytesMut::with_capacity(8 * 1024);
         let mut running: FuturesUnordered<Answering> = FuturesUnordered::new();
         let mut closing = std::pin::pin!(closing);
+        // Checked once a period rather than timed per read: a timer per
+        // read would cost every call a timer-wheel insert and removal.
+        let mut silent = tokio::time::interval_at(tokio::time::Instant::now() + SILENT, SILENT);
+        let mut heard = false;
         loop {
             while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
                 self.take(frame, &mut running, &mut write)?;
@@ -124,17 +128,16 @@ impl DirectServer {
             tokio::select! {
                 biased;
                 _ = &mut closing => break,
-                n = tokio::time::timeout(SILENT, io.read_buf(&mut read)) => {
-                    match n {
-                        Ok(Ok(0)) => return Ok(()),
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => return Err(e),
-                        Err(_) => return Err(std::io::Error::other("the peer went silent")),
-                    }
-                }
+                n = io.read_buf(&mut read) => match n? {
+                    0 => return Ok(()),
+                    _ => heard = true,
+                },
                 Some((id, answer)) = running.next(), if !running.is_empty() => {
                     put_answer(&mut write, id, answer);
                 }
+                _ = silent.tick() => if !std::mem::take(&mut heard) {
+                    return Err(std::io::Error::other("the peer went silent"));
+                },
             }
         }
         // Closing: every call that has arrived gets its answer (the

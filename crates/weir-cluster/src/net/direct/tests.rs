@@ -467,3 +467,37 @@ async fn a_closing_server_answers_the_calls_that_arrived_then_ends() {
         .expect("the connection ended")
         .unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_closes_a_connection_that_goes_silent_and_keeps_one_that_pings() {
+    let silent = Duration::from_secs(10);
+    let owner = owner(|_| {}).await;
+    let (mut gateway, io) = tokio::io::duplex(64 * 1024);
+    let server = owner.cluster.direct_server();
+    tokio::spawn(async move { server.serve(io, DEADLINE, std::future::pending()).await });
+    gateway.write_all(&hello("")).await.unwrap();
+    let mut magic = [0u8; MAGIC.len()];
+    gateway.read_exact(&mut magic).await.unwrap();
+    // Pings every 2 s for three silent periods: each is answered.
+    let ping = {
+        let mut out = BytesMut::new();
+        put_frame(&mut out, 0, Kind::Ping, &());
+        out
+    };
+    for _ in 0..15 {
+        gateway.write_all(&ping).await.unwrap();
+        let mut answer = [0u8; 4 + 9];
+        gateway.read_exact(&mut answer).await.expect("the pong");
+        assert_eq!(answer[12], Kind::Pong as u8);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Then nothing: closed within two periods.
+    let mut rest = Vec::new();
+    tokio::time::timeout(
+        2 * silent + Duration::from_secs(1),
+        gateway.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the owner closed the silent connection")
+    .unwrap();
+}
