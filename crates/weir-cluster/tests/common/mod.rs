@@ -83,27 +83,29 @@ fn config(seeds: &[SocketAddr], tweak: impl FnOnce(&mut ClusterConfig)) -> Clust
     config
 }
 
-/// Accepts on `listener`: direct Decide connections are served by
-/// `direct`, every other connection comes out for the gRPC server. Direct
-/// connections end when the stream is dropped, with the server.
+/// Accepts on `listener`: direct connections are served by `direct`,
+/// every other connection comes out for the gRPC server. When the stream
+/// is dropped, with the server, accepting stops and the direct
+/// connections close as a node's do: the calls that have arrived are
+/// answered first.
 fn serve_direct(
     listener: TcpListener,
     direct: DirectServer,
 ) -> impl futures::Stream<Item = std::io::Result<TcpStream>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let (open, closing) = tokio::sync::watch::channel(());
     let accepting = tokio::spawn(async move {
-        let mut diverted = tokio::task::JoinSet::new();
         while let Ok((tcp, _)) = listener.accept().await {
-            while diverted.try_join_next().is_some() {}
             // Without TCP_NODELAY a small answer can wait on a delayed ACK.
             let _ = tcp.set_nodelay(true);
-            let (tx, direct) = (tx.clone(), direct.clone());
-            diverted.spawn(async move {
+            let (tx, direct, mut closing) = (tx.clone(), direct.clone(), closing.clone());
+            tokio::spawn(async move {
+                let closing = async move {
+                    let _ = closing.changed().await;
+                };
                 let mut first = [0u8; 1];
                 match tcp.peek(&mut first).await {
-                    Ok(1) if is_direct(first[0]) => {
-                        direct.serve(tcp, DEADLINE, std::future::pending()).await
-                    }
+                    Ok(1) if is_direct(first[0]) => direct.serve(tcp, DEADLINE, closing).await,
                     Ok(1) => {
                         let _ = tx.send(Ok(tcp)).await;
                     }
@@ -112,16 +114,25 @@ fn serve_direct(
             });
         }
     });
-    let mut rx = AbortOnDrop(accepting, rx);
-    futures::stream::poll_fn(move |cx| rx.1.poll_recv(cx))
+    let mut served = Served {
+        accepting,
+        _open: open,
+        conns: rx,
+    };
+    futures::stream::poll_fn(move |cx| served.conns.poll_recv(cx))
 }
 
-/// A receiver whose task is aborted with it.
-struct AbortOnDrop<T>(JoinHandle<()>, tokio::sync::mpsc::Receiver<T>);
+/// The gRPC server's connections; dropped, it stops accepting and closes
+/// the direct connections (`_open` is their closing signal).
+struct Served {
+    accepting: JoinHandle<()>,
+    _open: tokio::sync::watch::Sender<()>,
+    conns: tokio::sync::mpsc::Receiver<std::io::Result<TcpStream>>,
+}
 
-impl<T> Drop for AbortOnDrop<T> {
+impl Drop for Served {
     fn drop(&mut self) {
-        self.0.abort();
+        self.accepting.abort();
     }
 }
 
