@@ -237,18 +237,24 @@ impl Live {
         if flushing {
             return;
         }
-        match self.tcp.try_write(&unsent) {
-            Ok(n) => unsent.advance(n),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => {
-                drop(unsent);
-                self.close(&e.to_string());
-                return;
-            }
+        if let Err(e) = self.write_now(&mut unsent) {
+            drop(unsent);
+            self.close(&e.to_string());
+            return;
         }
         if !unsent.is_empty() {
             self.flush.notify_one();
         }
+    }
+
+    /// Writes as much of `unsent` as the socket takes without waiting.
+    fn write_now(&self, unsent: &mut BytesMut) -> std::io::Result<()> {
+        match self.tcp.try_write(unsent) {
+            Ok(n) => unsent.advance(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
     }
 
     fn is_closed(&self) -> bool {
@@ -307,14 +313,10 @@ async fn flush(live: Arc<Live>) {
                 _ = live.closing() => return,
             }
             let mut unsent = live.unsent.lock();
-            match live.tcp.try_write(&unsent) {
-                Ok(n) => unsent.advance(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    drop(unsent);
-                    live.close(&e.to_string());
-                    return;
-                }
+            if let Err(e) = live.write_now(&mut unsent) {
+                drop(unsent);
+                live.close(&e.to_string());
+                return;
             }
         }
     }
