@@ -22,7 +22,7 @@ use crate::stats::{bump, Stats};
 /// each keepalive interval), for a whole period of this is closed.
 const SILENT: Duration = Duration::from_secs(10);
 
-/// Serves direct Decide connections for one node.
+/// Serves direct connections (Decide and Replicate calls) for one node.
 #[derive(Clone)]
 pub struct DirectServer {
     handler: Arc<PeerHandler>,
