@@ -406,11 +406,7 @@ impl Cluster {
     /// The `weir.v1.Peer` service to mount on this node's gRPC port, behind
     /// the cluster-secret check.
     pub fn peer_service(&self) -> PeerServiceServer {
-        let auth = PeerAuth::new(
-            self.inner.token.clone(),
-            self.inner.config.insecure_open,
-            self.inner.stats.clone(),
-        );
+        let auth = self.peer_auth();
         let service = PeerService::new(self.inner.handler.clone(), self.inner.killed.clone());
         let server = PeerServer::new(service)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
@@ -418,15 +414,11 @@ impl Cluster {
         InterceptedService::new(server, auth)
     }
 
-    /// Serves the direct Decide connections (`net::direct`) that this
+    /// Serves the direct connections (`net::direct`) that this
     /// node's gRPC listener finds among its connections, behind the same
     /// cluster-secret check as the peer service.
     pub fn direct_server(&self) -> DirectServer {
-        let auth = PeerAuth::new(
-            self.inner.token.clone(),
-            self.inner.config.insecure_open,
-            self.inner.stats.clone(),
-        );
+        let auth = self.peer_auth();
         DirectServer::new(
             self.inner.handler.clone(),
             self.inner.killed.clone(),
@@ -439,15 +431,20 @@ impl Cluster {
     /// this node is in a region.
     pub fn regions_service(&self) -> Option<RegionsServiceServer> {
         let regional = self.inner.regional.clone()?;
-        let auth = PeerAuth::new(
-            self.inner.token.clone(),
-            self.inner.config.insecure_open,
-            self.inner.stats.clone(),
-        );
+        let auth = self.peer_auth();
         Some(InterceptedService::new(
             RegionsServer::new(RegionsService::new(regional)),
             auth,
         ))
+    }
+
+    /// The cluster-secret check every peer-facing service sits behind.
+    fn peer_auth(&self) -> PeerAuth {
+        PeerAuth::new(
+            self.inner.token.clone(),
+            self.inner.config.insecure_open,
+            self.inner.stats.clone(),
+        )
     }
 
     /// This node's part in global limits: its region, the regions known,

@@ -3,10 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use dashmap::DashMap;
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 use tonic::{Code, Request, Status};
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::{
@@ -143,17 +142,12 @@ impl TonicLink {
         // Only while the dial is under way can the answer still be "ask
         // over gRPC", and only then is the link needed in the call.
         let fallback = (!conn.is_dialled()).then(|| (self.clone(), to.clone()));
-        let (direct, id, addr) = (direct.clone(), to.id.clone(), to.grpc);
+        // As over gRPC, a failed connection is redialled and a slow answer
+        // keeps it: a connection that failed reads closed, and the next
+        // call's `direct_conn` dials afresh, so nothing is done here.
         Box::pin(async move {
             match conn.call(kind, &req, deadline).await {
-                Some(answer) => {
-                    // As over gRPC: a failed connection is dropped, a slow
-                    // answer keeps it.
-                    if matches!(answer, Err(PeerFailure::Unreachable(_))) {
-                        direct.remove_if(&id, |_, slot| slot.addr == addr);
-                    }
-                    answer
-                }
+                Some(answer) => answer,
                 None => match fallback {
                     Some((link, to)) => grpc(&link, &to, req, deadline).await,
                     None => unreachable!("a dialled connection answers or fails"),

@@ -31,10 +31,22 @@ enum Dialled {
 }
 
 /// One direct connection to a peer, dialled in the background; cheap to
-/// clone, every clone calling over the same connection.
+/// clone, every clone calling over the same connection. When the last
+/// clone is dropped (the link redialled, or forgot the peer) the
+/// connection closes: its pings would otherwise keep it open for good.
 #[derive(Clone)]
 pub(crate) struct DirectConn {
-    dialled: watch::Receiver<Option<Dialled>>,
+    dialled: Arc<Handle>,
+}
+
+struct Handle(watch::Receiver<Option<Dialled>>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(Dialled::Live(live)) = &*self.0.borrow() {
+            live.close("no longer used");
+        }
+    }
 }
 
 /// Settings of a direct connection.
@@ -60,16 +72,27 @@ impl DirectConn {
                     Dialled::Failed(e.to_string())
                 }
             };
-            let _ = tx.send(Some(result));
+            // Nobody holds the connection any more: it was dialled for no one.
+            if let Err(unused) = tx.send(Some(result)) {
+                if let Some(Dialled::Live(live)) = unused.0 {
+                    live.close("no longer used");
+                }
+            }
         });
-        DirectConn { dialled }
+        DirectConn {
+            dialled: Arc::new(Handle(dialled)),
+        }
+    }
+
+    fn dialled(&self) -> watch::Ref<'_, Option<Dialled>> {
+        self.dialled.0.borrow()
     }
 
     /// Whether calls made now can never succeed here: the dial failed, or
     /// the connection has closed since. A peer without direct calls is
     /// not closed: it is asked over gRPC, for as long as it is at this address.
     pub fn is_closed(&self) -> bool {
-        match &*self.dialled.borrow() {
+        match &*self.dialled() {
             None | Some(Dialled::Unsupported) => false,
             Some(Dialled::Live(live)) => live.is_closed(),
             Some(Dialled::Failed(_)) => true,
@@ -78,18 +101,18 @@ impl DirectConn {
 
     /// Whether the peer said it takes no direct calls.
     pub fn is_unsupported(&self) -> bool {
-        matches!(&*self.dialled.borrow(), Some(Dialled::Unsupported))
+        matches!(&*self.dialled(), Some(Dialled::Unsupported))
     }
 
     /// Whether the dial has ended, one way or another.
     pub fn is_dialled(&self) -> bool {
-        self.dialled.borrow().is_some()
+        self.dialled().is_some()
     }
 
     /// Calls waiting for their answers on the live connection.
     #[cfg(test)]
     pub fn waiting(&self) -> usize {
-        match &*self.dialled.borrow() {
+        match &*self.dialled() {
             Some(Dialled::Live(live)) => live.waiting.lock().len(),
             _ => 0,
         }
@@ -103,19 +126,28 @@ impl DirectConn {
         req: &impl Message,
         deadline: Duration,
     ) -> Option<Result<Resp, PeerFailure>> {
-        let started = Instant::now();
-        let mut dialled = self.dialled.clone();
-        let ended = match tokio::time::timeout(deadline, dialled.wait_for(Option::is_some)).await {
-            Err(_) => return Some(Err(PeerFailure::Timeout(deadline))),
-            Ok(Err(_)) => return Some(Err(unreachable("the dial was abandoned"))),
-            Ok(Ok(d)) => d.clone().expect("waited for the dial to end"),
+        // Dialled already (every call but a connection's first few): no
+        // wait and no clock read before the send.
+        let ended = self.dialled().clone();
+        let (ended, left) = match ended {
+            Some(ended) => (ended, deadline),
+            None => {
+                let started = Instant::now();
+                let mut dialled = self.dialled.0.clone();
+                let wait = dialled.wait_for(Option::is_some);
+                let ended = match tokio::time::timeout(deadline, wait).await {
+                    Err(_) => return Some(Err(PeerFailure::Timeout(deadline))),
+                    Ok(Err(_)) => return Some(Err(unreachable("the dial was abandoned"))),
+                    Ok(Ok(d)) => d.clone().expect("waited for the dial to end"),
+                };
+                (ended, deadline.saturating_sub(started.elapsed()))
+            }
         };
         let live = match ended {
             Dialled::Live(live) => live,
             Dialled::Unsupported => return None,
             Dialled::Failed(e) => return Some(Err(unreachable(&e))),
         };
-        let left = deadline.saturating_sub(started.elapsed());
         if left.is_zero() {
             // The dial took the whole deadline: nothing was sent.
             return Some(Err(PeerFailure::Timeout(deadline)));
@@ -177,8 +209,9 @@ struct Live {
     unsent: Mutex<BytesMut>,
     /// Wakes the flusher when a write could not finish at once.
     flush: Notify,
-    /// Callers waiting for answers, by call id.
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    /// Callers waiting for answers, by call id (ids are this node's own,
+    /// so a fast hasher is safe).
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>, foldhash::fast::RandomState>>,
     next_id: AtomicU64,
     /// Set once, when the connection closes; the reader and the flusher
     /// end on it.
@@ -211,29 +244,34 @@ impl Live {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().insert(id, tx);
-        // Taken out again however the call ends, so an answer that never
-        // comes leaves nothing behind.
-        let _waiting = Waiting { live: self, id };
+        // Taken out again if the call ends unanswered, so an answer that
+        // never comes leaves nothing behind (an answer was taken out by
+        // the reader that handed it over).
+        let mut waiting = Waiting {
+            live: self,
+            id,
+            answered: false,
+        };
         // Checked after the entry is in: a close from now on fails it.
         if self.is_closed() {
             return Err(unreachable("closed"));
         }
-        let mut frame = BytesMut::new();
-        put_frame(&mut frame, id, kind, req);
-        self.send(&frame);
-        match tokio::time::timeout(left, rx).await {
+        self.send(id, kind, req);
+        let answer = match tokio::time::timeout(left, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(unreachable("closed with the call in flight")),
-            Err(_) => Err(PeerFailure::Timeout(deadline)),
-        }
+            Err(_) => return Err(PeerFailure::Timeout(deadline)),
+        };
+        waiting.answered = true;
+        answer
     }
 
-    /// Writes `frame` now if nothing is queued ahead of it and the socket
+    /// Writes a frame now if nothing is queued ahead of it and the socket
     /// takes it; what it does not take, the flusher writes.
-    fn send(&self, frame: &[u8]) {
+    fn send(&self, id: u64, kind: Kind, message: &impl Message) {
         let mut unsent = self.unsent.lock();
         let flushing = !unsent.is_empty();
-        unsent.extend_from_slice(frame);
+        put_frame(&mut unsent, id, kind, message);
         if flushing {
             return;
         }
@@ -282,24 +320,29 @@ impl Live {
     }
 }
 
-/// Removes a call's entry when the call ends, answered or not.
+/// Removes a call's entry when the call ends without its answer.
 struct Waiting<'a> {
     live: &'a Live,
     id: u64,
+    answered: bool,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.live.waiting.lock().remove(&self.id);
+        if !self.answered {
+            self.live.waiting.lock().remove(&self.id);
+        }
     }
 }
 
 /// Writes what callers could not write at once, whenever there is some.
 async fn flush(live: Arc<Live>) {
+    let closing = live.closing();
+    tokio::pin!(closing);
     loop {
         tokio::select! {
             _ = live.flush.notified() => {}
-            _ = live.closing() => return,
+            _ = &mut closing => return,
         }
         loop {
             if live.unsent.lock().is_empty() {
@@ -310,7 +353,7 @@ async fn flush(live: Arc<Live>) {
                     live.close(&e.to_string());
                     return;
                 },
-                _ = live.closing() => return,
+                _ = &mut closing => return,
             }
             let mut unsent = live.unsent.lock();
             if let Err(e) = live.write_now(&mut unsent) {
@@ -323,31 +366,35 @@ async fn flush(live: Arc<Live>) {
 }
 
 /// Reads answers and hands each to its caller; pings the peer each
-/// `keepalive` and closes the connection when two go by with nothing read.
+/// `keepalive` and closes the connection when two whole intervals go by
+/// with nothing read (counted in ticks, so a read costs no clock read).
 async fn read_answers(live: Arc<Live>, keepalive: Duration) {
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let mut heard = Instant::now();
+    let mut silent_ticks = 0u32;
     let mut ping = tokio::time::interval(keepalive);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let closing = live.closing();
+    tokio::pin!(closing);
     let why = loop {
         tokio::select! {
             r = live.tcp.readable() => if let Err(e) = r {
                 break e.to_string();
             },
             _ = ping.tick() => {
-                if heard.elapsed() > 2 * keepalive {
+                // The first tick is at once: two more with nothing read
+                // are two whole intervals.
+                silent_ticks += 1;
+                if silent_ticks > 2 {
                     break format!("no answer to pings for {:?}", 2 * keepalive);
                 }
-                let mut frame = BytesMut::new();
-                put_frame(&mut frame, 0, Kind::Ping, &());
-                live.send(&frame);
+                live.send(0, Kind::Ping, &());
                 continue;
             }
-            _ = live.closing() => return,
+            _ = &mut closing => return,
         }
         match live.tcp.try_read_buf(&mut buf) {
             Ok(0) => break "the peer closed it".to_string(),
-            Ok(_) => heard = Instant::now(),
+            Ok(_) => silent_ticks = 0,
             Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
             Err(e) => break e.to_string(),
         }
@@ -367,7 +414,9 @@ fn hand_out(live: &Live, buf: &mut BytesMut) -> Result<(), String> {
             Kind::Unavailable => Err(unreachable("the peer was killed")),
             Kind::Ping => return Err("the peer sent a ping".to_string()),
         };
-        if let Some(tx) = live.waiting.lock().remove(&frame.id) {
+        // Taken out before the send: the caller is woken with no lock held.
+        let waiting = live.waiting.lock().remove(&frame.id);
+        if let Some(tx) = waiting {
             let _ = tx.send(answer);
         }
     }

@@ -31,7 +31,9 @@ pub struct DirectServer {
     stats: Arc<Stats>,
 }
 
-type Answering = Pin<Box<dyn Future<Output = (u64, Option<DecideResponse>)> + Send>>;
+/// A call being answered; it borrows the server, so a call costs no
+/// reference counts.
+type Answering<'a> = Pin<Box<dyn Future<Output = (u64, Option<DecideResponse>)> + Send + 'a>>;
 
 impl DirectServer {
     pub(crate) fn new(
@@ -158,26 +160,24 @@ impl DirectServer {
         io.shutdown().await
     }
 
-    fn take(
-        &self,
+    fn take<'a>(
+        &'a self,
         frame: Frame,
-        running: &mut FuturesUnordered<Answering>,
+        running: &mut FuturesUnordered<Answering<'a>>,
         write: &mut BytesMut,
     ) -> std::io::Result<()> {
         match frame.kind {
             Kind::Ping => put_frame(write, frame.id, Kind::Pong, &()),
             Kind::Decide => {
                 let req = DecideRequest::decode(frame.body).map_err(std::io::Error::other)?;
-                let handler = self.handler.clone();
-                let killed = self.killed.clone();
                 let id = frame.id;
                 running.push(Box::pin(async move {
                     // A killed member answers no call, even one on a
                     // connection that outlived it.
-                    if killed.load(Ordering::SeqCst) {
+                    if self.killed.load(Ordering::SeqCst) {
                         return (id, None);
                     }
-                    (id, Some(handler.decide(req).await))
+                    (id, Some(self.handler.decide(req).await))
                 }));
             }
             Kind::Replicate => {

@@ -331,17 +331,21 @@ async fn a_connection_whose_pings_go_unanswered_closes() {
 #[tokio::test]
 async fn an_owner_keeps_a_connection_that_pings_open() {
     let owner = owner(|_| {}).await;
+    // Long enough that a busy machine's stall of a few hundred
+    // milliseconds does not pass for silence.
+    let keepalive = Duration::from_millis(200);
     let config = DirectConfig {
-        keepalive: Duration::from_millis(20),
+        keepalive,
         ..CONFIG
     };
     let conn = DirectConn::dial(owner.addr, None, config);
     assert!(allowed(decide(&conn, 1, DEADLINE).await));
-    // Ten keepalive intervals: the pongs keep it open.
-    let until = tokio::time::Instant::now() + Duration::from_millis(200);
+    // Ten keepalive intervals with no call: only the pongs keep it open
+    // (without them it closes after two or three).
+    let until = tokio::time::Instant::now() + 10 * keepalive;
     while tokio::time::Instant::now() < until {
         assert!(!conn.is_closed());
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(keepalive / 10).await;
     }
     assert!(allowed(decide(&conn, 1, DEADLINE).await));
 }
@@ -500,4 +504,52 @@ async fn an_owner_closes_a_connection_that_goes_silent_and_keeps_one_that_pings(
     .await
     .expect("the owner closed the silent connection")
     .unwrap();
+}
+
+/// A peer that takes the hello and answers every ping, and says when the
+/// gateway closes the connection.
+async fn ponging_peer() -> (SocketAddr, tokio::sync::oneshot::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed, closed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; MAGIC.len() + 2];
+        tcp.read_exact(&mut head).await.unwrap();
+        tcp.write_all(MAGIC).await.unwrap();
+        let mut buf = BytesMut::new();
+        while tcp.read_buf(&mut buf).await.is_ok_and(|n| n > 0) {
+            while let Some(frame) = take_frame(&mut buf).unwrap() {
+                if frame.kind == Kind::Ping {
+                    let mut pong = BytesMut::new();
+                    put_frame(&mut pong, frame.id, Kind::Pong, &());
+                    tcp.write_all(&pong).await.unwrap();
+                }
+            }
+        }
+        let _ = closed.send(());
+    });
+    (addr, closed_rx)
+}
+
+#[tokio::test]
+async fn a_connection_no_one_holds_any_more_is_closed() {
+    let (addr, closed) = ponging_peer().await;
+    let config = DirectConfig {
+        keepalive: Duration::from_millis(20),
+        ..CONFIG
+    };
+    let conn = DirectConn::dial(addr, None, config);
+    // The peer answers pings but no calls: this one waits out its deadline
+    // on the live connection.
+    let short = Duration::from_millis(50);
+    assert_eq!(
+        decide(&conn, 1, short).await,
+        Some(Err(PeerFailure::Timeout(short)))
+    );
+    drop(conn);
+    tokio::time::timeout(DEADLINE, closed)
+        .await
+        .expect("the connection closed once no one held it")
+        .unwrap();
 }
