@@ -50,6 +50,44 @@ async fn a_crashed_owners_keys_keep_their_counts_on_its_replica_holder() {
     );
 }
 
+/// Guard: the owner crashes before any copy of a key reached its holder
+/// (cut off from it here). What its gateway heard it admit is reported to
+/// the holder, which starts the key's copy from it: the five are not
+/// granted again. Without that the holder decided on a fresh count and
+/// the key admitted twenty more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_owner_admitted_before_its_first_copy_survives_its_crash() {
+    let net = MemoryNet::new();
+    let mut nodes = memory_cluster(&net, 3, RULES, |_| {}).await;
+    let ring = nodes[0].cluster.ring();
+    let key = (0..100_000)
+        .map(|i| format!("uncopied-{i}"))
+        .find(|k| {
+            ring.owner_id(k) == Some("node-3")
+                && ring.replica_of(k).is_some_and(|h| h.id == "node-2")
+        })
+        .expect("a key node-3 owns and node-2 holds");
+    nodes[2].partition_from(&[&nodes[1]]);
+    assert_eq!(admitted_round_robin(&[&nodes[0]], &key, 5).await, 5);
+    assert_eq!(nodes[2].cluster.stats().replicated, 0, "no copy landed");
+    nodes.pop().unwrap().kill().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
+    assert_eq!(admitted, LIMIT - 5, "the five survived the crash");
+    let recovered: u64 = survivors
+        .iter()
+        .map(|n| n.cluster.stats().admissions_recovered)
+        .sum();
+    assert_eq!(recovered, 5, "reported by node-1, added at node-2");
+    wait_until("the holder owns the key", || {
+        survivors
+            .iter()
+            .all(|n| n.cluster.owner_of(&key).is_some_and(|o| o.id == "node-2"))
+    })
+    .await;
+    assert_eq!(admitted_round_robin(&survivors, &key, 5).await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_one_copy_a_crashed_owner_is_decided_on_the_local_fallback_until_the_ring_drops_it() {
     let mut nodes = cluster(3, RULES, |c| {

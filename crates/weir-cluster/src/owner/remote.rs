@@ -26,7 +26,7 @@ use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
-use super::replica::Replicas;
+use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -425,10 +425,17 @@ impl Remote {
             let dead = lost;
             bump(&self.stats.admissions_reported, 1);
             if owner.id == self.routing.me() {
-                let limiter = self.limiter();
+                let admitted = Admitted {
+                    owner: dead,
+                    rule: &a.rule,
+                    hash_part: &a.hash_part,
+                    cost: a.cost,
+                    at: a.at,
+                };
+                let (limiter, here) = (self.limiter(), self.routing.ring());
                 if self
                     .replicas
-                    .admitted_by(dead, &a.rule, &a.hash_part, a.cost, a.at, limiter)
+                    .admitted_by(&admitted, limiter, &here, self.routing.me())
                 {
                     bump(&self.stats.admissions_recovered, 1);
                     self.replicator.mark(&a.rule, &a.hash_part, now);

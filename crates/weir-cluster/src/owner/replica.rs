@@ -18,8 +18,9 @@
 //! A copy lags its owner by one replication round trip. When an owner dies,
 //! the gateways it answered report the admissions it made in their last
 //! seconds ([`Replicas::admitted_by`]); those made after the copy was taken
-//! are added to it, so a crash loses only admissions whose answer never
-//! left the owner (which their gateways refused) and the owner's own.
+//! are added to it (or start one, for a key no copy of had arrived), so a
+//! crash loses only admissions whose answer never left the owner (which
+//! their gateways refused) and the owner's own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +84,25 @@ pub struct Owed {
     pub at: Nanos,
 }
 
+/// An admission a lost owner made, as a gateway it answered reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted<'a> {
+    pub owner: &'a str,
+    pub rule: &'a str,
+    pub hash_part: &'a str,
+    pub cost: u64,
+    /// The owner's decision time, on its clock.
+    pub at: Nanos,
+}
+
+/// The last handoff a node sent here.
+struct Handoff {
+    /// Its clock once it had taken the counters.
+    at: Nanos,
+    /// This node's clock when it arrived.
+    kept_from: Nanos,
+}
+
 struct Base {
     owner: String,
     boot: u64,
@@ -122,6 +142,11 @@ pub struct Replicas {
     meta: DashMap<Key, Meta, foldhash::fast::RandomState>,
     bases: DashMap<Key, Base, foldhash::fast::RandomState>,
     handed: DashMap<Key, Handed, foldhash::fast::RandomState>,
+    /// By sender, when its last handoff here was taken: what it admitted
+    /// before, of the keys it handed, is in it. A rebalance hands only
+    /// some keys; a report of another key's admission from before it is
+    /// refused as it was before copies could be started.
+    handoffs: DashMap<String, Handoff, foldhash::fast::RandomState>,
 }
 
 fn key(rule: &str, hash_part: &str) -> Key {
@@ -147,6 +172,7 @@ impl Replicas {
             meta: DashMap::default(),
             bases: DashMap::default(),
             handed: DashMap::default(),
+            handoffs: DashMap::default(),
         }
     }
 
@@ -293,6 +319,7 @@ impl Replicas {
             at: from.at,
             kept_from: self.store.now(),
         };
+        self.handoff_from(from);
         match self.meta.entry(key(&rule, &hash_part)) {
             Entry::Occupied(copy) => {
                 main.absorb(snap)?;
@@ -321,6 +348,26 @@ impl Replicas {
                 main.absorb(snap)
             }
         }
+    }
+
+    /// Remembers that `from` handed its counters over, before any of
+    /// them lands: a report of an admission it made before, arriving
+    /// after this, starts no copy. One that arrived earlier started a copy
+    /// that the key's handed count supersedes.
+    fn handoff_from(&self, from: &Sender) {
+        let kept_from = self.store.now();
+        if let Some(mut h) = self.handoffs.get_mut(from.node) {
+            h.at = h.at.max(from.at);
+            h.kept_from = kept_from;
+            return;
+        }
+        self.handoffs.insert(
+            from.node.to_string(),
+            Handoff {
+                at: from.at,
+                kept_from,
+            },
+        );
     }
 
     /// Stand-in admissions to charge to the owners `payable` accepts, each
@@ -369,44 +416,77 @@ impl Replicas {
         }
     }
 
-    /// An admission `owner` made at `at` on its clock, reported by a gateway
-    /// it answered once it was gone: added to the copy (or the counter
+    /// An admission its owner made, reported by a gateway the owner
+    /// answered once it was lost: added to the copy (or the counter
     /// promoted from it) unless the copy already holds it. True when added.
-    pub fn admitted_by(
-        &self,
-        owner: &str,
-        rule: &str,
-        hash_part: &str,
-        cost: u64,
-        at: Nanos,
-        main: &Limiter,
-    ) -> bool {
-        let k = key(rule, hash_part);
-        // Each guard is of its own map, held over the other map only.
-        if let Some(mut m) = self.meta.get_mut(&k) {
-            if m.owner != owner
-                || at <= m.taken_at
-                || self.store.charge(rule, hash_part, cost).is_err()
-            {
-                return false;
+    ///
+    /// With no copy here yet (the owner admitted the key before its first
+    /// copy arrived), a copy is started from nothing with this admission,
+    /// while `ring` (this node's) still has the owner, with this node its
+    /// key's holder. From then on it is a copy like any other: a copy the
+    /// owner took later replaces it, a handoff supersedes it, and the ring
+    /// dropping the owner promotes it. Dropped instead, the admission would
+    /// be granted again by the key's next owner. An admission the owner
+    /// took before handing its counters here is in the handoff already.
+    pub fn admitted_by(&self, a: &Admitted, main: &Limiter, ring: &Ring, me: &str) -> bool {
+        // The copy's entry is held through; each other guard is of its own
+        // map, held over no other access of it.
+        match self.meta.entry(key(a.rule, a.hash_part)) {
+            Entry::Occupied(mut copy) => {
+                let m = copy.get_mut();
+                if m.owner != a.owner
+                    || a.at <= m.taken_at
+                    || self.store.charge(a.rule, a.hash_part, a.cost).is_err()
+                {
+                    return false;
+                }
+                // Applied by the owner at `at`: later copies include it.
+                m.standins.push(Standin {
+                    at: a.at,
+                    cost: a.cost,
+                    charged: Charged::At(a.at),
+                });
+                true
             }
-            // Applied by the owner at `at`: later copies include it.
-            m.standins.push(Standin {
-                at,
-                cost,
-                charged: Charged::At(at),
-            });
-            return true;
-        }
-        if let Some(mut b) = self.bases.get_mut(&k) {
-            if b.owner != owner || at <= b.taken_at || main.charge(rule, hash_part, cost).is_err() {
-                return false;
+            Entry::Vacant(slot) => {
+                if let Some(mut b) = self.bases.get_mut(slot.key()) {
+                    if b.owner != a.owner
+                        || a.at <= b.taken_at
+                        || main.charge(a.rule, a.hash_part, a.cost).is_err()
+                    {
+                        return false;
+                    }
+                    // The owner holds it too: what goes back to it after a
+                    // heal must not.
+                    return self.store.charge_state(a.rule, &mut b.state, a.cost);
+                }
+                let handed = self.handoffs.get(a.owner).is_some_and(|h| a.at <= h.at);
+                let holder = ring.owner_id(a.hash_part) == Some(a.owner)
+                    && ring.replica_of(a.hash_part).is_some_and(|h| h.id == me);
+                let boot = ring
+                    .members()
+                    .iter()
+                    .find(|m| m.id == a.owner)
+                    .map(|m| m.boot);
+                let Some(boot) = boot.filter(|_| holder && !handed) else {
+                    return false;
+                };
+                if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
+                    return false;
+                }
+                slot.insert(Meta {
+                    owner: a.owner.to_string(),
+                    boot,
+                    taken_at: 0,
+                    standins: vec![Standin {
+                        at: a.at,
+                        cost: a.cost,
+                        charged: Charged::At(a.at),
+                    }],
+                });
+                true
             }
-            // The owner holds it too: what goes back to it after a heal
-            // must not.
-            return self.store.charge_state(rule, &mut b.state, cost);
         }
-        false
     }
 
     /// On a new ring: copies whose owner left it. Those this node now owns
@@ -515,6 +595,8 @@ impl Replicas {
         self.bases.retain(|_, b| now.saturating_sub(b.at) < kept);
         let kept = nanos(HANDED_KEPT);
         self.handed
+            .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
+        self.handoffs
             .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
     }
 

@@ -9,7 +9,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 use super::lease::Lessor;
 use super::local::{Consumed, Local};
 use super::peers::{Peers, Reply};
-use super::replica::Replicas;
+use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::ring::Ring;
@@ -227,9 +227,17 @@ impl OwnerService {
             OpKind::Lease => wire::not_owner("only the key's owner leases"),
             // A dead owner's admission, reported by a gateway it answered.
             OpKind::Charge => {
+                let admitted = Admitted {
+                    owner,
+                    rule: &op.rule,
+                    hash_part: &op.key,
+                    cost: op.cost,
+                    at: op.at,
+                };
+                let ring = self.routing.ring();
                 if self
                     .replicas
-                    .admitted_by(owner, &op.rule, &op.key, op.cost, op.at, limiter)
+                    .admitted_by(&admitted, limiter, &ring, self.routing.me())
                 {
                     bump(&self.stats.admissions_recovered, 1);
                     self.replicator

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::owner::replica::Admitted;
 use weir_core::{AlgorithmKind, Decision, FakeClock, LimiterConfig, Nanos, RuleSet};
 
 #[test]
@@ -95,6 +96,15 @@ impl Scene {
     /// `n3` has admitted `copied` for the key and streamed that count to
     /// `n1`.
     fn new(kind: AlgorithmKind, copied: usize) -> Scene {
+        let s = Scene::uncopied(kind);
+        s.owner_admits(copied);
+        let copy = s.owner.snapshot(s.rule, &s.key).unwrap();
+        assert_eq!(s.take(s.owner.now(), copy), 1);
+        s
+    }
+
+    /// No copy of the key has reached `n1` yet.
+    fn uncopied(kind: AlgorithmKind) -> Scene {
         let rule = kind.as_str();
         let burst = if kind == AlgorithmKind::LeakyBucket {
             format!("burst = {LIMIT}\n")
@@ -115,7 +125,7 @@ impl Scene {
             .map(|i| format!("k{i}"))
             .find(|k| with_owner.owner_id(k) == Some(OWNER) && after.owner_id(k) == Some(ME))
             .unwrap();
-        let s = Scene {
+        Scene {
             clock,
             owner,
             main,
@@ -123,11 +133,7 @@ impl Scene {
             with_owner,
             rule,
             key,
-        };
-        s.owner_admits(copied);
-        let copy = s.owner.snapshot(rule, &s.key).unwrap();
-        assert_eq!(s.take(s.owner.now(), copy), 1);
-        s
+        }
     }
 
     /// A copy n3 took at `taken_at` reaches n1.
@@ -145,6 +151,24 @@ impl Scene {
             assert!(d.allowed, "{}: {d:?}", self.rule);
         }
         at
+    }
+
+    /// A gateway reports to `me` that `n3` admitted `n` at `at`; how many
+    /// were added.
+    fn reported(&self, n: usize, at: Nanos, me: &str) -> usize {
+        let a = Admitted {
+            owner: OWNER,
+            rule: self.rule,
+            hash_part: &self.key,
+            cost: 1,
+            at,
+        };
+        (0..n)
+            .filter(|_| {
+                self.copies
+                    .admitted_by(&a, &self.main, &self.with_owner, me)
+            })
+            .count()
     }
 
     /// `n1`'s ring drops `n3`: the copy becomes `n1`'s counter. Returns
@@ -202,10 +226,92 @@ fn a_handoff_after_the_copy_was_promoted_adds_only_what_the_owner_spent_past_it(
         assert_eq!(s.ring_drops_the_owner(), 1);
         // A gateway n3 answered reports its 14th admission; its 15th
         // (n3's own, say) only the handoff carries.
-        assert!(s.copies.admitted_by(OWNER, s.rule, &s.key, 1, at, &s.main));
+        assert_eq!(s.reported(1, at, ME), 1);
         s.handoff_arrives(BOOT);
         assert_eq!(s.left(), LIMIT - 15, "{kind:?}");
     }
+}
+
+/// Guard: `n3` admitted the key and crashed before any copy of it
+/// reached `n1`. The admissions its gateways report start a copy, which
+/// the ring change promotes: the key's next owner does not grant them
+/// again. Dropped, as they were, the key admitted 20 more.
+#[test]
+fn admissions_made_before_the_first_copy_are_counted_by_the_next_owner() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(5);
+        assert_eq!(s.reported(5, at, ME), 5, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 5, "{kind:?}");
+    }
+}
+
+/// A copy `n3` took before the reported admissions, landing after their
+/// report, replaces the started copy and keeps them on top; one it took
+/// after them already holds them.
+#[test]
+fn a_copy_landing_after_the_report_keeps_only_what_it_lacks() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        s.owner_admits(2);
+        let (early, early_at) = (s.owner.snapshot(s.rule, &s.key).unwrap(), s.owner.now());
+        let at = s.owner_admits(3);
+        assert_eq!(s.reported(3, at, ME), 3, "{kind:?}");
+        assert_eq!(s.take(early_at, early), 1, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 5, "2 in the copy, 3 reported: {kind:?}");
+
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(3);
+        assert_eq!(s.reported(3, at, ME), 3, "{kind:?}");
+        s.owner_admits(1);
+        let late = s.owner.snapshot(s.rule, &s.key).unwrap();
+        assert_eq!(s.take(s.owner.now(), late), 1, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 4, "the copy holds all four: {kind:?}");
+    }
+}
+
+/// Guard: `n3` left gracefully and handed the key over before any copy
+/// of it reached `n1`; a gateway's report of what it admitted before the
+/// handoff then starts no copy, which the ring change would promote on
+/// top of the handed count.
+#[test]
+fn admissions_reported_after_their_handoff_are_not_counted_again() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(4);
+        s.handoff_arrives(BOOT);
+        assert_eq!(s.reported(4, at, ME), 0, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 4, "{kind:?}");
+    }
+}
+
+/// A report that lands before the handoff starts a copy, and the handoff
+/// supersedes it: the admissions count once.
+#[test]
+fn admissions_reported_before_their_handoff_count_once() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(4);
+        assert_eq!(s.reported(4, at, ME), 4, "{kind:?}");
+        s.handoff_arrives(BOOT);
+        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 4, "{kind:?}");
+    }
+}
+
+/// Guard: only the key's holder on this node's ring starts a copy. On
+/// `n2`, which holds none of `n3`'s copies of this key, a report starts
+/// nothing that a later ring change could promote.
+#[test]
+fn a_node_that_is_not_the_keys_holder_starts_no_copy() {
+    let s = Scene::uncopied(AlgorithmKind::TokenBucket);
+    let at = s.owner_admits(2);
+    assert_eq!(s.reported(2, at, "n2"), 0);
+    assert_eq!(s.copies.holder_of(s.rule, &s.key), None);
 }
 
 /// Guard: a handoff that lands first supersedes the copy, so a ring
