@@ -410,7 +410,8 @@ impl Remote {
     /// without handing its counters over: what it admitted for this
     /// gateway lately goes to the holders of its keys' copies (their new
     /// owners, once the ring dropped it), which add what their copy was
-    /// taken before. Safe for an owner that is only cut off: a copy it
+    /// taken before, or start the copy with it when none had arrived.
+    /// Safe for an owner that is only cut off: a copy it
     /// takes later holds these admissions and replaces them.
     pub fn report_lost(&self, lost: &str, ring: &Ring) {
         let now = self.now();

@@ -423,7 +423,9 @@ impl Replicas {
     /// With no copy here yet (the owner admitted the key before its first
     /// copy arrived), a copy is started from nothing with this admission,
     /// while `ring` (this node's) still has the owner, with this node its
-    /// key's holder. From then on it is a copy like any other: a copy the
+    /// key's holder; or, when this node's counters hold the key (stand-ins
+    /// that found no copy), it is charged there, where the ring dropping
+    /// the owner leaves it. From then on it is a copy like any other: a copy the
     /// owner took later replaces it, a handoff supersedes it, and the ring
     /// dropping the owner promotes it. Dropped instead, the admission would
     /// be granted again by the key's next owner. An admission the owner
@@ -471,6 +473,11 @@ impl Replicas {
                 let Some(boot) = boot.filter(|_| holder && !handed) else {
                     return false;
                 };
+                if main.holds(a.rule, a.hash_part) {
+                    // Stand-ins that found no copy were decided there:
+                    // the key's one count here stays in one place.
+                    return main.charge(a.rule, a.hash_part, a.cost).is_ok();
+                }
                 if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
                     return false;
                 }

@@ -303,6 +303,24 @@ fn admissions_reported_before_their_handoff_count_once() {
     }
 }
 
+/// Guard: a stand-in that found no copy was decided on `n1`'s counters;
+/// admissions reported after it are charged there too, so the stand-ins
+/// that follow see all of them. A copy started beside that count would
+/// split the key's count in two, each admitting past the other.
+#[test]
+fn admissions_reported_after_a_stand_in_without_a_copy_join_its_count() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(3);
+        assert!(s.stand_in().is_none(), "{kind:?}: no copy to decide on");
+        let d = s.main.consume(s.rule, &s.key, 1, s.main.now()).unwrap();
+        assert!(d.allowed, "{kind:?}");
+        assert_eq!(s.reported(3, at, ME), 3, "{kind:?}");
+        assert!(s.stand_in().is_none(), "{kind:?}: still decided here");
+        assert_eq!(s.left(), LIMIT - 4, "{kind:?}");
+    }
+}
+
 /// Guard: only the key's holder on this node's ring starts a copy. On
 /// `n2`, which holds none of `n3`'s copies of this key, a report starts
 /// nothing that a later ring change could promote.
