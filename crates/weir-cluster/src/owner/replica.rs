@@ -95,14 +95,6 @@ pub struct Admitted<'a> {
     pub at: Nanos,
 }
 
-/// The last handoff a node sent here.
-struct Handoff {
-    /// Its clock once it had taken the counters.
-    at: Nanos,
-    /// This node's clock when it arrived.
-    kept_from: Nanos,
-}
-
 struct Base {
     owner: String,
     boot: u64,
@@ -142,11 +134,12 @@ pub struct Replicas {
     meta: DashMap<Key, Meta, foldhash::fast::RandomState>,
     bases: DashMap<Key, Base, foldhash::fast::RandomState>,
     handed: DashMap<Key, Handed, foldhash::fast::RandomState>,
-    /// By sender, when its last handoff here was taken: what it admitted
-    /// before, of the keys it handed, is in it. A rebalance hands only
-    /// some keys; a report of another key's admission from before it is
-    /// refused as it was before copies could be started.
-    handoffs: DashMap<String, Handoff, foldhash::fast::RandomState>,
+    /// The nodes that handed counters here lately, with this node's clock
+    /// when the last handoff of each arrived. A report of their
+    /// admissions starts no copy: see `admitted_by`. (A rebalance hands
+    /// only some keys; a report of another key is refused, as every report
+    /// without a copy was before copies could be started.)
+    handoffs: DashMap<String, Nanos, foldhash::fast::RandomState>,
 }
 
 fn key(rule: &str, hash_part: &str) -> Key {
@@ -351,23 +344,16 @@ impl Replicas {
     }
 
     /// Remembers that `from` handed its counters over, before any of
-    /// them lands: a report of an admission it made before, arriving
-    /// after this, starts no copy. One that arrived earlier started a copy
-    /// that the key's handed count supersedes.
+    /// them lands: a report of its admissions arriving after this starts
+    /// no copy. One that arrived earlier started a copy that the key's
+    /// handed count supersedes.
     fn handoff_from(&self, from: &Sender) {
-        let kept_from = self.store.now();
-        if let Some(mut h) = self.handoffs.get_mut(from.node) {
-            h.at = h.at.max(from.at);
-            h.kept_from = kept_from;
+        let now = self.store.now();
+        if let Some(mut at) = self.handoffs.get_mut(from.node) {
+            *at = now;
             return;
         }
-        self.handoffs.insert(
-            from.node.to_string(),
-            Handoff {
-                at: from.at,
-                kept_from,
-            },
-        );
+        self.handoffs.insert(from.node.to_string(), now);
     }
 
     /// Stand-in admissions to charge to the owners `payable` accepts, each
@@ -423,13 +409,13 @@ impl Replicas {
     /// With no copy here yet (the owner admitted the key before its first
     /// copy arrived), a copy is started from nothing with this admission,
     /// while `ring` (this node's) still has the owner, with this node its
-    /// key's holder; or, when this node's counters hold the key (stand-ins
-    /// that found no copy), it is charged there, where the ring dropping
-    /// the owner leaves it. From then on it is a copy like any other: a copy the
+    /// key's holder. From then on it is a copy like any other: a copy the
     /// owner took later replaces it, a handoff supersedes it, and the ring
     /// dropping the owner promotes it. Dropped instead, the admission would
-    /// be granted again by the key's next owner. An admission the owner
-    /// took before handing its counters here is in the handoff already.
+    /// be granted again by the key's next owner. Once the owner handed its
+    /// counters here, none is started: what it admitted before is in the
+    /// handoff, and what it admitted after (a leaving owner sends its
+    /// checks on) was decided here.
     pub fn admitted_by(&self, a: &Admitted, main: &Limiter, ring: &Ring, me: &str) -> bool {
         // The copy's entry is held through; each other guard is of its own
         // map, held over no other access of it.
@@ -462,7 +448,7 @@ impl Replicas {
                     // heal must not.
                     return self.store.charge_state(a.rule, &mut b.state, a.cost);
                 }
-                let handed = self.handoffs.get(a.owner).is_some_and(|h| a.at <= h.at);
+                let handed = self.handoffs.contains_key(a.owner);
                 let holder = ring.owner_id(a.hash_part) == Some(a.owner)
                     && ring.replica_of(a.hash_part).is_some_and(|h| h.id == me);
                 let boot = ring
@@ -473,11 +459,6 @@ impl Replicas {
                 let Some(boot) = boot.filter(|_| holder && !handed) else {
                     return false;
                 };
-                if main.holds(a.rule, a.hash_part) {
-                    // Stand-ins that found no copy were decided there:
-                    // the key's one count here stays in one place.
-                    return main.charge(a.rule, a.hash_part, a.cost).is_ok();
-                }
                 if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
                     return false;
                 }
@@ -603,8 +584,7 @@ impl Replicas {
         let kept = nanos(HANDED_KEPT);
         self.handed
             .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
-        self.handoffs
-            .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
+        self.handoffs.retain(|_, at| now.saturating_sub(*at) < kept);
     }
 
     /// Copies held.

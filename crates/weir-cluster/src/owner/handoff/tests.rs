@@ -303,21 +303,23 @@ fn admissions_reported_before_their_handoff_count_once() {
     }
 }
 
-/// Guard: a stand-in that found no copy was decided on `n1`'s counters;
-/// admissions reported after it are charged there too, so the stand-ins
-/// that follow see all of them. A copy started beside that count would
-/// split the key's count in two, each admitting past the other.
+/// Guard: once `n3` handed its counters over, what it sent on to `n1`
+/// as it left was decided here, on the handed count. A gateway that
+/// called `n3` reports that admission as `n3`'s, at `n1`'s decision time,
+/// later than the handoff: it must start no copy, which the ring change
+/// would promote on top of the count that holds it already.
 #[test]
-fn admissions_reported_after_a_stand_in_without_a_copy_join_its_count() {
+fn an_admission_sent_on_by_a_leaving_owner_is_not_counted_again() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::uncopied(kind);
-        let at = s.owner_admits(3);
-        assert!(s.stand_in().is_none(), "{kind:?}: no copy to decide on");
-        let d = s.main.consume(s.rule, &s.key, 1, s.main.now()).unwrap();
-        assert!(d.allowed, "{kind:?}");
-        assert_eq!(s.reported(3, at, ME), 3, "{kind:?}");
-        assert!(s.stand_in().is_none(), "{kind:?}: still decided here");
-        assert_eq!(s.left(), LIMIT - 4, "{kind:?}");
+        s.owner_admits(4);
+        s.handoff_arrives(BOOT);
+        s.clock.advance(Duration::from_millis(1));
+        let at = s.main.now();
+        assert!(s.main.consume(s.rule, &s.key, 1, at).unwrap().allowed);
+        assert_eq!(s.reported(1, at, ME), 0, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 5, "{kind:?}");
     }
 }
 
