@@ -58,7 +58,9 @@ async fn a_crashed_owners_keys_keep_their_counts_on_its_replica_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_an_owner_admitted_before_its_first_copy_survives_its_crash() {
     let net = MemoryNet::new();
-    let mut nodes = memory_cluster(&net, 3, RULES, |_| {}).await;
+    // At the node's defaults (its 5 ms owner deadline, the LAN gossip
+    // profile), not the harness's tuned ones.
+    let mut nodes = memory_cluster(&net, 3, RULES, defaults).await;
     let ring = nodes[0].cluster.ring();
     let key = (0..100_000)
         .map(|i| format!("uncopied-{i}"))

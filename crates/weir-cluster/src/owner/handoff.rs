@@ -65,6 +65,7 @@ pub fn absorb(
     counters: Vec<CounterState>,
 ) -> Absorbed {
     let mut out = Absorbed::default();
+    replicas.handoff_from(from);
     for c in counters {
         let Some(snap) = wire::snapshot_from_wire(c) else {
             out.refused += 1;

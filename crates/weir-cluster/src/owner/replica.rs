@@ -312,7 +312,6 @@ impl Replicas {
             at: from.at,
             kept_from: self.store.now(),
         };
-        self.handoff_from(from);
         match self.meta.entry(key(&rule, &hash_part)) {
             Entry::Occupied(copy) => {
                 main.absorb(snap)?;
@@ -343,11 +342,11 @@ impl Replicas {
         }
     }
 
-    /// Remembers that `from` handed its counters over, before any of
-    /// them lands: a report of its admissions arriving after this starts
-    /// no copy. One that arrived earlier started a copy that the key's
-    /// handed count supersedes.
-    fn handoff_from(&self, from: &Sender) {
+    /// Remembers that `from` handed counters over, once a handoff and
+    /// before any of its counters lands: a report of its admissions
+    /// arriving after this starts no copy. One that arrived earlier started
+    /// a copy that the key's handed count supersedes.
+    pub fn handoff_from(&self, from: &Sender) {
         let now = self.store.now();
         if let Some(mut at) = self.handoffs.get_mut(from.node) {
             *at = now;
