@@ -25,7 +25,8 @@ use super::fallback::{Fallback, Substitute};
 use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
-use super::peers::{LateAnswer, PeerFailure, Peers, Reply};
+use super::peers::{LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
+use super::refunds::Refunds;
 use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
@@ -84,6 +85,15 @@ impl Remote {
 
     pub(super) fn now(&self) -> Nanos {
         self.limiter().now()
+    }
+
+    fn refunds(&self) -> Refunds {
+        Refunds {
+            peers: self.peers.clone(),
+            routing: self.routing.clone(),
+            local: self.local.clone(),
+            replicator: self.replicator.clone(),
+        }
     }
 
     pub fn me(&self) -> &str {
@@ -241,28 +251,40 @@ impl Remote {
             .slow(rule, cost, &target.node.id, self.deadline);
         let refused_here = !matches!(decided, Ok((d, _)) if d.allowed);
         if let Some(late) = late {
-            let (peers, stats) = (self.peers.clone(), self.stats.clone());
-            let (breakers, local) = (self.breakers.clone(), self.local.clone());
+            let (refunds, stats) = (self.refunds(), self.stats.clone());
+            let breakers = self.breakers.clone();
             let node = target.node.clone();
             let stand_in_for = target.stand_in_for.map(str::to_string);
-            let (name, key) = (rule.name.clone(), hash_part.to_string());
+            let key = hash_part.to_string();
             let rule = rule.clone();
             self.peers.on_late(
                 late,
                 Box::new(move |result: OpResult| {
                     // A late answer is still an answer: the owner is slow,
                     // not lost, and its run of misses ends here.
-                    breakers.answered(&node.id, local.limiter().now());
+                    breakers.answered(&node.id, refunds.local.limiter().now());
                     let Answer::Decided(d) = wire::answer(result, &rule, cost) else {
                         return;
                     };
-                    if d.allowed && refused_here {
-                        let mut op = wire::refund(&name, &key, cost, d.at);
-                        if let Some(owner) = &stand_in_for {
-                            op = wire::stand_in(op, owner);
+                    if !(d.allowed && refused_here) {
+                        return;
+                    }
+                    bump(&stats.late_refunds, 1);
+                    match &stand_in_for {
+                        Some(owner) => {
+                            let op = wire::refund(&rule.name, &key, cost, d.at);
+                            refunds.peers.send(&node, wire::stand_in(op, owner));
                         }
-                        peers.send(&node, op);
-                        bump(&stats.late_refunds, 1);
+                        // Nobody waits on it: it may queue behind the
+                        // slow owner's other calls for as long as a late
+                        // answer may take.
+                        None => {
+                            tokio::spawn(async move {
+                                let counter = (&rule.name, key.as_str());
+                                let wait = LATE_WINDOW;
+                                refunds.give_back(&node, counter, cost, d.at, wait).await;
+                            });
+                        }
                     }
                 }),
             );
@@ -386,8 +408,11 @@ impl Remote {
                 self.replicator.mark(name, hash_part, self.now());
             }
             Via::Owner(owner) => {
-                let op = wire::refund(name, hash_part, cost, d.at);
-                let _ = self.peers.decide(owner, op, self.deadline).await;
+                let counter = (name, hash_part);
+                let refunds = self.refunds();
+                refunds
+                    .give_back(owner, counter, cost, d.at, self.deadline)
+                    .await;
             }
             Via::Replica { holder: None, .. } => {
                 let main = self.limiter();
