@@ -70,7 +70,17 @@ async fn what_an_owner_admitted_before_its_first_copy_survives_its_crash() {
         })
         .expect("a key node-3 owns and node-2 holds");
     nodes[2].partition_from(&[&nodes[1]]);
-    assert_eq!(admitted_round_robin(&[&nodes[0]], &key, 5).await, 5);
+    // Five admitted at node-3 in time. On a busy machine a check can miss
+    // the 5 ms deadline: it is refused for now, and refunded at node-3 if
+    // node-3 admitted it late.
+    let mut spent = 0;
+    for _ in 0..50 {
+        if spent == 5 {
+            break;
+        }
+        spent += admitted_round_robin(&[&nodes[0]], &key, 1).await;
+    }
+    assert_eq!(spent, 5);
     assert_eq!(nodes[2].cluster.stats().replicated, 0, "no copy landed");
     nodes.pop().unwrap().kill().await;
     let survivors: Vec<&TestNode> = nodes.iter().collect();
