@@ -80,6 +80,7 @@ fn consume(rule: &str, key: &str, carried: Option<u64>) -> CounterOp {
             window_ns: 60_000_000_000,
         }),
         stand_in_for: String::new(),
+        sent_on: false,
     }
 }
 

@@ -26,6 +26,7 @@ use crate::net::direct::DirectServer;
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
+use crate::owner::breaker::Breakers;
 use crate::owner::hot::HotKey;
 use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
@@ -178,6 +179,7 @@ impl Cluster {
             replicator.clone(),
             stats.clone(),
         ));
+        let breakers = Arc::new(Breakers::new(config.fallback_probe));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -188,6 +190,7 @@ impl Cluster {
             replicas: replicas.clone(),
             replicator: replicator.clone(),
             lessor: lessor.clone(),
+            breakers: breakers.clone(),
             boot: membership.identity().boot,
         });
         let on_rules = {
@@ -211,6 +214,7 @@ impl Cluster {
             replicas: replicas.clone(),
             replicator: replicator.clone(),
             lessor: lessor.clone(),
+            breakers,
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

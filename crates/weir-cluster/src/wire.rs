@@ -57,6 +57,7 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
             window_ns: nanos(rule.window),
         }),
         stand_in_for: String::new(),
+        sent_on: false,
     }
 }
 
@@ -76,6 +77,7 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         at: 0,
         carried: None,
         stand_in_for: String::new(),
+        sent_on: false,
     }
 }
 
@@ -110,6 +112,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         at,
         carried: None,
         stand_in_for: String::new(),
+        sent_on: false,
     }
 }
 

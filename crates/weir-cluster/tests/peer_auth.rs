@@ -48,6 +48,7 @@ async fn a_node_without_the_secret_is_never_a_member_and_its_peer_calls_are_refu
             at: 0,
             carried: None,
             stand_in_for: String::new(),
+            sent_on: false,
         }],
         rules_version: 0,
         from_node: "intruder".into(),

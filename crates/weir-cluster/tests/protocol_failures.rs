@@ -10,7 +10,7 @@ use common::*;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::{ClusterConfig, OwnerFailure};
 use weir_core::{CheckError, Unavailable};
-use weir_proto::weir::v1::DecideRequest;
+use weir_proto::weir::v1::{CounterOp, DecideRequest};
 
 fn deadline() -> Duration {
     ClusterConfig::default().owner_deadline
@@ -450,5 +450,89 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
         LIMIT,
         "the racing check: {raced:?}; survivors: {stats:?}"
     );
+    drop(net);
+}
+
+/// Guard: a replica holder sends a check on to the key's owner only while
+/// it trusts that owner. A gateway whose ring lacks an owner the holder's
+/// still lists sends the owner's keys to the holder: the owner may have
+/// just joined (then it holds the count, and the holder asks it) or died
+/// (then the holder stands in on its copy). Here the owner's host went
+/// silent for the holder, whose breaker for it is open: the check is
+/// decided on the copy at once. Sent on, it waited a second for an owner
+/// that never answers, and the gateway heard no decision.
+#[tokio::test(start_paused = true)]
+async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "silent");
+    let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
+    let holder = nodes.iter().find(|n| n.id == holder_id).unwrap();
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, 3).await, 3);
+    settle().await;
+    net.partition(&[holder.host()], &[nodes[2].host()]);
+    checked_until_lost(holder, &key, "node-3").await;
+    let rules = holder.engine.limiter().rules();
+    let (_, rule) = rules.get("per-client").unwrap();
+    // A gateway played by hand whose ring dropped node-3.
+    let (_, gateway) = net.link();
+    let other = nodes.iter().find(|n| n.id != holder_id && n.id != "node-3");
+    let req = DecideRequest {
+        ops: vec![wire::consume(rule, &key, 1, false)],
+        rules_version: 0,
+        from_node: other.unwrap().id.clone(),
+    };
+    let sent = tokio::time::Instant::now();
+    let to = holder.cluster.identity();
+    let mut answer = gateway
+        .decide(&to, req, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let took = sent.elapsed();
+    match wire::answer(answer.results.remove(0), rule, 1) {
+        Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
+        other => panic!("the holder decides on its copy: {other:?}"),
+    }
+    assert!(took < deadline(), "answered after {took:?}");
+    drop(net);
+}
+
+/// Guard: an op a holder sent on is decided where it lands, never sent
+/// on again: two holders whose rings disagree would otherwise pass it
+/// back and forth. Here it lands on a holder that trusts the key's owner,
+/// which it cannot reach: sent on again, it waited a second for nothing.
+#[tokio::test(start_paused = true)]
+async fn an_op_sent_on_once_is_decided_where_it_lands() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "sent-on");
+    let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
+    let holder = nodes.iter().find(|n| n.id == holder_id).unwrap();
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, 3).await, 3);
+    settle().await;
+    net.partition(&[holder.host()], &[nodes[2].host()]);
+    let rules = holder.engine.limiter().rules();
+    let (_, rule) = rules.get("per-client").unwrap();
+    let (_, gateway) = net.link();
+    let req = DecideRequest {
+        ops: vec![CounterOp {
+            sent_on: true,
+            ..wire::consume(rule, &key, 1, false)
+        }],
+        rules_version: 0,
+        from_node: "node-1".into(),
+    };
+    let sent = tokio::time::Instant::now();
+    let to = holder.cluster.identity();
+    let mut answer = gateway
+        .decide(&to, req, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let took = sent.elapsed();
+    match wire::answer(answer.results.remove(0), rule, 1) {
+        Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
+        other => panic!("the holder decides it: {other:?}"),
+    }
+    assert!(took < deadline(), "answered after {took:?}");
     drop(net);
 }

@@ -166,6 +166,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
                 at,
                 carried: carried.map(|(limit, window_ns)| CarriedLimit { limit, window_ns }),
                 stand_in_for: stand_in_for.to_string(),
+                sent_on: false,
             },
         )
 }

@@ -174,6 +174,17 @@ impl Breakers {
         o.suspects = owners.iter().cloned().collect();
     }
 
+    /// Whether `owner` answers as far as this node knows: its breaker is
+    /// closed and SWIM does not suspect it.
+    pub fn trusted(&self, owner: &str) -> bool {
+        let o = self.owners.lock();
+        let closed = o
+            .tracked
+            .get(owner)
+            .is_none_or(|b| b.state == BreakerState::Closed);
+        closed && !o.suspects.contains(owner)
+    }
+
     /// Evidence that `owner` is gone (refused or reset connection): open
     /// at once.
     pub fn lost(&self, owner: &str, now: Nanos, why: &str) {

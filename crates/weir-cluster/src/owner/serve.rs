@@ -6,12 +6,14 @@ use std::time::Duration;
 use weir_core::{CheckError, Decision, InputField, Nanos, Rule, RuleSet};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
+use super::breaker::Breakers;
 use super::lease::Lessor;
 use super::local::{Consumed, Local};
-use super::peers::{Peers, Reply};
+use super::peers::{PeerFailure, Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
@@ -30,6 +32,8 @@ pub struct OwnerService {
     pub replicator: Arc<Replicator>,
     /// Hot keys seen here, and the leases granted on them.
     pub lessor: Arc<Lessor>,
+    /// What this node knows of each owner's health (its gateway's).
+    pub breakers: Arc<Breakers>,
 }
 
 impl OwnerService {
@@ -47,9 +51,16 @@ impl OwnerService {
         }
         let mut results = Vec::with_capacity(req.ops.len());
         let mut moved = Vec::new();
+        let mut sent_on = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
         for (i, op) in req.ops.iter().enumerate() {
-            let result = self.decide_op(op, &from, (&rules, &ring), || {
+            let copied = self.copied_owner(op, &ring);
+            if let Some(owner) = copied.filter(|o| self.asks_first(op, o)) {
+                sent_on.push((i, owner.clone()));
+                results.push(None);
+                continue;
+            }
+            let result = self.decide_op(op, &from, &rules, copied, || {
                 // The sender's ring is behind ours: decide anyway (bouncing
                 // could loop between two stale views) and sweep the counter
                 // to its owner shortly.
@@ -65,6 +76,20 @@ impl OwnerService {
                 moved.push(i);
             }
             results.push(result);
+        }
+        if !sent_on.is_empty() {
+            let sends = sent_on.iter().map(|(i, to)| self.send_on(to, &req.ops[*i]));
+            let answers = futures::future::join_all(sends).await;
+            for ((i, owner), answer) in sent_on.iter().zip(answers) {
+                // The owner could not be reached after all: stood in for
+                // on the copy here.
+                let op = &req.ops[*i];
+                let copied = Some(owner);
+                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, copied, || {}));
+                if results[*i].is_none() {
+                    moved.push(*i);
+                }
+            }
         }
         if !moved.is_empty() {
             // Leaving: the ops wait until the counters are with their new
@@ -82,14 +107,70 @@ impl OwnerService {
         }
     }
 
+    /// The key's owner on this node's ring, when it is another node this
+    /// node holds the key's copy of, for an op a gateway sent here as the
+    /// key's new owner (a consume or refund, no stand-in named): that
+    /// gateway's ring lacks the owner. None for a carried limit (never
+    /// copied).
+    fn copied_owner<'r>(&self, op: &CounterOp, ring: &'r Ring) -> Option<&'r NodeIdentity> {
+        if !op.stand_in_for.is_empty()
+            || op.carried.is_some()
+            || !matches!(op.kind(), OpKind::Consume | OpKind::Refund)
+        {
+            return None;
+        }
+        let owner = ring.owner(&op.key).filter(|o| o.id != self.routing.me())?;
+        let held = self.replicas.holder_of(&op.rule, &op.key);
+        (held.as_deref() == Some(&*owner.id)).then_some(owner)
+    }
+
+    /// Whether an op for `owner`'s key (`copied_owner`) goes to the owner
+    /// before its copy here decides it: while this node trusts the owner
+    /// (its breaker closed, SWIM not suspecting it). The gateway's ring
+    /// may have dropped a dead owner first, or not yet have taken in one
+    /// that just joined; a dead one SWIM would suspect here too. A
+    /// joiner's keys are mostly its replica holder's old ones, so stood in
+    /// for on the copy regardless, a key's checks were admitted twice
+    /// while a join spread, up to twice its limit. Not for an op sent on
+    /// already (two holders whose rings disagree would send it back and
+    /// forth).
+    fn asks_first(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
+        !op.sent_on && self.breakers.trusted(&owner.id)
+    }
+
+    /// Sends `op` on to its owner, marked so it goes no further. None when
+    /// the owner made no decision on it (its connection was refused, or
+    /// the op never left this node); otherwise its answer, waited for as
+    /// long as a late one may take (the gateway reconciles an answer later
+    /// than its own deadline). A refund is sent, not waited for.
+    async fn send_on(&self, owner: &NodeIdentity, op: &CounterOp) -> Option<OpResult> {
+        let op = CounterOp {
+            sent_on: true,
+            ..op.clone()
+        };
+        if op.kind() == OpKind::Refund {
+            self.peers.send(owner, op);
+            return Some(wire::refunded());
+        }
+        match self.peers.decide(owner, op, LATE_WINDOW).await {
+            Reply::Answered(result) => Some(result),
+            Reply::Late(_) | Reply::Failed(PeerFailure::Timeout(_)) => {
+                Some(wire::not_owner("the key's owner did not answer in time"))
+            }
+            Reply::Failed(_) => None,
+        }
+    }
+
     /// One op on this node's counters (or, standing in for an owner, on
-    /// its copy); None when this node is leaving and the op must go to the
-    /// key's new owner.
+    /// its copy: the one it names, or `copied`, [`Self::copied_owner`]);
+    /// None when this node is leaving and the op must go to the key's new
+    /// owner.
     fn decide_op(
         &self,
         op: &CounterOp,
         from: &Arc<str>,
-        (rules, ring): (&RuleSet, &Ring),
+        rules: &RuleSet,
+        copied: Option<&NodeIdentity>,
         decided_here: impl FnOnce(),
     ) -> Option<OpResult> {
         if op.key.is_empty() && op.kind() != OpKind::Refund {
@@ -99,16 +180,8 @@ impl OwnerService {
         // A gateway whose ring dropped the owner before ours did sends the
         // key here as its new owner: it is decided on the copy, which has
         // the owner's counts, until this node's ring promotes it.
-        let dropped = || {
-            if op.carried.is_some() || !matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
-                return None;
-            }
-            let owner = ring.owner_id(&op.key).filter(|o| *o != self.routing.me())?;
-            let held = self.replicas.holder_of(&op.rule, &op.key);
-            (held.as_deref() == Some(owner)).then_some(owner)
-        };
         let standing_in = Some(op.stand_in_for.as_str()).filter(|o| !o.is_empty());
-        if let Some(owner) = standing_in.or_else(dropped) {
+        if let Some(owner) = standing_in.or(copied.map(|o| &*o.id)) {
             // None: no copy is held (settled into this node's counters,
             // or never sent), so the op is decided on those, below.
             if let Some(result) = self.stand_in(op, owner) {

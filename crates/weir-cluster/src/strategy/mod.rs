@@ -127,6 +127,8 @@ pub struct Parts {
     pub replicas: std::sync::Arc<crate::owner::replica::Replicas>,
     pub replicator: std::sync::Arc<crate::owner::replicate::Replicator>,
     pub lessor: std::sync::Arc<crate::owner::lease::Lessor>,
+    /// One per owner, shared by this node's gateway and its owner service.
+    pub breakers: std::sync::Arc<crate::owner::breaker::Breakers>,
     /// This process's boot (`NodeIdentity::boot`).
     pub boot: u64,
 }
@@ -135,7 +137,6 @@ pub struct Parts {
 pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::config::StrategyKind;
     use crate::divided::Divided;
-    use crate::owner::breaker::Breakers;
     use crate::owner::cap::Cap;
     use crate::owner::debts::Debts;
     use crate::owner::learned::Learned;
@@ -176,7 +177,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 peers: p.peers,
                 stats: p.stats.clone(),
                 deadline: c.owner_deadline,
-                breakers: Arc::new(Breakers::new(c.fallback_probe)),
+                breakers: p.breakers,
                 fallback,
                 debts: Arc::new(Debts::new(c.deny_cache_keys)),
                 replicas: p.replicas.clone(),
