@@ -148,6 +148,11 @@ pub fn not_owner(message: &str) -> OpResult {
     refusal(PeerErrorCode::NotOwner, "key", message.to_string())
 }
 
+/// Whether an answer is [`not_owner`]'s: the node did not decide the op.
+pub fn is_not_owner(result: &OpResult) -> bool {
+    matches!(&result.outcome, Some(Outcome::Error(e)) if e.code == PeerErrorCode::NotOwner as i32)
+}
+
 fn refusal(code: PeerErrorCode, field: &str, message: String) -> OpResult {
     OpResult {
         outcome: Some(Outcome::Error(PeerError {

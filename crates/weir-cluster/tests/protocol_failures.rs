@@ -536,3 +536,49 @@ async fn an_op_sent_on_once_is_decided_where_it_lands() {
     assert!(took < deadline(), "answered after {took:?}");
     drop(net);
 }
+
+/// Guard: a leaving owner answers an op a holder sent on at once, "not
+/// decided", instead of holding it until its handoff has landed and then
+/// sending it to the key's heir. The holder stands in on its copy when no
+/// decision comes; decided by the heir as well, the check was counted
+/// twice (19 of 20 across a leave).
+#[tokio::test(start_paused = true)]
+async fn a_leaving_owner_answers_an_op_sent_on_at_once() {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "leaving");
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, 3).await, 3);
+    settle().await;
+    let owner = nodes.pop().unwrap();
+    let to = owner.cluster.identity();
+    // Every node's handoff call to the heirs takes a while.
+    for n in &nodes {
+        net.slow_down(n.host(), Duration::from_millis(200));
+    }
+    let rules = owner.engine.limiter().rules();
+    let (_, rule) = rules.get("per-client").unwrap();
+    let (_, gateway) = net.link();
+    let req = DecideRequest {
+        ops: vec![CounterOp {
+            sent_on: true,
+            ..wire::consume(rule, &key, 1, false)
+        }],
+        rules_version: 0,
+        from_node: nodes[0].id.clone(),
+    };
+    let asking = async {
+        // Once the leave has begun.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let sent = tokio::time::Instant::now();
+        let answer = gateway.decide(&to, req, Duration::from_secs(2)).await;
+        (answer, sent.elapsed())
+    };
+    let ((), (answer, took)) = tokio::join!(owner.leave(), asking);
+    let mut answer = answer.unwrap();
+    match wire::answer(answer.results.remove(0), rule, 1) {
+        Answer::Undecided(_) => {}
+        other => panic!("the leaving owner decides nothing: {other:?}"),
+    }
+    assert!(took < deadline(), "answered after {took:?}");
+    drop(net);
+}

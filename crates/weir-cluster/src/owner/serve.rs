@@ -9,7 +9,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 use super::breaker::Breakers;
 use super::lease::Lessor;
 use super::local::{Consumed, Local};
-use super::peers::{PeerFailure, Peers, Reply, LATE_WINDOW};
+use super::peers::{Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
@@ -72,10 +72,20 @@ impl OwnerService {
                     self.local.mark_stray();
                 }
             });
-            if result.is_none() {
-                moved.push(i);
+            match result {
+                // Leaving, and sent on by a holder that has a copy to
+                // decide on: told at once, not after the handoff (by
+                // then the holder has stood in, and it would be decided
+                // twice).
+                None if op.sent_on => {
+                    results.push(Some(wire::not_owner("this node is leaving")));
+                }
+                None => {
+                    moved.push(i);
+                    results.push(None);
+                }
+                Some(_) => results.push(result),
             }
-            results.push(result);
         }
         if !sent_on.is_empty() {
             let sends = sent_on.iter().map(|(i, to)| self.send_on(to, &req.ops[*i]));
@@ -138,11 +148,14 @@ impl OwnerService {
         !op.sent_on && self.breakers.trusted(&owner.id)
     }
 
-    /// Sends `op` on to its owner, marked so it goes no further. None when
-    /// the owner made no decision on it (its connection was refused, or
-    /// the op never left this node); otherwise its answer, waited for as
-    /// long as a late one may take (the gateway reconciles an answer later
-    /// than its own deadline). A refund is sent, not waited for.
+    /// Sends `op` on to its owner, marked so it goes no further, and
+    /// returns its decision, waited for as long as a late one may take
+    /// (the gateway reconciles an answer later than its own deadline).
+    /// None when it made none: its connection was refused, the op never
+    /// left this node, the owner is leaving, or no answer came in that
+    /// time (then the copy decides too, and its admission, charged to the
+    /// owner later, is counted twice: never one over the limit). A refund
+    /// is sent, not waited for.
     async fn send_on(&self, owner: &NodeIdentity, op: &CounterOp) -> Option<OpResult> {
         let op = CounterOp {
             sent_on: true,
@@ -153,11 +166,8 @@ impl OwnerService {
             return Some(wire::refunded());
         }
         match self.peers.decide(owner, op, LATE_WINDOW).await {
-            Reply::Answered(result) => Some(result),
-            Reply::Late(_) | Reply::Failed(PeerFailure::Timeout(_)) => {
-                Some(wire::not_owner("the key's owner did not answer in time"))
-            }
-            Reply::Failed(_) => None,
+            Reply::Answered(result) if !wire::is_not_owner(&result) => Some(result),
+            _ => None,
         }
     }
 
