@@ -7,10 +7,12 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::memory::MemoryNet;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::{ClusterConfig, OwnerFailure};
 use weir_core::{CheckError, Unavailable};
-use weir_proto::weir::v1::{CounterOp, DecideRequest};
+use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
 fn deadline() -> Duration {
     ClusterConfig::default().owner_deadline
@@ -453,6 +455,44 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
     drop(net);
 }
 
+/// Three members, a key node-3 owns with 3 of it spent and copied to its
+/// replica holder (`nodes[holder]`), and the holder cut off from node-3.
+async fn a_holder_cut_off_from_the_owner(
+    prefix: &str,
+) -> (MemoryNet, Vec<TestNode>, String, usize) {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", prefix);
+    let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
+    let holder = nodes.iter().position(|n| n.id == holder_id).unwrap();
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, 3).await, 3);
+    settle().await;
+    net.partition(&[nodes[holder].host()], &[nodes[2].host()]);
+    (net, nodes, key, holder)
+}
+
+/// `op` sent to `to` by a gateway played by hand as `from`: the answer,
+/// and how long it took.
+async fn decided_by_hand(
+    net: &MemoryNet,
+    to: &NodeIdentity,
+    op: CounterOp,
+    from: &str,
+) -> (OpResult, Duration) {
+    let (_, gateway) = net.link();
+    let req = DecideRequest {
+        ops: vec![op],
+        rules_version: 0,
+        from_node: from.into(),
+    };
+    let sent = tokio::time::Instant::now();
+    let mut answer = gateway
+        .decide(to, req, Duration::from_secs(2))
+        .await
+        .unwrap();
+    (answer.results.remove(0), sent.elapsed())
+}
+
 /// Guard: a replica holder sends a check on to the key's owner only while
 /// it trusts that owner. A gateway whose ring lacks an owner the holder's
 /// still lists sends the owner's keys to the holder: the owner may have
@@ -460,36 +500,19 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
 /// (then the holder stands in on its copy). Here the owner's host went
 /// silent for the holder, whose breaker for it is open: the check is
 /// decided on the copy at once. Sent on, it waited a second for an owner
-/// that never answers, and the gateway heard no decision.
+/// that never answers.
 #[tokio::test(start_paused = true)]
 async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
-    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
-    let key = key_owned_by(&nodes[0], "node-3", "silent");
-    let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
-    let holder = nodes.iter().find(|n| n.id == holder_id).unwrap();
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, 3).await, 3);
-    settle().await;
-    net.partition(&[holder.host()], &[nodes[2].host()]);
-    checked_until_lost(holder, &key, "node-3").await;
-    let rules = holder.engine.limiter().rules();
+    let (net, nodes, key, h) = a_holder_cut_off_from_the_owner("silent").await;
+    checked_until_lost(&nodes[h], &key, "node-3").await;
+    let rules = nodes[h].engine.limiter().rules();
     let (_, rule) = rules.get("per-client").unwrap();
-    // A gateway played by hand whose ring dropped node-3.
-    let (_, gateway) = net.link();
-    let other = nodes.iter().find(|n| n.id != holder_id && n.id != "node-3");
-    let req = DecideRequest {
-        ops: vec![wire::consume(rule, &key, 1, false)],
-        rules_version: 0,
-        from_node: other.unwrap().id.clone(),
-    };
-    let sent = tokio::time::Instant::now();
-    let to = holder.cluster.identity();
-    let mut answer = gateway
-        .decide(&to, req, Duration::from_secs(2))
-        .await
-        .unwrap();
-    let took = sent.elapsed();
-    match wire::answer(answer.results.remove(0), rule, 1) {
+    // A gateway whose ring dropped node-3: the member that is neither
+    // the owner (nodes[2]) nor the holder.
+    let other = &nodes[1 - h].id;
+    let op = wire::consume(rule, &key, 1, false);
+    let (answer, took) = decided_by_hand(&net, &nodes[h].cluster.identity(), op, other).await;
+    match wire::answer(answer, rule, 1) {
         Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
         other => panic!("the holder decides on its copy: {other:?}"),
     }
@@ -503,33 +526,16 @@ async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
 /// which it cannot reach: sent on again, it waited a second for nothing.
 #[tokio::test(start_paused = true)]
 async fn an_op_sent_on_once_is_decided_where_it_lands() {
-    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
-    let key = key_owned_by(&nodes[0], "node-3", "sent-on");
-    let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
-    let holder = nodes.iter().find(|n| n.id == holder_id).unwrap();
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, 3).await, 3);
-    settle().await;
-    net.partition(&[holder.host()], &[nodes[2].host()]);
-    let rules = holder.engine.limiter().rules();
+    let (net, nodes, key, h) = a_holder_cut_off_from_the_owner("sent-on").await;
+    let rules = nodes[h].engine.limiter().rules();
     let (_, rule) = rules.get("per-client").unwrap();
-    let (_, gateway) = net.link();
-    let req = DecideRequest {
-        ops: vec![CounterOp {
-            sent_on: true,
-            ..wire::consume(rule, &key, 1, false)
-        }],
-        rules_version: 0,
-        from_node: "node-1".into(),
+    let op = CounterOp {
+        sent_on: true,
+        ..wire::consume(rule, &key, 1, false)
     };
-    let sent = tokio::time::Instant::now();
-    let to = holder.cluster.identity();
-    let mut answer = gateway
-        .decide(&to, req, Duration::from_secs(2))
-        .await
-        .unwrap();
-    let took = sent.elapsed();
-    match wire::answer(answer.results.remove(0), rule, 1) {
+    let (answer, took) =
+        decided_by_hand(&net, &nodes[h].cluster.identity(), op, &nodes[1 - h].id).await;
+    match wire::answer(answer, rule, 1) {
         Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
         other => panic!("the holder decides it: {other:?}"),
     }
@@ -557,25 +563,17 @@ async fn a_leaving_owner_answers_an_op_sent_on_at_once() {
     }
     let rules = owner.engine.limiter().rules();
     let (_, rule) = rules.get("per-client").unwrap();
-    let (_, gateway) = net.link();
-    let req = DecideRequest {
-        ops: vec![CounterOp {
-            sent_on: true,
-            ..wire::consume(rule, &key, 1, false)
-        }],
-        rules_version: 0,
-        from_node: nodes[0].id.clone(),
+    let op = CounterOp {
+        sent_on: true,
+        ..wire::consume(rule, &key, 1, false)
     };
     let asking = async {
         // Once the leave has begun.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let sent = tokio::time::Instant::now();
-        let answer = gateway.decide(&to, req, Duration::from_secs(2)).await;
-        (answer, sent.elapsed())
+        decided_by_hand(&net, &to, op, &nodes[0].id).await
     };
     let ((), (answer, took)) = tokio::join!(owner.leave(), asking);
-    let mut answer = answer.unwrap();
-    match wire::answer(answer.results.remove(0), rule, 1) {
+    match wire::answer(answer, rule, 1) {
         Answer::Undecided(_) => {}
         other => panic!("the leaving owner decides nothing: {other:?}"),
     }
