@@ -26,9 +26,10 @@ fn owned_by_node_3_once_it_joins(prefix: &str) -> String {
         .unwrap()
 }
 
-/// Starts node-3, joining through node-1; returns once every ring holds it.
-async fn join_node_3(nodes: &[TestNode]) -> TestNode {
-    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, |_| {}).await;
+/// Starts node-3 (with `tweak`), joining through node-1; returns once
+/// every ring holds it.
+async fn join_node_3(nodes: &[TestNode], tweak: fn(&mut ClusterConfig)) -> TestNode {
+    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, tweak).await;
     wait_until("every ring holds node-3", || {
         nodes
             .iter()
@@ -105,6 +106,33 @@ async fn checks_racing_a_graceful_leave_at_the_defaults_are_neither_lost_nor_dou
     race_a_graceful_leave(defaults, Settled::OnceRefundsLand).await;
 }
 
+/// Two clients, each checking `key` `LIMIT` times through `nodes[0]` and
+/// `nodes[1]`, `pace` apart (none: yielding in between), adding what is
+/// admitted to `admitted`.
+fn two_clients(
+    nodes: &Arc<Vec<TestNode>>,
+    key: &str,
+    admitted: &Arc<AtomicUsize>,
+    pace: Duration,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..2)
+        .map(|i| {
+            let (nodes, admitted, key) = (nodes.clone(), admitted.clone(), key.to_string());
+            tokio::spawn(async move {
+                for _ in 0..LIMIT {
+                    let v = nodes[i].check(&key).await.expect("a verdict");
+                    admitted.fetch_add(usize::from(v.allowed), Ordering::Relaxed);
+                    if pace.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(pace).await;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
 /// When the window must read exactly its limit.
 enum Settled {
     AtOnce,
@@ -123,21 +151,7 @@ async fn race_a_graceful_leave(tweak: fn(&mut ClusterConfig), settled: Settled) 
     let nodes = Arc::new(nodes);
     let admitted = Arc::new(AtomicUsize::new(0));
     // Two clients keep checking through the survivors while node-3 leaves.
-    let clients: Vec<_> = (0..2)
-        .map(|i| {
-            let (nodes, admitted, key) = (nodes.clone(), admitted.clone(), key.clone());
-            tokio::spawn(async move {
-                for _ in 0..LIMIT {
-                    let v = nodes[i]
-                        .check(&key)
-                        .await
-                        .expect("no failure during a leave");
-                    admitted.fetch_add(usize::from(v.allowed), Ordering::Relaxed);
-                    tokio::task::yield_now().await;
-                }
-            })
-        })
-        .collect();
+    let clients = two_clients(&nodes, &key, &admitted, Duration::ZERO);
     leaving.leave().await;
     for c in clients {
         c.await.unwrap();
@@ -184,7 +198,8 @@ async fn race_a_graceful_leave(tweak: fn(&mut ClusterConfig), settled: Settled) 
 /// whose rings takes the joiner in later than the other's. The old owner,
 /// now the joiner's replica holder, took that member's checks for checks
 /// of an owner its ring had dropped, and decided them on its copy: 28 to
-/// 30 of 20 in every run. What is left (docs/cluster.md, "Joins"): a
+/// 30 of 20 in every run. What is left (docs/cluster.md, "When the ring
+/// changes"): a
 /// check the old owner decides while its handoff is on the way reaches
 /// the joiner's count only with the next sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,29 +208,8 @@ async fn checks_racing_a_join_at_the_defaults_admit_at_most_one_over_the_limit()
     let key = owned_by_node_3_once_it_joins("join-race");
     let admitted = Arc::new(AtomicUsize::new(0));
     // Paced so that the limit is spent over about as long as a join takes.
-    let clients: Vec<_> = (0..2)
-        .map(|i| {
-            let (nodes, admitted, key) = (nodes.clone(), admitted.clone(), key.clone());
-            tokio::spawn(async move {
-                for _ in 0..LIMIT {
-                    let v = nodes[i]
-                        .check(&key)
-                        .await
-                        .expect("no failure during a join");
-                    admitted.fetch_add(usize::from(v.allowed), Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            })
-        })
-        .collect();
-    let joiner = TestNode::start("node-3", &[nodes[0].gossip()], RULES, defaults).await;
-    wait_until("every ring holds node-3", || {
-        nodes
-            .iter()
-            .chain([&joiner])
-            .all(|n| n.ring_ids().len() == 3)
-    })
-    .await;
+    let clients = two_clients(&nodes, &key, &admitted, Duration::from_millis(10));
+    let joiner = join_node_3(&nodes, defaults).await;
     for c in clients {
         c.await.unwrap();
     }
@@ -232,7 +226,7 @@ async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {
     let pair: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(admitted_round_robin(&pair, &key, 12).await, 12);
 
-    let joiner = join_node_3(&nodes).await;
+    let joiner = join_node_3(&nodes, |_| {}).await;
     let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
     wait_until("the counter reaches node-3", || {
         joiner.engine.limiter().keys() == 1
@@ -283,7 +277,7 @@ async fn a_joining_node_receives_the_carried_limits_of_the_keys_it_now_owns() {
     let pair: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(carried_round_robin(&pair, &key, 7).await, 7);
 
-    let joiner = join_node_3(&nodes).await;
+    let joiner = join_node_3(&nodes, |_| {}).await;
     let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
     wait_until("the carried counter reaches node-3", || {
         joiner.engine.limiter().adhoc_keys() == 1
