@@ -413,10 +413,10 @@ async fn a_stand_in_with_no_copy_left_is_decided_on_the_holders_count() {
 }
 
 /// Guard: a check that reaches its owner as it leaves waits for the
-/// handoff and goes on to the key's new owner. When that answer comes too
-/// late, the leaving owner tells the gateway it could not decide; the new
-/// owner's admission went to nobody and is refunded. Kept, the window
-/// admitted 19 of 20.
+/// handoff and goes on to the key's new owner. The answer comes later than
+/// the gateway's deadline: the gateway refused the check, and gives the
+/// new owner's admission back there (the owner that left is no longer on
+/// its ring). Kept, the window admitted 19 of 20.
 #[tokio::test(start_paused = true)]
 async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunded() {
     let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
