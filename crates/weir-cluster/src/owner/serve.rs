@@ -92,8 +92,8 @@ impl OwnerService {
             let sends = sent_on.iter().map(|(i, to)| self.send_on(to, &req.ops[*i]));
             let answers = futures::future::join_all(sends).await;
             for ((i, owner), answer) in sent_on.iter().zip(answers) {
-                // The owner could not be reached after all: stood in for
-                // on the copy here.
+                // The owner made no decision (unreachable, leaving, or
+                // silent for the late window): stood in for on the copy.
                 let op = &req.ops[*i];
                 let copied = Some(owner);
                 results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, copied, || {}));
