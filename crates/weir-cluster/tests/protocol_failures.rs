@@ -11,7 +11,7 @@ use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::{ClusterConfig, OwnerFailure};
-use weir_core::{CheckError, Unavailable};
+use weir_core::{CheckError, Rule, Unavailable};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
 fn deadline() -> Duration {
@@ -412,6 +412,17 @@ async fn a_stand_in_with_no_copy_left_is_decided_on_the_holders_count() {
     }
 }
 
+/// Three members at the defaults and a key node-3 owns, `spent` of it
+/// admitted through all three and settled (copied to its holder).
+async fn a_key_of_node_3_spent(prefix: &str, spent: usize) -> (MemoryNet, Vec<TestNode>, String) {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", prefix);
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted(&all, &key, spent).await, spent);
+    settle().await;
+    (net, nodes, key)
+}
+
 /// Guard: a check that reaches its owner as it leaves waits for the
 /// handoff and goes on to the key's new owner. The answer comes later than
 /// the gateway's deadline: the gateway refused the check, and gives the
@@ -419,12 +430,8 @@ async fn a_stand_in_with_no_copy_left_is_decided_on_the_holders_count() {
 /// its ring). Kept, the window admitted 19 of 20.
 #[tokio::test(start_paused = true)]
 async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunded() {
-    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
-    let key = key_owned_by(&nodes[0], "node-3", "late-forward");
     // Spent at node-3, so its leave has a counter to hand over.
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, 5).await, 5);
-    settle().await;
+    let (net, mut nodes, key) = a_key_of_node_3_spent("late-forward", 5).await;
     let owner = nodes.pop().unwrap();
     // The key's owner once node-3 is gone, and the other survivor.
     let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
@@ -460,13 +467,9 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
 async fn a_holder_cut_off_from_the_owner(
     prefix: &str,
 ) -> (MemoryNet, Vec<TestNode>, String, usize) {
-    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
-    let key = key_owned_by(&nodes[0], "node-3", prefix);
+    let (net, nodes, key) = a_key_of_node_3_spent(prefix, 3).await;
     let holder_id = nodes[0].cluster.ring().replica_of(&key).unwrap().id.clone();
     let holder = nodes.iter().position(|n| n.id == holder_id).unwrap();
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, 3).await, 3);
-    settle().await;
     net.partition(&[nodes[holder].host()], &[nodes[2].host()]);
     (net, nodes, key, holder)
 }
@@ -493,6 +496,25 @@ async fn decided_by_hand(
     (answer.results.remove(0), sent.elapsed())
 }
 
+/// `op` sent to the holder (`nodes[h]`) by a gateway whose ring dropped
+/// node-3 (the member that is neither the owner, `nodes[2]`, nor the
+/// holder): admitted, within the owner deadline.
+async fn the_holder_admits_at_once(
+    net: &MemoryNet,
+    nodes: &[TestNode],
+    h: usize,
+    op: CounterOp,
+    rule: &Rule,
+) {
+    let holder = nodes[h].cluster.identity();
+    let (answer, took) = decided_by_hand(net, &holder, op, &nodes[1 - h].id).await;
+    match wire::answer(answer, rule, 1) {
+        Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
+        other => panic!("the holder decides it: {other:?}"),
+    }
+    assert!(took < deadline(), "answered after {took:?}");
+}
+
 /// Guard: a replica holder sends a check on to the key's owner only while
 /// it trusts that owner. A gateway whose ring lacks an owner the holder's
 /// still lists sends the owner's keys to the holder: the owner may have
@@ -507,16 +529,8 @@ async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
     checked_until_lost(&nodes[h], &key, "node-3").await;
     let rules = nodes[h].engine.limiter().rules();
     let (_, rule) = rules.get("per-client").unwrap();
-    // A gateway whose ring dropped node-3: the member that is neither
-    // the owner (nodes[2]) nor the holder.
-    let other = &nodes[1 - h].id;
     let op = wire::consume(rule, &key, 1, false);
-    let (answer, took) = decided_by_hand(&net, &nodes[h].cluster.identity(), op, other).await;
-    match wire::answer(answer, rule, 1) {
-        Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
-        other => panic!("the holder decides on its copy: {other:?}"),
-    }
-    assert!(took < deadline(), "answered after {took:?}");
+    the_holder_admits_at_once(&net, &nodes, h, op, rule).await;
     drop(net);
 }
 
@@ -533,13 +547,7 @@ async fn an_op_sent_on_once_is_decided_where_it_lands() {
         sent_on: true,
         ..wire::consume(rule, &key, 1, false)
     };
-    let (answer, took) =
-        decided_by_hand(&net, &nodes[h].cluster.identity(), op, &nodes[1 - h].id).await;
-    match wire::answer(answer, rule, 1) {
-        Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
-        other => panic!("the holder decides it: {other:?}"),
-    }
-    assert!(took < deadline(), "answered after {took:?}");
+    the_holder_admits_at_once(&net, &nodes, h, op, rule).await;
     drop(net);
 }
 
@@ -550,11 +558,7 @@ async fn an_op_sent_on_once_is_decided_where_it_lands() {
 /// twice (19 of 20 across a leave).
 #[tokio::test(start_paused = true)]
 async fn a_leaving_owner_answers_an_op_sent_on_at_once() {
-    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
-    let key = key_owned_by(&nodes[0], "node-3", "leaving");
-    let all: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted(&all, &key, 3).await, 3);
-    settle().await;
+    let (net, mut nodes, key) = a_key_of_node_3_spent("leaving", 3).await;
     let owner = nodes.pop().unwrap();
     let to = owner.cluster.identity();
     // Every node's handoff call to the heirs takes a while.

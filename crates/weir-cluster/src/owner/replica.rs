@@ -347,12 +347,9 @@ impl Replicas {
     /// arriving after this starts no copy. One that arrived earlier started
     /// a copy that the key's handed count supersedes.
     pub fn handoff_from(&self, from: &Sender) {
-        let now = self.store.now();
-        if let Some(mut at) = self.handoffs.get_mut(from.node) {
-            *at = now;
-            return;
-        }
-        self.handoffs.insert(from.node.to_string(), now);
+        // Once a handoff call: the id's allocation is nothing beside it.
+        self.handoffs
+            .insert(from.node.to_string(), self.store.now());
     }
 
     /// Stand-in admissions to charge to the owners `payable` accepts, each
