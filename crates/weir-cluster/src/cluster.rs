@@ -30,6 +30,7 @@ use crate::owner::breaker::Breakers;
 use crate::owner::hot::HotKey;
 use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
+use crate::owner::moves::Moves;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
 use crate::owner::serve::OwnerService;
@@ -180,6 +181,7 @@ impl Cluster {
             stats.clone(),
         ));
         let breakers = Arc::new(Breakers::new(config.fallback_probe));
+        let moves = Arc::new(Moves::new(routing.me()));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -191,6 +193,7 @@ impl Cluster {
             replicator: replicator.clone(),
             lessor: lessor.clone(),
             breakers: breakers.clone(),
+            moves: moves.clone(),
             boot: membership.identity().boot,
         });
         let on_rules = {
@@ -215,6 +218,7 @@ impl Cluster {
             replicator: replicator.clone(),
             lessor: lessor.clone(),
             breakers,
+            moves,
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

@@ -45,6 +45,10 @@ struct State {
     crashed: HashSet<IpAddr>,
     /// Extra one-way delay on everything to or from a host.
     slow: HashMap<IpAddr, Duration>,
+    /// Extra delay on the handoffs sent to a host, before it takes them.
+    slow_handoffs: HashMap<IpAddr, Duration>,
+    /// Hosts that refuse every handoff.
+    refuse_handoffs: HashSet<IpAddr>,
     latency: Duration,
     loss: f64,
     hosts: u32,
@@ -199,6 +203,17 @@ impl MemoryNet {
     /// Everything to or from `host` takes `extra` longer, each way.
     pub fn slow_down(&self, host: IpAddr, extra: Duration) {
         self.state.lock().slow.insert(host, extra);
+    }
+
+    /// Every handoff to `host` takes `extra` longer to reach it (a large
+    /// one, say), while other calls pass as before.
+    pub fn slow_handoffs_to(&self, host: IpAddr, extra: Duration) {
+        self.state.lock().slow_handoffs.insert(host, extra);
+    }
+
+    /// `host` refuses every handoff, while it answers other calls.
+    pub fn refuse_handoffs_to(&self, host: IpAddr) {
+        self.state.lock().refuse_handoffs.insert(host);
     }
 
     /// The one-way latency of every delivery.
@@ -384,7 +399,19 @@ impl Link for MemoryLink {
         req: HandoffRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move {
+        let (held, refused) = {
+            let s = self.net.state.lock();
+            let host = to.grpc.ip();
+            (
+                s.slow_handoffs.get(&host).copied(),
+                s.refuse_handoffs.contains(&host),
+            )
+        };
+        self.call(to, deadline, move |h| async move {
+            tokio::time::sleep(held.unwrap_or_default()).await;
+            if refused {
+                return Err(PeerFailure::Refused("handoffs refused".into()));
+            }
             h.handoff(req)
                 .await
                 .map_err(|_| PeerFailure::Unreachable("this node is leaving".into()))

@@ -55,6 +55,9 @@ pub struct ClusterStats {
     pub fallback_active: u64,
     /// `Peer/Handoff` calls sent and received, and the encoded bytes sent.
     pub handoffs_sent: u64,
+    /// `Peer/Handoff` calls that failed: their counters stay here, offered
+    /// again on the next sweep.
+    pub handoffs_failed: u64,
     pub handoffs_received: u64,
     pub handoff_bytes: u64,
     /// Counters handed to other nodes, and taken over from them.
@@ -124,6 +127,7 @@ pub struct Stats {
     pub deny_cache_hits: AtomicU64,
     pub fallback_decisions: AtomicU64,
     pub handoffs_sent: AtomicU64,
+    pub handoffs_failed: AtomicU64,
     pub handoffs_received: AtomicU64,
     pub handoff_bytes: AtomicU64,
     pub keys_moved_out: AtomicU64,
@@ -190,6 +194,7 @@ impl Stats {
             fallback_left: fallback.left,
             fallback_active: fallback.active,
             handoffs_sent: get(&self.handoffs_sent),
+            handoffs_failed: get(&self.handoffs_failed),
             handoffs_received: get(&self.handoffs_received),
             handoff_bytes: get(&self.handoff_bytes),
             keys_moved_out: get(&self.keys_moved_out),

@@ -7,12 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::{ClusterConfig, OwnerFailure};
 use weir_core::{CheckError, Rule, Unavailable};
-use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
+use weir_proto::weir::v1::{CounterOp, DecideRequest};
 
 fn deadline() -> Duration {
     ClusterConfig::default().owner_deadline
@@ -472,28 +471,6 @@ async fn a_holder_cut_off_from_the_owner(
     let holder = nodes.iter().position(|n| n.id == holder_id).unwrap();
     net.partition(&[nodes[holder].host()], &[nodes[2].host()]);
     (net, nodes, key, holder)
-}
-
-/// `op` sent to `to` by a gateway played by hand as `from`: the answer,
-/// and how long it took.
-async fn decided_by_hand(
-    net: &MemoryNet,
-    to: &NodeIdentity,
-    op: CounterOp,
-    from: &str,
-) -> (OpResult, Duration) {
-    let (_, gateway) = net.link();
-    let req = DecideRequest {
-        ops: vec![op],
-        rules_version: 0,
-        from_node: from.into(),
-    };
-    let sent = tokio::time::Instant::now();
-    let mut answer = gateway
-        .decide(to, req, Duration::from_secs(2))
-        .await
-        .unwrap();
-    (answer.results.remove(0), sent.elapsed())
 }
 
 /// `op` sent to the holder (`nodes[h]`) by a gateway whose ring dropped

@@ -29,7 +29,7 @@ impl Strategy for Recorder {
         unreachable!("no check is sent")
     }
 
-    fn before_ring(&self, _: &Ring) {
+    fn before_ring(&self, _: &Arc<Ring>) {
         let routed = self.routing.routing_ring().len();
         self.seen.lock().push(("before", routed));
     }

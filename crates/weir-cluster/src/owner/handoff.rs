@@ -14,6 +14,7 @@ use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
+use super::moves::{CounterId, Landing, Moves};
 use super::replica::{Replicas, Sender};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
@@ -94,6 +95,11 @@ fn counter_id(c: &CounterSnapshot) -> (&str, &str, bool) {
     (&c.rule, &c.hash_part, c.carried.is_some())
 }
 
+fn kept_ids(undelivered: &[CounterSnapshot]) -> HashSet<CounterId> {
+    let id = |c: &CounterSnapshot| (c.rule.clone(), c.hash_part.clone(), c.carried.is_some());
+    undelivered.iter().map(id).collect()
+}
+
 /// Hands counters to their owners.
 pub struct Handoff {
     local: Arc<Local>,
@@ -105,6 +111,9 @@ pub struct Handoff {
     replicas: Arc<Replicas>,
     /// This process's boot, sent with every handoff.
     boot: u64,
+    /// The ring changes that took keys from here, landed by the sweep
+    /// that follows each.
+    moves: Arc<Moves>,
     /// A rebalance is under way. Two at once (a ring change and a stray
     /// sweep) would offer the same counters twice, and the owner would
     /// count them twice.
@@ -129,6 +138,7 @@ impl Handoff {
         stats: Arc<Stats>,
         replicas: Arc<Replicas>,
         boot: u64,
+        moves: Arc<Moves>,
     ) -> Self {
         Handoff {
             local,
@@ -137,8 +147,14 @@ impl Handoff {
             stats,
             replicas,
             boot,
+            moves,
             rebalancing: AtomicBool::new(false),
         }
+    }
+
+    /// The ring changes that took keys from here.
+    pub fn moves(&self) -> &Arc<Moves> {
+        &self.moves
     }
 
     /// Hands counters that belong elsewhere on the current ring to their
@@ -162,7 +178,9 @@ impl Handoff {
     /// leaving owner forwarded, say, to an owner that refused the stray
     /// back) started it over. Those not delivered stay whole, for the next
     /// sweep. One runs at a time; one asked for meanwhile is left to the
-    /// next sweep.
+    /// next sweep. It lands the ring changes begun before it
+    /// ([`Moves::pending`]): checks peers send here for the keys they
+    /// took wait for it, then go to the keys' new owners.
     pub async fn rebalance(&self) {
         if self.rebalancing.swap(true, Ordering::AcqRel) {
             self.local.mark_stray();
@@ -170,6 +188,7 @@ impl Handoff {
         }
         let _running = Rebalancing(&self.rebalancing);
         let ring = self.routing.ring();
+        let landing = Landing::new(self.moves.pending(&ring));
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();
         let owned = ring.clone();
@@ -182,6 +201,7 @@ impl Handoff {
             return;
         };
         if copies.is_empty() {
+            landing.land(HashSet::new());
             return;
         }
         let n = copies.len();
@@ -198,6 +218,7 @@ impl Handoff {
             }
         })
         .await;
+        landing.land(kept_ids(&undelivered));
         tracing::info!(
             moved = n - undelivered.len(),
             kept = undelivered.len(),
@@ -292,6 +313,7 @@ impl Handoff {
                     bump(&self.stats.keys_moved_out, n);
                 }
                 Err(e) => {
+                    bump(&self.stats.handoffs_failed, 1);
                     tracing::warn!(owner = %owner.id, counters = n, error = %e, "handoff failed");
                     failed.extend(originals);
                 }

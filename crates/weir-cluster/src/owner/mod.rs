@@ -14,6 +14,7 @@ pub mod lease;
 pub mod leased;
 mod lessee;
 pub mod local;
+pub mod moves;
 pub mod peers;
 mod refunds;
 pub mod remote;

@@ -9,6 +9,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 use super::breaker::Breakers;
 use super::lease::Lessor;
 use super::local::{Consumed, Local};
+use super::moves::{Move, Moves};
 use super::peers::{Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
@@ -34,6 +35,8 @@ pub struct OwnerService {
     pub lessor: Arc<Lessor>,
     /// What this node knows of each owner's health (its gateway's).
     pub breakers: Arc<Breakers>,
+    /// The ring changes that took keys from this node.
+    pub moves: Arc<Moves>,
 }
 
 impl OwnerService {
@@ -54,24 +57,14 @@ impl OwnerService {
         let mut sent_on = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
         for (i, op) in req.ops.iter().enumerate() {
-            let copied = self.copied_owner(op, &ring);
-            if let Some(owner) = copied.filter(|o| self.asks_first(op, o)) {
-                sent_on.push((i, owner.clone()));
+            let elsewhere = self.owned_elsewhere(op, &ring);
+            let copied = elsewhere.filter(|o| self.holds_copy(op, o));
+            if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
+                sent_on.push((i, owner.clone(), taken));
                 results.push(None);
                 continue;
             }
-            let result = self.decide_op(op, &from, &rules, copied, || {
-                // The sender's ring is behind ours: decide anyway (bouncing
-                // could loop between two stale views) and sweep the counter
-                // to its owner shortly.
-                if ring
-                    .owner_id(&op.key)
-                    .is_some_and(|o| o != self.routing.me())
-                {
-                    bump(&self.stats.strays, 1);
-                    self.local.mark_stray();
-                }
-            });
+            let result = self.decide_op(op, &from, &rules, copied, || self.stray(op, &ring));
             match result {
                 // Leaving, and sent on by a holder that has a copy to
                 // decide on: told at once, not after the handoff (by
@@ -89,14 +82,19 @@ impl OwnerService {
             }
         }
         if !sent_on.is_empty() {
-            let sends = sent_on.iter().map(|(i, to)| self.send_on(to, &req.ops[*i]));
+            let sends = sent_on
+                .iter()
+                .map(|(i, to, taken)| self.send_on(to, &req.ops[*i], taken.as_deref()));
             let answers = futures::future::join_all(sends).await;
-            for ((i, owner), answer) in sent_on.iter().zip(answers) {
+            for ((i, owner, taken), answer) in sent_on.iter().zip(answers) {
                 // The owner made no decision (unreachable, leaving, or
-                // silent for the late window): stood in for on the copy.
+                // silent for the late window), or the key's count never
+                // left: stood in for on the copy, or decided on this
+                // node's count.
                 let op = &req.ops[*i];
-                let copied = Some(owner);
-                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, copied, || {}));
+                let copied = taken.is_none().then_some(owner);
+                let stray = || self.stray(op, &ring);
+                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, copied, stray));
                 if results[*i].is_none() {
                     moved.push(*i);
                 }
@@ -118,35 +116,70 @@ impl OwnerService {
         }
     }
 
-    /// The key's owner on this node's ring, when it is another node this
-    /// node holds the key's copy of, for an op a gateway sent here as the
-    /// key's new owner (a consume or refund, no stand-in named): that
-    /// gateway's ring lacks the owner. None for a carried limit (never
-    /// copied).
-    fn copied_owner<'r>(&self, op: &CounterOp, ring: &'r Ring) -> Option<&'r NodeIdentity> {
-        if !op.stand_in_for.is_empty()
-            || op.carried.is_some()
-            || !matches!(op.kind(), OpKind::Consume | OpKind::Refund)
-        {
+    /// The key's owner on this node's ring, when it is another node, for
+    /// an op a gateway sent here as the key's owner (a consume or refund,
+    /// no stand-in named): that gateway's ring differs from this node's.
+    fn owned_elsewhere<'r>(&self, op: &CounterOp, ring: &'r Ring) -> Option<&'r NodeIdentity> {
+        if !op.stand_in_for.is_empty() || !matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
             return None;
         }
-        let owner = ring.owner(&op.key).filter(|o| o.id != self.routing.me())?;
-        let held = self.replicas.holder_of(&op.rule, &op.key);
-        (held.as_deref() == Some(&*owner.id)).then_some(owner)
+        ring.owner(&op.key).filter(|o| o.id != self.routing.me())
     }
 
-    /// Whether an op for `owner`'s key (`copied_owner`) goes to the owner
-    /// before its copy here decides it: while this node trusts the owner
-    /// (its breaker closed, SWIM not suspecting it). The gateway's ring
-    /// may have dropped a dead owner first, or not yet have taken in one
-    /// that just joined; a dead one SWIM would suspect here too. A
+    /// Whether this node holds a copy of the key of `op`, from `owner`
+    /// ([`Self::owned_elsewhere`]). Never for a carried limit (not copied).
+    fn holds_copy(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
+        let held = op
+            .carried
+            .is_none()
+            .then(|| self.replicas.holder_of(&op.rule, &op.key));
+        held.flatten().as_deref() == Some(&*owner.id)
+    }
+
+    /// Whether an op for `owner`'s key ([`Self::owned_elsewhere`]) goes
+    /// to the owner rather than being decided here, and when: at once if
+    /// this node holds the key's copy, or once the handoff of the ring
+    /// change that took the key from here has landed (the move returned).
+    ///
+    /// Only while this node trusts the owner (its breaker closed, SWIM not
+    /// suspecting it). The gateway's ring may have dropped a dead owner
+    /// first (SWIM would suspect it here too; the copy stands in), or not
+    /// yet have taken in one that just joined, which holds the count. A
     /// joiner's keys are mostly its replica holder's old ones, so stood in
     /// for on the copy regardless, a key's checks were admitted twice
-    /// while a join spread, up to twice its limit. Not for an op sent on
-    /// already (two holders whose rings disagree would send it back and
-    /// forth).
-    fn asks_first(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
-        !op.sent_on && self.breakers.trusted(&owner.id)
+    /// while a join spread, up to twice its limit; decided on what the old
+    /// owner kept after its handoff, one over in most joins. Not for an op
+    /// sent on already (two nodes whose rings disagree would send it back
+    /// and forth), nor while this node leaves (its ops wait for the
+    /// leave's handoff, [`Self::forward`]).
+    fn goes_to_owner<'r>(
+        &self,
+        op: &CounterOp,
+        elsewhere: Option<&'r NodeIdentity>,
+        copied: bool,
+    ) -> Option<(&'r NodeIdentity, Option<Arc<Move>>)> {
+        let owner = elsewhere.filter(|o| !op.sent_on && self.breakers.trusted(&o.id))?;
+        if copied {
+            return Some((owner, None));
+        }
+        if self.local.is_leaving() {
+            return None;
+        }
+        Some((owner, Some(self.moves.took(&op.key, &owner.id)?)))
+    }
+
+    /// A check decided here for a key this node's ring gives another
+    /// member: the sender's ring is behind ours. It is decided anyway
+    /// (bouncing could loop between two stale views) and its counter swept
+    /// to its owner shortly.
+    fn stray(&self, op: &CounterOp, ring: &Ring) {
+        if ring
+            .owner_id(&op.key)
+            .is_some_and(|o| o != self.routing.me())
+        {
+            bump(&self.stats.strays, 1);
+            self.local.mark_stray();
+        }
     }
 
     /// Sends `op` on to its owner, marked so it goes no further, and
@@ -156,8 +189,24 @@ impl OwnerService {
     /// left this node, the owner is leaving, or no answer came in that
     /// time (then the copy decides too, and its admission, charged to the
     /// owner later, is counted twice: never one over the limit). A refund
-    /// is sent, not waited for.
-    async fn send_on(&self, owner: &NodeIdentity, op: &CounterOp) -> Option<OpResult> {
+    /// is sent, not waited for. An op for a key a ring change `took` from
+    /// here waits until its handoff has landed, so the owner decides it on
+    /// the key's count; None if the count stayed here.
+    async fn send_on(
+        &self,
+        owner: &NodeIdentity,
+        op: &CounterOp,
+        took: Option<&Move>,
+    ) -> Option<OpResult> {
+        if let Some(took) = took {
+            let landed = tokio::time::timeout(LATE_WINDOW, took.landed())
+                .await
+                .ok()?;
+            let id = (op.rule.clone(), op.key.clone(), op.carried.is_some());
+            if !landed.delivered(&id) {
+                return None;
+            }
+        }
         let op = CounterOp {
             sent_on: true,
             ..op.clone()
@@ -173,7 +222,7 @@ impl OwnerService {
     }
 
     /// One op on this node's counters (or, standing in for an owner, on
-    /// its copy: the one it names, or `copied`, [`Self::copied_owner`]);
+    /// its copy: the one it names, or `copied`, [`Self::holds_copy`]);
     /// None when this node is leaving and the op must go to the key's new
     /// owner.
     fn decide_op(

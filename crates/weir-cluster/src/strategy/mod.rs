@@ -70,7 +70,7 @@ pub trait Strategy: Send + Sync + 'static {
 
     /// The live members are about to change to `ring`: what must be in
     /// place before a check is routed by it.
-    fn before_ring(&self, _ring: &Ring) {}
+    fn before_ring(&self, _ring: &std::sync::Arc<Ring>) {}
 
     /// The live members changed from `old` to `ring`.
     fn on_ring<'a>(&'a self, _old: &'a Ring, _ring: &'a Ring) -> BoxFuture<'a, ()> {
@@ -129,6 +129,9 @@ pub struct Parts {
     pub lessor: std::sync::Arc<crate::owner::lease::Lessor>,
     /// One per owner, shared by this node's gateway and its owner service.
     pub breakers: std::sync::Arc<crate::owner::breaker::Breakers>,
+    /// The ring changes that took keys from this node: begun by the
+    /// strategy, landed by its handoff, read by the owner service.
+    pub moves: std::sync::Arc<crate::owner::moves::Moves>,
     /// This process's boot (`NodeIdentity::boot`).
     pub boot: u64,
 }
@@ -194,6 +197,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 p.stats,
                 p.replicas.clone(),
                 p.boot,
+                p.moves,
             );
             Arc::new(owner::OwnerStrategy::new(
                 gateway,

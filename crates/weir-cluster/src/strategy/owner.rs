@@ -192,7 +192,9 @@ impl Strategy for OwnerStrategy {
     /// Copies of a dead owner's counters that this node owns on `ring`
     /// become its own before any check is routed by it: one decided here
     /// in between found the key empty, and admitted past the copy's count.
-    fn before_ring(&self, ring: &Ring) {
+    fn before_ring(&self, ring: &Arc<Ring>) {
+        let routing = &self.gateway.remote().routing;
+        self.handoff.moves().begin(routing.ring(), ring.clone());
         let me = self.gateway.remote().me();
         let (promoted, orphans) = self.replicas.on_ring(ring, me, self.limiter());
         if promoted > 0 {

@@ -17,6 +17,7 @@ use weir_cluster::{Cluster, ClusterConfig, Engine, GossipProfile};
 use weir_core::{
     CheckError, CheckRequest, Clock, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict,
 };
+use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
 /// One limit: 20 per 60 s per client, exact (sliding log).
 pub const RULES: &str = r#"
@@ -406,6 +407,28 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// `op` sent to `to` by a gateway played by hand as `from`: the answer,
+/// and how long it took.
+pub async fn decided_by_hand(
+    net: &MemoryNet,
+    to: &NodeIdentity,
+    op: CounterOp,
+    from: &str,
+) -> (OpResult, Duration) {
+    let (_, gateway) = net.link();
+    let req = DecideRequest {
+        ops: vec![op],
+        rules_version: 0,
+        from_node: from.into(),
+    };
+    let sent = tokio::time::Instant::now();
+    let mut answer = gateway
+        .decide(to, req, Duration::from_secs(2))
+        .await
+        .unwrap();
+    (answer.results.remove(0), sent.elapsed())
 }
 
 /// A key whose owner (on `by`'s ring) is `owner`.

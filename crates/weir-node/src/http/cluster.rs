@@ -111,6 +111,7 @@ fn stats_view(s: &weir_cluster::ClusterStats) -> Value {
         ("fallback_entered", json!(s.fallback_entered)),
         ("fallback_left", json!(s.fallback_left)),
         ("handoffs_sent", json!(s.handoffs_sent)),
+        ("handoffs_failed", json!(s.handoffs_failed)),
         ("handoff_bytes", json!(s.handoff_bytes)),
         ("handoffs_received", json!(s.handoffs_received)),
         ("keys_moved_out", json!(s.keys_moved_out)),

@@ -180,6 +180,11 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
             s.handoffs_sent,
         ),
         (
+            "weir_handoffs_failed_total",
+            "Peer/Handoff calls that failed; their counters are offered again.",
+            s.handoffs_failed,
+        ),
+        (
             "weir_handoffs_bytes_total",
             "Encoded bytes of the Peer/Handoff calls sent.",
             s.handoff_bytes,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::owner::moves::Move;
 use crate::owner::replica::Admitted;
 use weir_core::{AlgorithmKind, Decision, FakeClock, LimiterConfig, Nanos, RuleSet};
 
@@ -506,6 +507,7 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
         Arc::new(Stats::default()),
         Arc::new(Replicas::new(&limiter)),
         BOOT,
+        Arc::new(Moves::new(ME)),
     );
     Holder {
         handoff,
@@ -571,6 +573,50 @@ async fn two_rebalances_at_once_hand_a_counter_over_once() {
     );
 }
 
+/// The ring change that gave `key` to its owner now, as `before_ring`
+/// records it: from a ring of this node alone.
+fn moved_to_its_owner(handoff: &Handoff, key: &str) -> Arc<Move> {
+    let moves = handoff.moves();
+    moves.begin(
+        Arc::new(Ring::with_default_vnodes(&[node(ME)])),
+        handoff.routing.ring(),
+    );
+    let owner = handoff.routing.ring().owner_id(key).unwrap().to_string();
+    moves.took(key, &owner).expect("the change took the key")
+}
+
+/// Guard: the sweep after a ring change lands it, naming what stayed
+/// here. Checks peers still send here for a key it took wait for the
+/// landing, then go to the key's owner, which has its count by then.
+#[tokio::test(start_paused = true)]
+async fn a_sweep_lands_the_ring_change_that_took_its_keys() {
+    let net = crate::memory::MemoryNet::new();
+    let owner_limiter = stray_limiter(&net);
+    let config = crate::ClusterConfig {
+        secret: Some("handoff-test".into()),
+        ..crate::ClusterConfig::default()
+    };
+    let owner = net
+        .start(OWNER, config, owner_limiter.clone())
+        .await
+        .unwrap();
+    let Holder {
+        handoff,
+        local,
+        key,
+        ..
+    } = holder_of_strays(&net, owner.identity().grpc.ip());
+    let took = moved_to_its_owner(&handoff, &key);
+    assert_eq!(admits(local.limiter(), &key), 5);
+    let (landed, ()) = tokio::join!(took.landed(), handoff.rebalance());
+    assert!(landed.delivered(&("r".into(), key.clone(), false)));
+    assert_eq!(
+        admits(&owner_limiter, &key),
+        0,
+        "the owner had the count first"
+    );
+}
+
 /// Guard: a counter this node holds for another owner stays whole here
 /// while the handoff to its owner is in flight, and after it fails. Taken
 /// out for the call, a check decided here meanwhile (one a leaving owner
@@ -585,6 +631,7 @@ async fn a_stray_stays_whole_here_until_its_owner_has_it() {
         host,
         key,
     } = holder_of_strays(&net, there);
+    let took = moved_to_its_owner(&handoff, &key);
     // The owner does not answer: the call waits out its deadline.
     net.partition(&[host], &[there]);
     let limiter = local.limiter();
@@ -600,4 +647,9 @@ async fn a_stray_stays_whole_here_until_its_owner_has_it() {
     );
     assert_eq!(admits(limiter, &key), 0, "and once it failed");
     assert!(local.take_strays(), "the next sweep tries again");
+    let landed = took.landed().await;
+    assert!(
+        !landed.delivered(&("r".into(), key.clone(), false)),
+        "its checks are decided here: {landed:?}"
+    );
 }

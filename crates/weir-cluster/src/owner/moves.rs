@@ -1,0 +1,163 @@
+//! The ring changes that took keys from this node, remembered so that a
+//! check a peer still sends here goes to the key's new owner once the
+//! key's count has reached it.
+//!
+//! A member whose ring has not taken a joiner in yet sends the joiner's
+//! keys to their old owner. Decided there, after the handoff, a check
+//! found what was spent since (none of the count, which the joiner now
+//! holds) and was admitted on it: one over the limit in most join races
+//! at the defaults.
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::topology::ring::Ring;
+
+/// Moves remembered: more ring changes than a gossip round brings, so a
+/// peer still on an older ring finds the one that moved its key.
+const REMEMBERED: usize = 8;
+
+/// Names one counter: its rule (or carried limit), key, and which of the two.
+pub type CounterId = (String, String, bool);
+
+/// The ring changes that may have taken keys from this node, newest last.
+pub struct Moves {
+    me: String,
+    recent: Mutex<Vec<Arc<Move>>>,
+}
+
+/// One ring change: it took from this node each key that `before` gave
+/// it and `after` gives another member.
+pub struct Move {
+    before: Arc<Ring>,
+    after: Arc<Ring>,
+    landed: OnceLock<Landed>,
+    landing: Notify,
+}
+
+/// How the sweep after a ring change ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// Every counter reached its new owner but these, still whole here.
+    Delivered { kept: HashSet<CounterId> },
+    /// The sweep ended before its handoff did: every counter is still here.
+    Kept,
+}
+
+impl Moves {
+    pub fn new(me: &str) -> Self {
+        Moves {
+            me: me.to_string(),
+            recent: Mutex::default(),
+        }
+    }
+
+    /// The ring is about to change from `before` to `after`; the sweep that
+    /// follows lands it ([`Moves::pending`]).
+    pub fn begin(&self, before: Arc<Ring>, after: Arc<Ring>) {
+        let mut recent = self.recent.lock();
+        if recent.len() == REMEMBERED {
+            recent.remove(0);
+        }
+        recent.push(Arc::new(Move {
+            before,
+            after,
+            landed: OnceLock::new(),
+            landing: Notify::new(),
+        }));
+    }
+
+    /// The moves no sweep has landed yet, up to the one to `ring`: a sweep
+    /// over `ring` offers the keys they took. One begun since is the next
+    /// sweep's (it begins before its ring is routed by).
+    pub fn pending(&self, ring: &Arc<Ring>) -> Vec<Arc<Move>> {
+        let recent = self.recent.lock();
+        let Some(upto) = recent.iter().rposition(|m| Arc::ptr_eq(&m.after, ring)) else {
+            return Vec::new();
+        };
+        recent[..=upto]
+            .iter()
+            .filter(|m| m.landed.get().is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// The newest move that took `key` from this node to `owner`, its owner
+    /// now.
+    pub fn took(&self, key: &str, owner: &str) -> Option<Arc<Move>> {
+        if owner == self.me {
+            return None;
+        }
+        let recent = self.recent.lock();
+        recent
+            .iter()
+            .rev()
+            .find(|m| {
+                m.before.owner_id(key) == Some(&*self.me) && m.after.owner_id(key) == Some(owner)
+            })
+            .cloned()
+    }
+}
+
+impl Move {
+    /// Records how its sweep ended and wakes the checks waiting on it.
+    /// The first call counts.
+    pub fn land(&self, landed: Landed) {
+        if self.landed.set(landed).is_ok() {
+            self.landing.notify_waiters();
+        }
+    }
+
+    /// How its sweep ended, once it has.
+    pub async fn landed(&self) -> &Landed {
+        loop {
+            // Created before the check: `notify_waiters` wakes it even if
+            // the landing comes in between.
+            let woken = self.landing.notified();
+            if let Some(landed) = self.landed.get() {
+                return landed;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Landed {
+    /// Whether the counter `id` reached its new owner.
+    pub fn delivered(&self, id: &CounterId) -> bool {
+        match self {
+            Landed::Delivered { kept } => !kept.contains(id),
+            Landed::Kept => false,
+        }
+    }
+}
+
+/// The moves a sweep lands, whichever way it ends: a sweep dropped before
+/// it landed them (a leave aborts the task running it) kept every counter.
+pub struct Landing(Vec<Arc<Move>>);
+
+impl Landing {
+    pub fn new(moves: Vec<Arc<Move>>) -> Self {
+        Landing(moves)
+    }
+
+    pub fn land(mut self, kept: HashSet<CounterId>) {
+        for m in self.0.drain(..) {
+            m.land(Landed::Delivered { kept: kept.clone() });
+        }
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        for m in self.0.drain(..) {
+            m.land(Landed::Kept);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+//! Which keys a ring change took from this node, and how its sweep ended.
+
+use std::time::Duration;
+
+use super::*;
+use crate::topology::membership::NodeIdentity;
+
+fn ring(ids: &[&str]) -> Arc<Ring> {
+    let addr = "127.0.0.1:1".parse().unwrap();
+    let members: Vec<_> = ids
+        .iter()
+        .map(|id| NodeIdentity::new(*id, addr, addr))
+        .collect();
+    Arc::new(Ring::with_default_vnodes(&members))
+}
+
+fn id(key: &str) -> CounterId {
+    ("r".into(), key.into(), false)
+}
+
+/// n1's view as n3 joins n1 and n2: the two rings, and a key of each kind.
+struct Join {
+    moves: Moves,
+    before: Arc<Ring>,
+    after: Arc<Ring>,
+    /// n1's before, n3's after.
+    taken: String,
+    /// n2's before, n3's after.
+    not_mine: String,
+    /// n1's before and after.
+    kept: String,
+}
+
+fn join() -> Join {
+    let (before, after) = (ring(&["n1", "n2"]), ring(&["n1", "n2", "n3"]));
+    let key = |was: &str, is: &str| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| before.owner_id(k) == Some(was) && after.owner_id(k) == Some(is))
+            .unwrap()
+    };
+    let moves = Moves::new("n1");
+    moves.begin(before.clone(), after.clone());
+    Join {
+        taken: key("n1", "n3"),
+        not_mine: key("n2", "n3"),
+        kept: key("n1", "n1"),
+        moves,
+        before,
+        after,
+    }
+}
+
+#[test]
+fn a_ring_change_took_the_keys_it_moved_from_this_node_to_their_owner_now() {
+    let j = join();
+    assert!(j.moves.took(&j.taken, "n3").is_some());
+    assert!(j.moves.took(&j.not_mine, "n3").is_none(), "n2's before");
+    assert!(j.moves.took(&j.kept, "n1").is_none(), "still n1's");
+    assert!(
+        j.moves.took(&j.taken, "n2").is_none(),
+        "an owner the change did not give it to"
+    );
+}
+
+#[test]
+fn a_sweep_lands_the_changes_up_to_the_ring_it_swept_and_no_later_one() {
+    let j = join();
+    let later = ring(&["n1", "n2", "n3", "n4"]);
+    // Begun (the ring is about to be routed by) after the sweep read its ring.
+    j.moves.begin(j.after.clone(), later.clone());
+    assert_eq!(j.moves.pending(&j.after).len(), 1);
+    assert_eq!(j.moves.pending(&later).len(), 2);
+    assert!(
+        j.moves.pending(&j.before).is_empty(),
+        "no change led to the ring before"
+    );
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    assert_eq!(j.moves.pending(&later).len(), 1, "landed once");
+}
+
+#[test]
+fn a_landing_names_the_counters_that_stayed_and_a_dropped_one_kept_them_all() {
+    let j = join();
+    let taken = j.moves.took(&j.taken, "n3").unwrap();
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id("stayed")]));
+    let landed = taken.landed.get().unwrap();
+    assert!(landed.delivered(&id(&j.taken)));
+    assert!(!landed.delivered(&id("stayed")));
+
+    let j = join();
+    let taken = j.moves.took(&j.taken, "n3").unwrap();
+    drop(Landing::new(j.moves.pending(&j.after)));
+    assert_eq!(taken.landed.get(), Some(&Landed::Kept));
+    // The first landing counts.
+    taken.land(Landed::Delivered {
+        kept: HashSet::new(),
+    });
+    assert_eq!(taken.landed.get(), Some(&Landed::Kept));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_check_waiting_on_a_move_resumes_when_it_lands() {
+    let j = join();
+    let taken = j.moves.took(&j.taken, "n3").unwrap();
+    let waiting = tokio::time::timeout(Duration::from_millis(10), taken.landed()).await;
+    assert!(waiting.is_err(), "not landed yet");
+    let landing = Landing::new(j.moves.pending(&j.after));
+    let (landed, ()) = tokio::join!(taken.landed(), async {
+        tokio::task::yield_now().await;
+        landing.land(HashSet::new());
+    });
+    assert!(landed.delivered(&id(&j.taken)));
+}
+
+#[test]
+fn only_the_newest_changes_are_remembered() {
+    let j = join();
+    for _ in 1..REMEMBERED {
+        j.moves.begin(j.after.clone(), j.after.clone());
+    }
+    assert!(j.moves.took(&j.taken, "n3").is_some());
+    j.moves.begin(j.after.clone(), j.after.clone());
+    assert!(j.moves.took(&j.taken, "n3").is_none(), "the oldest dropped");
+}

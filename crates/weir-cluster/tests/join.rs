@@ -1,0 +1,166 @@
+//! A member joining while peers still route by the ring before it, deterministically: whole members on the in-memory network under tokio's paused clock, at the node's default settings.
+//!
+//! Each test says which guard it covers: remove that guard and it fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use weir_cluster::membership::NodeIdentity;
+use weir_cluster::memory::MemoryNet;
+use weir_cluster::ring::Ring;
+use weir_cluster::wire::{self, Answer};
+use weir_cluster::ClusterConfig;
+
+/// Spent before the join, through both members.
+const SPENT: usize = 12;
+
+fn ring(ids: &[&str]) -> Ring {
+    let addr = "127.0.0.1:1".parse().unwrap();
+    let members: Vec<_> = ids
+        .iter()
+        .map(|id| NodeIdentity::new(*id, addr, addr))
+        .collect();
+    Ring::with_default_vnodes(&members)
+}
+
+/// A key node-1 owns until node-3 joins, and node-3 after. node-3 copies
+/// it to node-1 (the key's owner were node-3 gone), which then sends on
+/// the checks it gets for it; until the first copy lands, only node-1's
+/// handoff tells it where the count went.
+fn taken_from_node_1_by_node_3() -> String {
+    let (before, after) = (
+        ring(&["node-1", "node-2"]),
+        ring(&["node-1", "node-2", "node-3"]),
+    );
+    (0..)
+        .map(|i| format!("taken-{i}"))
+        .find(|k| before.owner_id(k) == Some("node-1") && after.owner_id(k) == Some("node-3"))
+        .unwrap()
+}
+
+/// Two members with [`SPENT`] of the key spent, then node-3 joining
+/// through node-1, each handoff to it `held` on its way; every member at
+/// the defaults, then `tweak`.
+async fn joining(
+    held: Duration,
+    tweak: fn(&mut ClusterConfig),
+) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
+    let (net, nodes) = paused_members(2, RULES, tweak).await;
+    let key = taken_from_node_1_by_node_3();
+    let both: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&both, &key, SPENT).await, SPENT);
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, |c| {
+        defaults(c);
+        tweak(c);
+    })
+    .await;
+    net.slow_handoffs_to(joiner.host(), held);
+    (net, nodes, joiner, key)
+}
+
+/// When the check reaches the old owner.
+struct Sent {
+    /// How long after the old owner's ring holds the joiner (each handoff
+    /// to the joiner is held this long and more on its way).
+    after: Duration,
+    /// Whether the key's count is with the joiner by then.
+    landed: bool,
+}
+
+/// A check of `key` sent to node-1 by node-2 while node-2's ring lacks
+/// node-3, as `sent` says: decided on the key's whole count, then the
+/// rest of the window through node-3 alone, once node-3 holds the count.
+/// Exactly the limit.
+async fn a_check_from_behind_the_join(sent: Sent, tweak: fn(&mut ClusterConfig)) {
+    let held = sent.after * 4;
+    let (net, nodes, joiner, key) = joining(held, tweak).await;
+    wait_until("node-1's ring holds node-3", || {
+        nodes[0].ring_ids().len() == 3
+    })
+    .await;
+    tokio::time::sleep(sent.after).await;
+    let landed = joiner.engine.limiter().keys() == 1;
+    assert_eq!(landed, sent.landed, "whether the count had landed");
+    let rules = nodes[0].engine.limiter().rules();
+    let (_, rule) = rules.get("per-client").unwrap();
+    let op = wire::consume(rule, &key, 1, false);
+    let to = nodes[0].cluster.identity();
+    let ((answer, _), _) = tokio::join!(
+        decided_by_hand(&net, &to, op, "node-2"),
+        wait_until("node-3 holds the key's count", || {
+            joiner.engine.limiter().keys() == 1
+        })
+    );
+    match wire::answer(answer, rule, 1) {
+        Answer::Decided(d) => {
+            assert!(d.allowed, "{d:?}");
+            assert_eq!(
+                d.remaining as usize,
+                LIMIT - SPENT - 1,
+                "on the whole count"
+            );
+        }
+        other => panic!("decided: {other:?}"),
+    }
+    let after = admitted_round_robin(&[&joiner], &key, LIMIT).await;
+    assert_eq!(SPENT + 1 + after, LIMIT, "{after} admitted after it");
+    drop(net);
+}
+
+/// Guard: a check a peer still sends to the key's old owner, after its
+/// handoff to the joiner, goes on to the joiner. Decided on what the old
+/// owner kept (nothing: the count had left), it was admitted as the first
+/// of a fresh window, and the window read one over its limit. Without
+/// copies, so that no copy from the joiner sends it on instead (at the
+/// defaults that covers the check once the first copy has landed).
+#[tokio::test(start_paused = true)]
+async fn a_check_reaching_the_old_owner_after_its_handoff_goes_to_the_joiner() {
+    let sent = Sent {
+        after: Duration::ZERO,
+        landed: true,
+    };
+    a_check_from_behind_the_join(sent, |c| c.replicas = 1).await;
+}
+
+/// Guard: a check that reaches the old owner while its handoff is on the
+/// way waits for it, then goes on to the joiner. Decided there on the count
+/// it still held, its admission reached the joiner only with the next
+/// sweep, and the joiner admitted one too many meanwhile; sent on at once,
+/// the joiner decided it before it held the count.
+#[tokio::test(start_paused = true)]
+async fn a_check_reaching_the_old_owner_during_its_handoff_waits_for_it() {
+    let sent = Sent {
+        after: Duration::from_millis(50),
+        landed: false,
+    };
+    a_check_from_behind_the_join(sent, |_| {}).await;
+}
+
+/// Guard: a check for a key whose handoff to the joiner failed is decided
+/// on the count that stayed with the old owner. Sent on, the joiner
+/// decided it on nothing.
+#[tokio::test(start_paused = true)]
+async fn a_check_for_a_key_whose_handoff_failed_is_decided_where_its_count_stayed() {
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
+    net.refuse_handoffs_to(joiner.host());
+    wait_until("node-1's ring holds node-3", || {
+        nodes[0].ring_ids().len() == 3
+    })
+    .await;
+    wait_until("node-1's handoff failed", || {
+        nodes[0].cluster.stats().handoffs_failed > 0
+    })
+    .await;
+    let rules = nodes[0].engine.limiter().rules();
+    let (_, rule) = rules.get("per-client").unwrap();
+    let op = wire::consume(rule, &key, 1, false);
+    let (answer, _) = decided_by_hand(&net, &nodes[0].cluster.identity(), op, "node-2").await;
+    match wire::answer(answer, rule, 1) {
+        Answer::Decided(d) => assert_eq!(d.remaining as usize, LIMIT - SPENT - 1, "{d:?}"),
+        other => panic!("decided: {other:?}"),
+    }
+    assert_eq!(joiner.engine.limiter().keys(), 0, "nothing was sent on");
+    drop(net);
+}
