@@ -55,9 +55,18 @@ impl Moves {
         }
     }
 
-    /// The ring is about to change from `before` to `after`; the sweep that
-    /// follows lands it ([`Moves::pending`]).
+    /// The ring is about to change from `before` (the one routed by now)
+    /// to `after`; the sweep that follows lands it ([`Moves::pending`]).
+    /// Only a member joining takes keys from the others: one leaving or
+    /// lost hands its own on and moves nobody else's.
     pub fn begin(&self, before: Arc<Ring>, after: Arc<Ring>) {
+        let joined = after
+            .members()
+            .iter()
+            .any(|m| !before.members().iter().any(|b| b.id == m.id));
+        if !joined {
+            return;
+        }
         let mut recent = self.recent.lock();
         if recent.len() == REMEMBERED {
             recent.remove(0);
@@ -70,17 +79,14 @@ impl Moves {
         }));
     }
 
-    /// The moves no sweep has landed yet, up to the one to `ring`: a sweep
-    /// over `ring` offers the keys they took. One begun since is the next
-    /// sweep's (it begins before its ring is routed by).
+    /// The moves no sweep has landed yet, for a sweep over `ring` (the one
+    /// routed by), which offers the keys they took. A move from `ring` is
+    /// begun but not yet routed by: the next sweep's.
     pub fn pending(&self, ring: &Arc<Ring>) -> Vec<Arc<Move>> {
         let recent = self.recent.lock();
-        let Some(upto) = recent.iter().rposition(|m| Arc::ptr_eq(&m.after, ring)) else {
-            return Vec::new();
-        };
-        recent[..=upto]
+        recent
             .iter()
-            .filter(|m| m.landed.get().is_none())
+            .filter(|m| m.landed.get().is_none() && !Arc::ptr_eq(&m.before, ring))
             .cloned()
             .collect()
     }

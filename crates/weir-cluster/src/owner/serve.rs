@@ -139,7 +139,8 @@ impl OwnerService {
     /// Whether an op for `owner`'s key ([`Self::owned_elsewhere`]) goes
     /// to the owner rather than being decided here, and when: at once if
     /// this node holds the key's copy, or once the handoff of the ring
-    /// change that took the key from here has landed (the move returned).
+    /// change that took the key from here (the move returned,
+    /// [`Moves::took`]) has landed.
     ///
     /// Only while this node trusts the owner (its breaker closed, SWIM not
     /// suspecting it). The gateway's ring may have dropped a dead owner
