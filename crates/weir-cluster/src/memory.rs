@@ -104,9 +104,32 @@ impl MemoryNet {
         config: ClusterConfig,
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
-        let datagrams = self.gossip_socket();
+        let host = self.new_host();
+        self.start_on(host, id, config, limiter).await
+    }
+
+    /// Starts a member named `id` on `host`, a crashed member's, as a
+    /// process restarted with its address: a new boot, the same id.
+    pub async fn restart(
+        &self,
+        host: IpAddr,
+        id: &str,
+        config: ClusterConfig,
+        limiter: Arc<Limiter>,
+    ) -> Result<Cluster, ClusterError> {
+        self.state.lock().crashed.remove(&host);
+        self.start_on(host, id, config, limiter).await
+    }
+
+    async fn start_on(
+        &self,
+        host: IpAddr,
+        id: &str,
+        config: ClusterConfig,
+        limiter: Arc<Limiter>,
+    ) -> Result<Cluster, ClusterError> {
+        let datagrams = self.gossip_socket_on(host);
         let gossip = datagrams.local_addr();
-        let host = gossip.ip();
         let identity = NodeIdentity::new(id, gossip, SocketAddr::new(host, GRPC_PORT));
         let transport = Transport {
             datagrams,
@@ -128,7 +151,10 @@ impl MemoryNet {
     /// A gossip socket on a new host of its own, for a membership without
     /// the rest of a member (peer calls to the host are refused).
     pub fn gossip_socket(&self) -> Arc<dyn Datagrams> {
-        let host = self.new_host();
+        self.gossip_socket_on(self.new_host())
+    }
+
+    fn gossip_socket_on(&self, host: IpAddr) -> Arc<dyn Datagrams> {
         let gossip = SocketAddr::new(host, GOSSIP_PORT);
         let (tx, rx) = mpsc::unbounded_channel();
         self.state.lock().sockets.insert(gossip, tx);

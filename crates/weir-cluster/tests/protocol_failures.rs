@@ -183,6 +183,37 @@ async fn a_dead_owners_keys_keep_their_counts_on_its_replica_holder() {
     }
 }
 
+/// Guard: an owner killed and restarted at once, with its id and address,
+/// before any ring dropped it, gets its keys' counts back: its replica
+/// holder hands the copies to the new process when its ring takes it in.
+/// Kept as the old process's copies (their owner still on the ring by
+/// id), each key began a fresh window at the restarted owner: 25 of 20.
+#[tokio::test(start_paused = true)]
+async fn an_owner_restarted_before_it_was_dropped_gets_its_keys_counts_back() {
+    let (net, mut nodes, key) = a_key_of_node_3_spent("restarted", 5).await;
+    let dead = nodes.pop().unwrap();
+    let (host, old) = (dead.host(), dead.cluster.identity());
+    dead.kill().await;
+    let seeds = [nodes[0].gossip()];
+    let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
+    let new = restarted.cluster.identity();
+    assert_ne!(new.boot, old.boot);
+    wait_until("every ring holds the restarted node-3", || {
+        nodes
+            .iter()
+            .all(|n| n.cluster.ring().members().contains(&new))
+    })
+    .await;
+    wait_until("the restarted node-3 holds the key", || {
+        restarted.engine.limiter().keys() == 1
+    })
+    .await;
+    let all = [&nodes[0], &nodes[1], &restarted];
+    let after = admitted(&all, &key, 2 * LIMIT).await;
+    assert_eq!(5 + after, LIMIT, "{after} admitted after the restart");
+    drop(net);
+}
+
 /// Guard: the owner-failure policy applies only when neither the owner nor
 /// a copy can decide (`--replicas 1` here, the owner cut off): `local`
 /// decides from the owner's last word, `open` admits, `closed` refuses with

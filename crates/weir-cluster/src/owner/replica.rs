@@ -473,10 +473,12 @@ impl Replicas {
         }
     }
 
-    /// On a new ring: copies whose owner left it. Those this node now owns
-    /// are merged into `main`, its counters (with their base remembered);
-    /// returns how many, and the others, for their new owners. Copies this
-    /// node no longer holds for a live owner are dropped.
+    /// On a new ring: copies whose owner left it, or came back on it as
+    /// another process (restarted, so it holds none of their counts). Those
+    /// this node now owns are merged into `main`, its counters (with their
+    /// base remembered); returns how many, and the others, for their new
+    /// owners (a restarted owner among them). Copies this node no longer
+    /// holds for a live owner are dropped.
     ///
     /// Each copy's entry is held until its count is in `main`: a stand-in
     /// that finds no copy is decided on `main`, and must find it there.
@@ -484,7 +486,7 @@ impl Replicas {
     /// (ops a gateway whose ring dropped the owner first sent here).
     pub fn on_ring(&self, ring: &Ring, me: &str, main: &Limiter) -> (usize, Vec<CounterSnapshot>) {
         let members: Vec<&NodeIdentity> = ring.members().iter().collect();
-        let live = |id: &str| members.iter().any(|m| m.id == id);
+        let live = |id: &str, boot: u64| members.iter().any(|m| m.id == id && m.boot == boot);
         let (mut mine, mut theirs) = (0, Vec::new());
         let keys: Vec<Key> = self.meta.iter().map(|e| e.key().clone()).collect();
         let now = self.store.now();
@@ -496,7 +498,7 @@ impl Replicas {
             };
             let (rule, hash_part) = copy.key().clone();
             let m = copy.get();
-            if live(&m.owner) {
+            if live(&m.owner, m.boot) {
                 // Still its owner's copy, if this node is still the holder.
                 if ring.replica_of(&hash_part).is_none_or(|h| h.id != me) {
                     self.store.take(&rule, &hash_part);

@@ -188,6 +188,28 @@ impl TestNode {
             .start(id, config(seeds, tweak), limiter(rules, net.clock()))
             .await
             .unwrap();
+        Self::on(net, id, cluster)
+    }
+
+    /// A member started on `host`, a killed member's address on the
+    /// in-memory network, as its process restarted: the same id and
+    /// address, a new boot, no counters.
+    pub async fn restart_in(
+        net: &MemoryNet,
+        host: IpAddr,
+        id: &str,
+        seeds: &[SocketAddr],
+        rules: &str,
+        tweak: impl FnOnce(&mut ClusterConfig),
+    ) -> TestNode {
+        let cluster = net
+            .restart(host, id, config(seeds, tweak), limiter(rules, net.clock()))
+            .await
+            .unwrap();
+        Self::on(net, id, cluster)
+    }
+
+    fn on(net: &MemoryNet, id: &str, cluster: Cluster) -> TestNode {
         let cluster = Arc::new(cluster);
         TestNode {
             id: id.to_string(),

@@ -233,6 +233,29 @@ fn a_handoff_after_the_copy_was_promoted_adds_only_what_the_owner_spent_past_it(
     }
 }
 
+/// Guard: a copy whose owner came back on the ring as another process
+/// (restarted with its id, before any ring dropped it) goes to that
+/// process, which holds none of the key's count; a ring with the owner's
+/// own process keeps it. Kept as a live owner's copy, the restarted owner
+/// granted the key a fresh window: the sim's restart fault read 9% over.
+#[test]
+fn a_copy_of_an_owner_that_restarted_goes_to_the_restarted_owner() {
+    let with = |boot| {
+        let owner = NodeIdentity {
+            boot,
+            ..node(OWNER)
+        };
+        Ring::with_default_vnodes(&[node(ME), node("n2"), owner])
+    };
+    let s = Scene::new(AlgorithmKind::SlidingWindowLog, 5);
+    let (promoted, theirs) = s.copies.on_ring(&with(BOOT), ME, &s.main);
+    assert_eq!((promoted, theirs.len()), (0, 0), "the same process");
+    let (promoted, theirs) = s.copies.on_ring(&with(BOOT + 1), ME, &s.main);
+    assert_eq!(promoted, 0);
+    let keys: Vec<&str> = theirs.iter().map(|c| c.hash_part.as_str()).collect();
+    assert_eq!(keys, [s.key.as_str()], "for the restarted owner");
+}
+
 /// Guard: `n3` admitted the key and crashed before any copy of it
 /// reached `n1`. The admissions its gateways report start a copy, which
 /// the ring change promotes: the key's next owner does not grant them
