@@ -3,6 +3,7 @@
 mod common;
 
 use common::{one_at_a_time, only, sim};
+use weir_sim::score::RunResult;
 
 /// At the node's defaults (two copies of every counter), a SIGKILLed
 /// owner costs at most 1% of the keys' limits: its replica holder stands
@@ -10,20 +11,7 @@ use common::{one_at_a_time, only, sim};
 #[test]
 fn owner_over_admission_after_a_kill_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
-    let runs = sim(
-        "owner-kill",
-        &[
-            "fault",
-            "--fault",
-            "kill",
-            "--strategy",
-            "owner",
-            "--nodes",
-            "5",
-            "--duration",
-            "12s",
-        ],
-    );
+    let runs = owner_fault("owner-kill", "kill", "5", "12s");
     let r = only(&runs, "fault", "kill");
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
@@ -42,27 +30,31 @@ fn owner_over_admission_after_a_kill_at_the_defaults_is_at_most_one_percent() {
 #[test]
 fn owner_over_admission_after_an_immediate_restart_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
-    let runs = sim(
-        "owner-restart",
-        &[
-            "fault",
-            "--fault",
-            "restart",
-            "--strategy",
-            "owner",
-            "--nodes",
-            "5",
-            "--duration",
-            "12s",
-        ],
-    );
+    let runs = owner_fault("owner-restart", "restart", "5", "12s");
     let r = only(&runs, "fault", "restart");
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
     at_most_one_percent_over(r, "restart");
 }
 
-fn at_most_one_percent_over(r: &weir_sim::score::RunResult, fault: &str) {
+/// The sim's `fault` workload on an owner cluster of `nodes` at the
+/// defaults, injecting `fault`, for `duration`.
+fn owner_fault(name: &str, fault: &str, nodes: &str, duration: &str) -> Vec<RunResult> {
+    let args = [
+        "fault",
+        "--fault",
+        fault,
+        "--strategy",
+        "owner",
+        "--nodes",
+        nodes,
+        "--duration",
+        duration,
+    ];
+    sim(name, &args)
+}
+
+fn at_most_one_percent_over(r: &RunResult, fault: &str) {
     let b = r.fault_bound.as_ref().expect("fault bound");
     println!("{fault}: over {:.2}%, {b:?}", r.over_pct);
     assert!(
@@ -79,20 +71,7 @@ fn at_most_one_percent_over(r: &weir_sim::score::RunResult, fault: &str) {
 #[test]
 fn owner_is_exact_with_the_cpu_busy_and_nodes_stalling() {
     let _one = one_at_a_time();
-    let runs = sim(
-        "owner-busy",
-        &[
-            "fault",
-            "--fault",
-            "busy",
-            "--strategy",
-            "owner",
-            "--nodes",
-            "3",
-            "--duration",
-            "8s",
-        ],
-    );
+    let runs = owner_fault("owner-busy", "busy", "3", "8s");
     let r = only(&runs, "fault", "busy");
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.error.is_none() && f.stalls > 0 && f.hogs > 0, "{f:?}");
@@ -111,20 +90,7 @@ fn partition_in_network_namespaces_is_detected_and_heals() {
     if let Some(why) = weir_sim::netns::unavailable() {
         panic!("this test needs network namespaces: {why}");
     }
-    let runs = sim(
-        "partition",
-        &[
-            "fault",
-            "--fault",
-            "partition",
-            "--strategy",
-            "owner",
-            "--nodes",
-            "3",
-            "--duration",
-            "8s",
-        ],
-    );
+    let runs = owner_fault("partition", "partition", "3", "8s");
     let r = only(&runs, "fault", "partition");
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");

@@ -540,6 +540,24 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
     }
 }
 
+/// `n3` started on `net` (its counters returned too), and `n1` holding
+/// strays of `n3`'s.
+async fn owner_and_holder(
+    net: &crate::memory::MemoryNet,
+) -> (crate::Cluster, Arc<Limiter>, Holder) {
+    let owner_limiter = stray_limiter(net);
+    let config = crate::ClusterConfig {
+        secret: Some("handoff-test".into()),
+        ..crate::ClusterConfig::default()
+    };
+    let owner = net
+        .start(OWNER, config, owner_limiter.clone())
+        .await
+        .unwrap();
+    let holder = holder_of_strays(net, owner.identity().grpc.ip());
+    (owner, owner_limiter, holder)
+}
+
 /// Counters on `net`'s clock under one rule, `r`: 5 a minute, exact.
 fn stray_limiter(net: &crate::memory::MemoryNet) -> Arc<Limiter> {
     let rules = RuleSet::from_toml(
@@ -562,21 +580,13 @@ fn admits(l: &Limiter, key: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
-    let owner_limiter = stray_limiter(&net);
-    let config = crate::ClusterConfig {
-        secret: Some("handoff-test".into()),
-        ..crate::ClusterConfig::default()
-    };
-    let owner = net
-        .start(OWNER, config, owner_limiter.clone())
-        .await
-        .unwrap();
+    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
     let Holder {
         handoff,
         local,
         key,
         ..
-    } = holder_of_strays(&net, owner.identity().grpc.ip());
+    } = holder;
     let limiter = local.limiter();
     for _ in 0..2 {
         assert!(
@@ -614,21 +624,13 @@ fn moved_to_its_owner(handoff: &Handoff, key: &str) -> Arc<Move> {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_lands_the_ring_change_that_took_its_keys() {
     let net = crate::memory::MemoryNet::new();
-    let owner_limiter = stray_limiter(&net);
-    let config = crate::ClusterConfig {
-        secret: Some("handoff-test".into()),
-        ..crate::ClusterConfig::default()
-    };
-    let owner = net
-        .start(OWNER, config, owner_limiter.clone())
-        .await
-        .unwrap();
+    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
     let Holder {
         handoff,
         local,
         key,
         ..
-    } = holder_of_strays(&net, owner.identity().grpc.ip());
+    } = holder;
     let took = moved_to_its_owner(&handoff, &key);
     assert_eq!(admits(local.limiter(), &key), 5);
     let (landed, ()) = tokio::join!(took.landed(), handoff.rebalance());
