@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use common::*;
 use proptest::prelude::*;
+use weir_cluster::memory::MemoryNet;
+use weir_cluster::wire;
+use weir_proto::weir::v1::Lease;
 
 const L: usize = 1_000;
 /// A fixed window of an hour: the virtual clock starts on an hour, so no
@@ -86,6 +89,43 @@ async fn a_hot_key_is_decided_from_leases_and_admits_exactly_its_limit() {
         .sum();
     assert!(from_lease > 0, "the gateways decided from leases");
     assert!(nodes[2].cluster.stats().leases_granted > 0);
+}
+
+/// Guard: only a key's owner leases it. After a join, a gateway whose ring
+/// is behind asks the key's old owner for its next lease. Leased from
+/// what the old owner kept after its handoff (nothing spent), it was a
+/// fresh budget; the joiner, which holds the count, leases it.
+#[tokio::test(start_paused = true)]
+async fn a_keys_old_owner_leases_none_of_it_after_a_join() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = taken_from_node_1_by_node_3("whale");
+    let spent = paced(&[&nodes[1]], &key, 100, Duration::from_millis(2)).await;
+    assert_eq!(spent, [100]);
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
+    wait_until("node-3 holds the key's count", || {
+        joiner.engine.limiter().keys() == 1
+    })
+    .await;
+    assert_eq!(
+        lease_asked_of(&net, &nodes[0], &key).await,
+        None,
+        "the old owner"
+    );
+    assert!(
+        lease_asked_of(&net, &joiner, &key).await.is_some(),
+        "the owner leases it"
+    );
+    drop(net);
+}
+
+/// The next lease of `key` that node-2, playing a gateway by hand, asks of
+/// `to`, reporting half a second of its checks decided from leases.
+async fn lease_asked_of(net: &MemoryNet, to: &TestNode, key: &str) -> Option<Lease> {
+    let op = wire::lease("whale", key, 250);
+    decided_by_hand(net, &to.cluster.identity(), op, "node-2")
+        .await
+        .0
+        .lease
 }
 
 /// Guard: leases take the calls off a hot key. A whale far under its

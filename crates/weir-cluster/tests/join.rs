@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
-use weir_cluster::ring::Ring;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::ClusterConfig;
 use weir_core::Rule;
@@ -18,30 +16,6 @@ use weir_proto::weir::v1::{CounterOp, OpResult};
 
 /// Spent before the join, through both members.
 const SPENT: usize = 12;
-
-fn ring(ids: &[&str]) -> Ring {
-    let addr = "127.0.0.1:1".parse().unwrap();
-    let members: Vec<_> = ids
-        .iter()
-        .map(|id| NodeIdentity::new(*id, addr, addr))
-        .collect();
-    Ring::with_default_vnodes(&members)
-}
-
-/// A key node-1 owns until node-3 joins, and node-3 after. node-3 copies
-/// it to node-1 (the key's owner were node-3 gone), which then sends on
-/// the checks it gets for it; until the first copy lands, only node-1's
-/// handoff tells it where the count went.
-fn taken_from_node_1_by_node_3() -> String {
-    let (before, after) = (
-        ring(&["node-1", "node-2"]),
-        ring(&["node-1", "node-2", "node-3"]),
-    );
-    (0..)
-        .map(|i| format!("taken-{i}"))
-        .find(|k| before.owner_id(k) == Some("node-1") && after.owner_id(k) == Some("node-3"))
-        .unwrap()
-}
 
 /// Two members with [`SPENT`] of the key spent, then node-3 joining
 /// through node-1, each handoff to it `held` on its way; every member at
@@ -51,7 +25,7 @@ async fn joining(
     tweak: fn(&mut ClusterConfig),
 ) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
     let (net, nodes) = paused_members(2, RULES, tweak).await;
-    let key = taken_from_node_1_by_node_3();
+    let key = taken_from_node_1_by_node_3("taken");
     let both: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(admitted_round_robin(&both, &key, SPENT).await, SPENT);
     let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, |c| {

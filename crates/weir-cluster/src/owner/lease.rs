@@ -107,7 +107,8 @@ impl Lessor {
     /// A lease of `rule`'s `key` for gateway `from` after a check left
     /// `remaining` at `now` (the limiter's clock): counted as spent here
     /// before it is offered. None when the key is not hot, the rule is not
-    /// leased, or too little is left.
+    /// leased, too little is left, or this node does not own the key
+    /// (`owned`, asked only of a hot key: a ring lookup).
     pub fn offer(
         &self,
         rule: &Rule,
@@ -115,11 +116,15 @@ impl Lessor {
         from: &str,
         remaining: u64,
         now: Nanos,
+        owned: impl FnOnce() -> bool,
     ) -> Option<Lease> {
         if !leased(rule) {
             return None;
         }
         let heat = self.hot.heat(&rule.name, key, from, now)?;
+        if !owned() {
+            return None;
+        }
         let ttl = term(rule, now)?;
         let units = size(heat.from_gateway, heat.gateways, remaining);
         if units == 0 {

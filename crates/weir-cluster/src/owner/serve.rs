@@ -64,7 +64,7 @@ impl OwnerService {
                 results.push(None);
                 continue;
             }
-            let result = self.decide_op(op, &from, &rules, copied, || self.stray(op, &ring));
+            let result = self.decide_op(op, &from, &rules, &ring, copied, || self.stray(op, &ring));
             match result {
                 // Leaving, and sent on by a holder that has a copy to
                 // decide on: told at once, not after the handoff (by
@@ -94,7 +94,8 @@ impl OwnerService {
                 let op = &req.ops[*i];
                 let copied = taken.is_none().then_some(owner);
                 let stray = || self.stray(op, &ring);
-                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, copied, stray));
+                let decided = || self.decide_op(op, &from, &rules, &ring, copied, stray);
+                results[*i] = answer.or_else(decided);
                 if results[*i].is_none() {
                     moved.push(*i);
                 }
@@ -231,6 +232,7 @@ impl OwnerService {
         op: &CounterOp,
         from: &Arc<str>,
         rules: &RuleSet,
+        ring: &Ring,
         copied: Option<&NodeIdentity>,
         decided_here: impl FnOnce(),
     ) -> Option<OpResult> {
@@ -268,7 +270,7 @@ impl OwnerService {
                 }
             },
             OpKind::Lease if self.local.is_leaving() => return None,
-            OpKind::Lease => return Some(self.lease(op, rule, from)),
+            OpKind::Lease => return Some(self.lease(op, rule, from, ring)),
             OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
                 let limiter = self.local.limiter();
@@ -301,7 +303,7 @@ impl OwnerService {
                 let mut result = wire::decided(&d);
                 if d.allowed {
                     self.replicator.mark(&rule.name, &op.key, d.at);
-                    result.lease = self.offer(rule, &op.key, from, d.remaining, d.at);
+                    result.lease = self.offer(rule, &op.key, from, d.remaining, d.at, ring);
                 }
                 Some(result)
             }
@@ -310,7 +312,10 @@ impl OwnerService {
         }
     }
 
-    /// A lease for a hot key, if this node would grant one to `from`.
+    /// A lease for a hot key, if this node would grant one to `from`: only
+    /// while its ring (`ring`) gives it the key. A key's old owner after a
+    /// join, asked by a gateway whose ring is behind, would lease from
+    /// what it kept after its handoff (nothing spent): a fresh budget.
     fn offer(
         &self,
         rule: &Rule,
@@ -318,18 +323,26 @@ impl OwnerService {
         from: &Arc<str>,
         remaining: u64,
         now: Nanos,
+        ring: &Ring,
     ) -> Option<weir_proto::weir::v1::Lease> {
         if **from == *self.routing.me() {
             return None;
         }
-        self.lessor.offer(rule, key, from, remaining, now)
+        let owned = || ring.owner_id(key) == Some(self.routing.me());
+        self.lessor.offer(rule, key, from, remaining, now, owned)
     }
 
     /// A gateway asking for the next lease of a hot key (it is half way
     /// through the last), with the units it decided from leases since it
     /// last asked: counted as the key's traffic (the owner no longer sees
     /// those checks), then a lease from what is left, or none.
-    fn lease(&self, op: &CounterOp, rule: Option<&Arc<Rule>>, from: &Arc<str>) -> OpResult {
+    fn lease(
+        &self,
+        op: &CounterOp,
+        rule: Option<&Arc<Rule>>,
+        from: &Arc<str>,
+        ring: &Ring,
+    ) -> OpResult {
         let limiter = self.local.limiter();
         let now = limiter.now();
         let mut result = wire::decided(&Decision::uncounted(0, 0, Duration::ZERO, now));
@@ -340,7 +353,7 @@ impl OwnerService {
             .hot
             .record(&rule.name, &op.key, from, op.cost, now);
         let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
-        result.lease = self.offer(rule, &op.key, from, remaining, now);
+        result.lease = self.offer(rule, &op.key, from, remaining, now, ring);
         result
     }
 

@@ -453,6 +453,29 @@ pub async fn decided_by_hand(
     (answer.results.remove(0), sent.elapsed())
 }
 
+/// A key node-1 owns while it and node-2 are the members, and node-3 once
+/// it joins them. node-3 copies it to node-1 (the key's owner were node-3
+/// gone), which then sends on the checks it gets for it; until the first
+/// copy lands, only node-1's handoff tells it where the count went.
+pub fn taken_from_node_1_by_node_3(prefix: &str) -> String {
+    let ring = |ids: &[&str]| {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        let members: Vec<_> = ids
+            .iter()
+            .map(|id| NodeIdentity::new(*id, addr, addr))
+            .collect();
+        weir_cluster::ring::Ring::with_default_vnodes(&members)
+    };
+    let (before, after) = (
+        ring(&["node-1", "node-2"]),
+        ring(&["node-1", "node-2", "node-3"]),
+    );
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| before.owner_id(k) == Some("node-1") && after.owner_id(k) == Some("node-3"))
+        .unwrap()
+}
+
 /// A key whose owner (on `by`'s ring) is `owner`.
 pub fn key_owned_by(by: &TestNode, owner: &str, prefix: &str) -> String {
     (0..100_000)
