@@ -45,10 +45,8 @@ struct State {
     crashed: HashSet<IpAddr>,
     /// Extra one-way delay on everything to or from a host.
     slow: HashMap<IpAddr, Duration>,
-    /// Extra delay on the handoffs sent to a host, before it takes them.
-    slow_handoffs: HashMap<IpAddr, Duration>,
-    /// Hosts that refuse every handoff.
-    refuse_handoffs: HashSet<IpAddr>,
+    /// What becomes of the handoffs sent to a host.
+    handoffs: HashMap<IpAddr, Handoffs>,
     latency: Duration,
     loss: f64,
     hosts: u32,
@@ -66,6 +64,14 @@ impl State {
         let extra = |h| self.slow.get(&h).copied().unwrap_or_default();
         self.latency + extra(a) + extra(b)
     }
+}
+
+/// What becomes of the handoffs sent to a host.
+#[derive(Clone, Copy)]
+enum Handoffs {
+    /// Taken this much later.
+    Held(Duration),
+    Refused,
 }
 
 /// The network; clone it freely, every clone is the same network.
@@ -234,12 +240,15 @@ impl MemoryNet {
     /// Every handoff to `host` takes `extra` longer to reach it (a large
     /// one, say), while other calls pass as before.
     pub fn slow_handoffs_to(&self, host: IpAddr, extra: Duration) {
-        self.state.lock().slow_handoffs.insert(host, extra);
+        self.state
+            .lock()
+            .handoffs
+            .insert(host, Handoffs::Held(extra));
     }
 
     /// `host` refuses every handoff, while it answers other calls.
     pub fn refuse_handoffs_to(&self, host: IpAddr) {
-        self.state.lock().refuse_handoffs.insert(host);
+        self.state.lock().handoffs.insert(host, Handoffs::Refused);
     }
 
     /// The one-way latency of every delivery.
@@ -425,18 +434,14 @@ impl Link for MemoryLink {
         req: HandoffRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
-        let (held, refused) = {
-            let s = self.net.state.lock();
-            let host = to.grpc.ip();
-            (
-                s.slow_handoffs.get(&host).copied(),
-                s.refuse_handoffs.contains(&host),
-            )
-        };
+        let fault = self.net.state.lock().handoffs.get(&to.grpc.ip()).copied();
         self.call(to, deadline, move |h| async move {
-            tokio::time::sleep(held.unwrap_or_default()).await;
-            if refused {
-                return Err(PeerFailure::Refused("handoffs refused".into()));
+            match fault {
+                Some(Handoffs::Held(extra)) => tokio::time::sleep(extra).await,
+                Some(Handoffs::Refused) => {
+                    return Err(PeerFailure::Refused("handoffs refused".into()))
+                }
+                None => {}
             }
             h.handoff(req)
                 .await

@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::ClusterConfig;
-use weir_core::Rule;
 use weir_proto::weir::v1::{CounterOp, OpResult};
 
 /// Spent before the join, through both members.
@@ -35,11 +33,6 @@ async fn joining(
     .await;
     net.slow_handoffs_to(joiner.host(), held);
     (net, nodes, joiner, key)
-}
-
-fn per_client(node: &TestNode) -> Arc<Rule> {
-    let rules = node.engine.limiter().rules();
-    rules.get("per-client").unwrap().1.clone()
 }
 
 /// `op` for node-1, sent by a gateway played by hand as node-2, whose ring

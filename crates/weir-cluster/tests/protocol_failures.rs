@@ -415,8 +415,7 @@ async fn a_stand_in_with_no_copy_left_is_decided_on_the_holders_count() {
         // The new owner has decided the key itself (a fresh one included).
         let before = admitted(&survivors, &key, 1).await;
         let holder = nodes[0].cluster.owner_of(&key).expect("a survivor owns it");
-        let rules = nodes[0].engine.limiter().rules();
-        let (_, rule) = rules.get("per-client").unwrap();
+        let rule = &per_client(&nodes[0]);
         // A gateway played by hand: its ring still says node-3.
         let (_, gateway) = net.link();
         let req = DecideRequest {
@@ -535,8 +534,7 @@ async fn the_holder_admits_at_once(
 async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
     let (net, nodes, key, h) = a_holder_cut_off_from_the_owner("silent").await;
     checked_until_lost(&nodes[h], &key, "node-3").await;
-    let rules = nodes[h].engine.limiter().rules();
-    let (_, rule) = rules.get("per-client").unwrap();
+    let rule = &per_client(&nodes[h]);
     let op = wire::consume(rule, &key, 1, false);
     the_holder_admits_at_once(&net, &nodes, h, op, rule).await;
     drop(net);
@@ -549,8 +547,7 @@ async fn a_holder_stands_in_at_once_for_an_owner_it_no_longer_trusts() {
 #[tokio::test(start_paused = true)]
 async fn an_op_sent_on_once_is_decided_where_it_lands() {
     let (net, nodes, key, h) = a_holder_cut_off_from_the_owner("sent-on").await;
-    let rules = nodes[h].engine.limiter().rules();
-    let (_, rule) = rules.get("per-client").unwrap();
+    let rule = &per_client(&nodes[h]);
     let op = CounterOp {
         sent_on: true,
         ..wire::consume(rule, &key, 1, false)
@@ -569,12 +566,11 @@ async fn a_leaving_owner_answers_an_op_sent_on_at_once() {
     let (net, mut nodes, key) = a_key_of_node_3_spent("leaving", 3).await;
     let owner = nodes.pop().unwrap();
     let to = owner.cluster.identity();
-    // Every node's handoff call to the heirs takes a while.
+    // The leave's handoff to the heirs takes a while.
     for n in &nodes {
-        net.slow_down(n.host(), Duration::from_millis(200));
+        net.slow_handoffs_to(n.host(), Duration::from_millis(200));
     }
-    let rules = owner.engine.limiter().rules();
-    let (_, rule) = rules.get("per-client").unwrap();
+    let rule = &per_client(&owner);
     let op = CounterOp {
         sent_on: true,
         ..wire::consume(rule, &key, 1, false)

@@ -107,8 +107,7 @@ impl Lessor {
     /// A lease of `rule`'s `key` for gateway `from` after a check left
     /// `remaining` at `now` (the limiter's clock): counted as spent here
     /// before it is offered. None when the key is not hot, the rule is not
-    /// leased, too little is left, or this node does not own the key
-    /// (`owned`, asked only of a hot key: a ring lookup).
+    /// leased, or too little is left.
     pub fn offer(
         &self,
         rule: &Rule,
@@ -116,15 +115,11 @@ impl Lessor {
         from: &str,
         remaining: u64,
         now: Nanos,
-        owned: impl FnOnce() -> bool,
     ) -> Option<Lease> {
         if !leased(rule) {
             return None;
         }
         let heat = self.hot.heat(&rule.name, key, from, now)?;
-        if !owned() {
-            return None;
-        }
         let ttl = term(rule, now)?;
         let units = size(heat.from_gateway, heat.gateways, remaining);
         if units == 0 {

@@ -8,7 +8,7 @@
 //! holds) and was admitted on it: one over the limit in most join races
 //! at the defaults.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -26,7 +26,7 @@ pub type CounterId = (String, String, bool);
 /// The ring changes that may have taken keys from this node, newest last.
 pub struct Moves {
     me: String,
-    recent: Mutex<Vec<Arc<Move>>>,
+    recent: Mutex<VecDeque<Arc<Move>>>,
 }
 
 /// One ring change: it took from this node each key that `before` gave
@@ -69,9 +69,9 @@ impl Moves {
         }
         let mut recent = self.recent.lock();
         if recent.len() == REMEMBERED {
-            recent.remove(0);
+            recent.pop_front();
         }
-        recent.push(Arc::new(Move {
+        recent.push_back(Arc::new(Move {
             before,
             after,
             landed: OnceLock::new(),
@@ -132,10 +132,13 @@ impl Move {
 }
 
 impl Landed {
-    /// Whether the counter `id` reached its new owner.
-    pub fn delivered(&self, id: &CounterId) -> bool {
+    /// Whether the counter of `rule` (or the carried limit of that name)
+    /// and `key` reached its new owner.
+    pub fn delivered(&self, rule: &str, key: &str, carried: bool) -> bool {
         match self {
-            Landed::Delivered { kept } => !kept.contains(id),
+            // Nothing kept, as nearly always: no id to build.
+            Landed::Delivered { kept } if kept.is_empty() => true,
+            Landed::Delivered { kept } => !kept.contains(&(rule.into(), key.into(), carried)),
             Landed::Kept => false,
         }
     }

@@ -15,7 +15,6 @@ use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
-use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
 use crate::wire;
@@ -56,15 +55,19 @@ impl OwnerService {
         let mut moved = Vec::new();
         let mut sent_on = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
+        let me = self.routing.me();
         for (i, op) in req.ops.iter().enumerate() {
-            let elsewhere = self.owned_elsewhere(op, &ring);
+            // The one ring lookup per op: the key's owner, when another
+            // member (the sender's ring differs from this node's).
+            let other = ring.owner(&op.key).filter(|o| o.id != me);
+            let elsewhere = other.filter(|_| Self::sent_as_owner(op));
             let copied = elsewhere.filter(|o| self.holds_copy(op, o));
             if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
                 sent_on.push((i, owner.clone(), taken));
                 results.push(None);
                 continue;
             }
-            let result = self.decide_op(op, &from, &rules, &ring, copied, || self.stray(op, &ring));
+            let result = self.decide_op(op, &from, &rules, other.is_none(), copied);
             match result {
                 // Leaving, and sent on by a holder that has a copy to
                 // decide on: told at once, not after the handoff (by
@@ -93,9 +96,7 @@ impl OwnerService {
                 // node's count.
                 let op = &req.ops[*i];
                 let copied = taken.is_none().then_some(owner);
-                let stray = || self.stray(op, &ring);
-                let decided = || self.decide_op(op, &from, &rules, &ring, copied, stray);
-                results[*i] = answer.or_else(decided);
+                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, false, copied));
                 if results[*i].is_none() {
                     moved.push(*i);
                 }
@@ -117,31 +118,24 @@ impl OwnerService {
         }
     }
 
-    /// The key's owner on this node's ring, when it is another node, for
-    /// an op a gateway sent here as the key's owner (a consume or refund,
-    /// no stand-in named): that gateway's ring differs from this node's.
-    fn owned_elsewhere<'r>(&self, op: &CounterOp, ring: &'r Ring) -> Option<&'r NodeIdentity> {
-        if !op.stand_in_for.is_empty() || !matches!(op.kind(), OpKind::Consume | OpKind::Refund) {
-            return None;
-        }
-        ring.owner(&op.key).filter(|o| o.id != self.routing.me())
+    /// Whether a gateway sent `op` here as the key's owner: a consume or
+    /// refund naming no owner it stands in for.
+    fn sent_as_owner(op: &CounterOp) -> bool {
+        op.stand_in_for.is_empty() && matches!(op.kind(), OpKind::Consume | OpKind::Refund)
     }
 
-    /// Whether this node holds a copy of the key of `op`, from `owner`
-    /// ([`Self::owned_elsewhere`]). Never for a carried limit (not copied).
+    /// Whether this node holds a copy of the key of `op`, from `owner`.
+    /// Never for a carried limit (not copied).
     fn holds_copy(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
-        let held = op
-            .carried
-            .is_none()
-            .then(|| self.replicas.holder_of(&op.rule, &op.key));
-        held.flatten().as_deref() == Some(&*owner.id)
+        op.carried.is_none()
+            && self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(&*owner.id)
     }
 
-    /// Whether an op for `owner`'s key ([`Self::owned_elsewhere`]) goes
-    /// to the owner rather than being decided here, and when: at once if
-    /// this node holds the key's copy, or once the handoff of the ring
-    /// change that took the key from here (the move returned,
-    /// [`Moves::took`]) has landed.
+    /// Whether an op sent here as the key's owner ([`Self::sent_as_owner`])
+    /// for a key `elsewhere` owns on this node's ring goes to that owner
+    /// rather than being decided here, and when: at once if this node holds
+    /// the key's copy, or once the handoff of the ring change that took the
+    /// key from here (the move returned, [`Moves::took`]) has landed.
     ///
     /// Only while this node trusts the owner (its breaker closed, SWIM not
     /// suspecting it). The gateway's ring may have dropped a dead owner
@@ -170,20 +164,6 @@ impl OwnerService {
         Some((owner, Some(self.moves.took(&op.key, &owner.id)?)))
     }
 
-    /// A check decided here for a key this node's ring gives another
-    /// member: the sender's ring is behind ours. It is decided anyway
-    /// (bouncing could loop between two stale views) and its counter swept
-    /// to its owner shortly.
-    fn stray(&self, op: &CounterOp, ring: &Ring) {
-        if ring
-            .owner_id(&op.key)
-            .is_some_and(|o| o != self.routing.me())
-        {
-            bump(&self.stats.strays, 1);
-            self.local.mark_stray();
-        }
-    }
-
     /// Sends `op` on to its owner, marked so it goes no further, and
     /// returns its decision, waited for as long as a late one may take
     /// (the gateway reconciles an answer later than its own deadline).
@@ -204,8 +184,7 @@ impl OwnerService {
             let landed = tokio::time::timeout(LATE_WINDOW, took.landed())
                 .await
                 .ok()?;
-            let id = (op.rule.clone(), op.key.clone(), op.carried.is_some());
-            if !landed.delivered(&id) {
+            if !landed.delivered(&op.rule, &op.key, op.carried.is_some()) {
                 return None;
             }
         }
@@ -226,15 +205,14 @@ impl OwnerService {
     /// One op on this node's counters (or, standing in for an owner, on
     /// its copy: the one it names, or `copied`, [`Self::holds_copy`]);
     /// None when this node is leaving and the op must go to the key's new
-    /// owner.
+    /// owner. `owned`: this node's ring gives it the key.
     fn decide_op(
         &self,
         op: &CounterOp,
         from: &Arc<str>,
         rules: &RuleSet,
-        ring: &Ring,
+        owned: bool,
         copied: Option<&NodeIdentity>,
-        decided_here: impl FnOnce(),
     ) -> Option<OpResult> {
         if op.key.is_empty() && op.kind() != OpKind::Refund {
             let empty = CheckError::invalid(InputField::Key, "must not be empty");
@@ -270,7 +248,7 @@ impl OwnerService {
                 }
             },
             OpKind::Lease if self.local.is_leaving() => return None,
-            OpKind::Lease => return Some(self.lease(op, rule, from, ring)),
+            OpKind::Lease => return Some(self.lease(op, rule, from, owned)),
             OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
                 let limiter = self.local.limiter();
@@ -294,7 +272,13 @@ impl OwnerService {
         };
         match consumed {
             Consumed::Decided(Ok(d)) => {
-                decided_here();
+                if !owned {
+                    // The sender's ring is behind ours: decided anyway
+                    // (bouncing could loop between two stale views), and
+                    // the counter swept to its owner shortly.
+                    bump(&self.stats.strays, 1);
+                    self.local.mark_stray();
+                }
                 // A known rule: consume refuses an unknown one.
                 let (Some(rule), None) = (rule, &op.carried) else {
                     return Some(wire::decided(&d));
@@ -303,7 +287,7 @@ impl OwnerService {
                 let mut result = wire::decided(&d);
                 if d.allowed {
                     self.replicator.mark(&rule.name, &op.key, d.at);
-                    result.lease = self.offer(rule, &op.key, from, d.remaining, d.at, ring);
+                    result.lease = self.offer(rule, &op.key, from, d.remaining, d.at, owned);
                 }
                 Some(result)
             }
@@ -313,7 +297,7 @@ impl OwnerService {
     }
 
     /// A lease for a hot key, if this node would grant one to `from`: only
-    /// while its ring (`ring`) gives it the key. A key's old owner after a
+    /// while its ring gives it the key (`owned`). A key's old owner after a
     /// join, asked by a gateway whose ring is behind, would lease from
     /// what it kept after its handoff (nothing spent): a fresh budget.
     fn offer(
@@ -323,13 +307,12 @@ impl OwnerService {
         from: &Arc<str>,
         remaining: u64,
         now: Nanos,
-        ring: &Ring,
+        owned: bool,
     ) -> Option<weir_proto::weir::v1::Lease> {
-        if **from == *self.routing.me() {
+        if !owned || **from == *self.routing.me() {
             return None;
         }
-        let owned = || ring.owner_id(key) == Some(self.routing.me());
-        self.lessor.offer(rule, key, from, remaining, now, owned)
+        self.lessor.offer(rule, key, from, remaining, now)
     }
 
     /// A gateway asking for the next lease of a hot key (it is half way
@@ -341,7 +324,7 @@ impl OwnerService {
         op: &CounterOp,
         rule: Option<&Arc<Rule>>,
         from: &Arc<str>,
-        ring: &Ring,
+        owned: bool,
     ) -> OpResult {
         let limiter = self.local.limiter();
         let now = limiter.now();
@@ -353,7 +336,7 @@ impl OwnerService {
             .hot
             .record(&rule.name, &op.key, from, op.cost, now);
         let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
-        result.lease = self.offer(rule, &op.key, from, remaining, now, ring);
+        result.lease = self.offer(rule, &op.key, from, remaining, now, owned);
         result
     }
 

@@ -192,6 +192,9 @@ impl Strategy for OwnerStrategy {
     /// Copies of a dead owner's counters that this node owns on `ring`
     /// become its own before any check is routed by it: one decided here
     /// in between found the key empty, and admitted past the copy's count.
+    /// The change is recorded as taking keys from here (`Moves::begin`)
+    /// before it too, so that no check a peer sends here for one of them
+    /// is decided on the count that is about to leave.
     fn before_ring(&self, ring: &Arc<Ring>) {
         let routing = &self.gateway.remote().routing;
         self.handoff.moves().begin(routing.ring(), ring.clone());

@@ -15,7 +15,7 @@ use weir_cluster::memory::MemoryNet;
 use weir_cluster::net::direct::{is_direct, DirectServer};
 use weir_cluster::{Cluster, ClusterConfig, Engine, GossipProfile};
 use weir_core::{
-    CheckError, CheckRequest, Clock, Limiter, LimiterConfig, RuleSet, SystemClock, Verdict,
+    CheckError, CheckRequest, Clock, Limiter, LimiterConfig, Rule, RuleSet, SystemClock, Verdict,
 };
 use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
@@ -474,6 +474,12 @@ pub fn taken_from_node_1_by_node_3(prefix: &str) -> String {
         .map(|i| format!("{prefix}-{i}"))
         .find(|k| before.owner_id(k) == Some("node-1") && after.owner_id(k) == Some("node-3"))
         .unwrap()
+}
+
+/// [`RULES`]' one rule, as `node` has it.
+pub fn per_client(node: &TestNode) -> Arc<Rule> {
+    let rules = node.engine.limiter().rules();
+    rules.get("per-client").unwrap().1.clone()
 }
 
 /// A key whose owner (on `by`'s ring) is `owner`.

@@ -580,13 +580,16 @@ fn admits(l: &Limiter, key: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
-    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
-    let Holder {
-        handoff,
-        local,
-        key,
-        ..
-    } = holder;
+    let (
+        _owner,
+        owner_limiter,
+        Holder {
+            handoff,
+            local,
+            key,
+            ..
+        },
+    ) = owner_and_holder(&net).await;
     let limiter = local.limiter();
     for _ in 0..2 {
         assert!(
@@ -624,17 +627,20 @@ fn moved_to_its_owner(handoff: &Handoff, key: &str) -> Arc<Move> {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_lands_the_ring_change_that_took_its_keys() {
     let net = crate::memory::MemoryNet::new();
-    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
-    let Holder {
-        handoff,
-        local,
-        key,
-        ..
-    } = holder;
+    let (
+        _owner,
+        owner_limiter,
+        Holder {
+            handoff,
+            local,
+            key,
+            ..
+        },
+    ) = owner_and_holder(&net).await;
     let took = moved_to_its_owner(&handoff, &key);
     assert_eq!(admits(local.limiter(), &key), 5);
     let (landed, ()) = tokio::join!(took.landed(), handoff.rebalance());
-    assert!(landed.delivered(&("r".into(), key.clone(), false)));
+    assert!(landed.delivered("r", &key, false));
     assert_eq!(
         admits(&owner_limiter, &key),
         0,
@@ -674,7 +680,7 @@ async fn a_stray_stays_whole_here_until_its_owner_has_it() {
     assert!(local.take_strays(), "the next sweep tries again");
     let landed = took.landed().await;
     assert!(
-        !landed.delivered(&("r".into(), key.clone(), false)),
+        !landed.delivered("r", &key, false),
         "its checks are decided here: {landed:?}"
     );
 }

@@ -90,8 +90,8 @@ fn a_landing_names_the_counters_that_stayed_and_a_dropped_one_kept_them_all() {
     let taken = j.moves.took(&j.taken, "n3").unwrap();
     Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id("stayed")]));
     let landed = taken.landed.get().unwrap();
-    assert!(landed.delivered(&id(&j.taken)));
-    assert!(!landed.delivered(&id("stayed")));
+    assert!(landed.delivered("r", &j.taken, false));
+    assert!(!landed.delivered("r", "stayed", false));
 
     let j = join();
     let taken = j.moves.took(&j.taken, "n3").unwrap();
@@ -115,7 +115,7 @@ async fn a_check_waiting_on_a_move_resumes_when_it_lands() {
         tokio::task::yield_now().await;
         landing.land(HashSet::new());
     });
-    assert!(landed.delivered(&id(&j.taken)));
+    assert!(landed.delivered("r", &j.taken, false));
 }
 
 #[test]
