@@ -1,4 +1,4 @@
-//! A member joining while peers still route by the ring before it, deterministically: whole members on the in-memory network under tokio's paused clock, at the node's default settings.
+//! A member joining while peers still route by the ring before it, and ops for keys a member's ring gives another, deterministically: whole members on the in-memory network under tokio's paused clock, at the node's default settings.
 //!
 //! Each test says which guard it covers: remove that guard and it fails.
 
@@ -170,5 +170,68 @@ async fn a_refund_reaching_the_old_owner_after_its_handoff_goes_to_the_joiner() 
         admitted_round_robin(&[&joiner], &key, LIMIT).await,
         LIMIT - SPENT
     );
+    drop(net);
+}
+
+/// A charge of `cost` on `key` as a gateway sends it.
+fn charge(nodes: &[TestNode], key: &str, cost: usize) -> CounterOp {
+    wire::charge(&per_client(&nodes[0]).name, key, cost as u64)
+}
+
+/// Whether node-1 answered that it applied `charge`, sent to it by a
+/// gateway played by hand as node-2.
+async fn charged_at_node_1(net: &MemoryNet, nodes: &[TestNode], charge: CounterOp) -> bool {
+    wire::answer_charge(sent_to_node_1(net, nodes, charge).await).is_some()
+}
+
+/// Guard: a charge (what a gateway admitted without the owner) that
+/// reaches the old owner after its handoff goes to the joiner, and the
+/// joiner has counted it by the time the charge is answered. Applied at
+/// the old owner, it counted nowhere: the window admitted `COST` over its
+/// limit. Without copies, as above.
+#[tokio::test(start_paused = true)]
+async fn a_charge_reaching_the_old_owner_after_its_handoff_goes_to_the_joiner() {
+    const COST: usize = 3;
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |c| c.replicas = 1).await;
+    wait_until("node-3 holds the key's count", || {
+        joiner.engine.limiter().keys() == 1
+    })
+    .await;
+    let op = charge(&nodes, &key, COST);
+    assert!(charged_at_node_1(&net, &nodes, op).await);
+    let rule = per_client(&nodes[0]);
+    assert_eq!(
+        joiner.engine.limiter().remaining(&rule.name, &key),
+        Some((LIMIT - SPENT - COST) as u64),
+        "counted at the joiner when answered"
+    );
+    assert_eq!(
+        admitted_round_robin(&[&joiner], &key, LIMIT).await,
+        LIMIT - SPENT - COST
+    );
+    drop(net);
+}
+
+/// Guard: a charge decided at a member for a key its ring gives another
+/// (here one sent on to it already, by a member whose ring disagreed) is
+/// swept to the key's owner with the next sweep, as a stray check is.
+/// Left where it was decided, the owner never counted it.
+#[tokio::test(start_paused = true)]
+async fn a_charge_decided_for_a_key_another_member_owns_reaches_it_with_the_next_sweep() {
+    const COST: usize = 4;
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-2", "theirs");
+    let sent_on = CounterOp {
+        sent_on: true,
+        ..charge(&nodes, &key, COST)
+    };
+    assert!(charged_at_node_1(&net, &nodes, sent_on).await);
+    let rule = per_client(&nodes[0]);
+    wait_until("node-2 counted the charge", || {
+        nodes[1].engine.limiter().remaining(&rule.name, &key) == Some((LIMIT - COST) as u64)
+    })
+    .await;
+    let both: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&both, &key, LIMIT).await, LIMIT - COST);
     drop(net);
 }

@@ -118,16 +118,21 @@ impl OwnerService {
         }
     }
 
-    /// Whether a gateway sent `op` here as the key's owner: a consume or
-    /// refund naming no owner it stands in for.
+    /// Whether a gateway sent `op` here as the key's owner: a consume,
+    /// refund or charge naming no owner it stands in for.
     fn sent_as_owner(op: &CounterOp) -> bool {
-        op.stand_in_for.is_empty() && matches!(op.kind(), OpKind::Consume | OpKind::Refund)
+        op.stand_in_for.is_empty()
+            && matches!(op.kind(), OpKind::Consume | OpKind::Refund | OpKind::Charge)
     }
 
-    /// Whether this node holds a copy of the key of `op`, from `owner`.
-    /// Never for a carried limit (not copied).
+    /// Whether this node holds a copy of the key of `op`, from `owner`, to
+    /// decide it on. Never for a carried limit (not copied), nor for a
+    /// charge: on a copy it reads as the owner's own admission, which the
+    /// owner is never charged for, but a gateway charges what it admitted
+    /// without the owner.
     fn holds_copy(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
         op.carried.is_none()
+            && op.kind() != OpKind::Charge
             && self.replicas.holder_of(&op.rule, &op.key).as_deref() == Some(&*owner.id)
     }
 
@@ -264,6 +269,11 @@ impl OwnerService {
                     if let Some(rule) = rule {
                         self.replicator.mark(&rule.name, &op.key, now);
                     }
+                    if !owned {
+                        // Swept to the key's owner with the next sweep, as
+                        // a stray consume is; left here, it counted nowhere.
+                        self.stray();
+                    }
                 }
                 // When it was applied: copies taken later include it.
                 let applied = Decision::uncounted(0, 0, Duration::ZERO, now);
@@ -276,8 +286,7 @@ impl OwnerService {
                     // The sender's ring is behind ours: decided anyway
                     // (bouncing could loop between two stale views), and
                     // the counter swept to its owner shortly.
-                    bump(&self.stats.strays, 1);
-                    self.local.mark_stray();
+                    self.stray();
                 }
                 // A known rule: consume refuses an unknown one.
                 let (Some(rule), None) = (rule, &op.carried) else {
@@ -294,6 +303,12 @@ impl OwnerService {
             Consumed::Decided(Err(e)) => Some(wire::error_to_wire(&e)),
             Consumed::Moved => None,
         }
+    }
+
+    /// Notes a counter changed here for a key another member owns.
+    fn stray(&self) {
+        bump(&self.stats.strays, 1);
+        self.local.mark_stray();
     }
 
     /// A lease for a hot key, if this node would grant one to `from`: only
