@@ -224,7 +224,10 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
         let peak_rate = peak.totals.calls as f64 / peak.elapsed.as_secs_f64();
         line("closed loop, 64 callers, forwarded, one copy", &peak);
         let rate = peak_rate / 2.0;
-        let (_, half) = phase(&one, args, &remote, Some(rate)).await?;
+        let (one_half, half) = phase(&one, args, &remote, Some(rate)).await?;
+        // What the second copy adds to the latency, set beside the
+        // two-copy rows below (this rate is higher than theirs).
+        line("open loop at half that, forwarded, one copy", &one_half);
         let (_, here) = phase(&one, args, &local, Some(rate)).await?;
         // Saturated, a node's CPU per check is lower (wake-ups and writes
         // are shared by more requests): the throughput model takes these.
