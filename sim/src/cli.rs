@@ -33,6 +33,9 @@ Faults (--fault), injected a third of the way into each run:
   pause      SIGSTOP it until the others notice, then SIGCONT
   restart    kill it and start it again with the same id and ports
   rolling    SIGTERM each node in turn, waiting for it to rejoin
+  join       SIGTERM it and, once the others dropped it, start it again
+             seeded by the first node alone: its keys move to it while
+             the others learn of it a gossip round or two apart
   partition  cut it off from its peers (network namespaces: root and `ip`;
              reported as skipped where the machine does not allow it)
   busy       until the run ends, a spinning thread per core beside the nodes

@@ -518,6 +518,14 @@ impl Cluster {
         self.spawn(i, &seeds)
     }
 
+    /// Starts node `i`, which is not running, seeded by node 1 alone, as a
+    /// new member joins: the others learn of it from node 1's gossip, not
+    /// all at once from its own announcement. Node `i` is not node 1.
+    pub fn join_through_first(&mut self, i: usize) -> Result<(), SimError> {
+        let seed = self.nodes[0].gossip;
+        self.spawn(i, &[seed])
+    }
+
     /// Cuts node `i` from its peers (network namespaces only).
     pub fn cut(&mut self, i: usize) -> Result<(), SimError> {
         let net = self

@@ -19,6 +19,11 @@ pub enum FaultKind {
     Restart,
     /// SIGTERM each node in turn, waiting for it to rejoin.
     Rolling,
+    /// SIGTERM the last node and, once every other node has dropped it,
+    /// start it again seeded by the first node alone: a member joining,
+    /// its keys moving to it while the others learn of it a gossip round
+    /// or two apart.
+    Join,
     /// Cut the last node off from its peers (network namespaces; needs root).
     Partition,
     /// Until the run ends: a spinning thread per core beside the cluster,
@@ -33,6 +38,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Restart => "restart",
             FaultKind::Rolling => "rolling",
+            FaultKind::Join => "join",
             FaultKind::Partition => "partition",
             FaultKind::Busy => "busy",
         }
@@ -171,6 +177,7 @@ pub async fn inject(
             r
         }
         FaultKind::Rolling => rolling(cluster, live, &mut report).await,
+        FaultKind::Join => join(cluster, victim, t0, live, &mut report).await,
         FaultKind::Busy => busy(cluster, until, &mut report).await,
     };
     if let Err(e) = result {
@@ -232,6 +239,24 @@ async fn rolling(
         report.rejoin_s.push(t.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+async fn join(
+    cluster: &mut Cluster,
+    victim: usize,
+    t0: Instant,
+    live: &Live,
+    report: &mut FaultReport,
+) -> Result<(), crate::error::SimError> {
+    live.set(victim, false);
+    cluster.terminate(victim, Duration::from_secs(5)).await?;
+    let (_, gone) = watch_detection(cluster, victim, t0).await;
+    report.detected_after_s = secs(gone);
+    cluster.join_through_first(victim)?;
+    let r = cluster.wait_formed().await;
+    report.recovered_after_s = Some(t0.elapsed().as_secs_f64());
+    live.set(victim, true);
+    r.map(|_| ())
 }
 
 /// How long each stall lasts, and the pause between two (on different

@@ -1,4 +1,4 @@
-//! Faults on a real cluster: a SIGKILLed owner, one restarted at once, and a fault the machine cannot run.
+//! Faults on a real cluster: a SIGKILLed owner, one restarted at once, a member joining, and a fault the machine cannot run.
 
 mod common;
 
@@ -35,6 +35,21 @@ fn owner_over_admission_after_an_immediate_restart_at_the_defaults_is_at_most_on
     let f = r.fault.as_ref().expect("fault report");
     assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
     at_most_one_percent_over(r, "restart");
+}
+
+/// At the node's defaults, a member joining (node 5 leaves, then starts
+/// again seeded by node 1 alone, so the others learn of it a gossip round
+/// or two apart) costs at most 1% of the keys' limits: the old owners
+/// hand its keys' counts to it, and checks a peer still sends them go on
+/// to it.
+#[test]
+fn owner_over_admission_after_a_join_at_the_defaults_is_at_most_one_percent() {
+    let _one = one_at_a_time();
+    let runs = owner_fault("owner-join", "join", "5", "12s");
+    let r = only(&runs, "fault", "join");
+    let f = r.fault.as_ref().expect("fault report");
+    assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
+    at_most_one_percent_over(r, "join");
 }
 
 /// The sim's `fault` workload on an owner cluster of `nodes` at the
