@@ -148,20 +148,27 @@ async fn with_one_copy_a_crashed_owner_is_decided_on_the_local_fallback_until_th
     let s = nodes[0].cluster.stats();
     assert_eq!((s.fallback_entered, s.fallback_left), (1, 1));
 
-    // What the crash cost with one copy: the five spent at node-3 are
-    // gone, so the key restarts from a fresh budget at its new owner; the
-    // one check the fallback admitted meanwhile is charged to it.
+    // What the crash cost with one copy: no copy holds the five spent at
+    // node-3, but node-3 answered them to node-1, which reported them to
+    // the key's next owner when it took node-3 for lost; the ring's drop
+    // made them that owner's count. The one check the fallback admitted
+    // meanwhile is charged to it too.
     wait_until(
         "the fallback's admission is charged to the new owner",
         || nodes[0].cluster.stats().charges_paid >= 1,
     )
     .await;
+    let recovered: u64 = survivors
+        .iter()
+        .map(|n| n.cluster.stats().admissions_recovered)
+        .sum();
+    assert_eq!(recovered, 5, "the five node-1 heard of");
     let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
     println!("after the crash the key admitted {admitted} more (limit {LIMIT}, 5 before, 1 on the fallback)");
     assert_eq!(
         admitted,
-        LIMIT - 1,
-        "a fresh budget less what the fallback admitted"
+        LIMIT - 5 - 1,
+        "the five before the crash and the fallback's one count"
     );
 }
 

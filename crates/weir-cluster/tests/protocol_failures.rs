@@ -183,6 +183,45 @@ async fn a_dead_owners_keys_keep_their_counts_on_its_replica_holder() {
     }
 }
 
+/// Guard: with one copy, a gateway that takes a dead owner for lost
+/// reports what the owner admitted for it lately to the key's next owner
+/// at once, which keeps it for its ring to promote when it drops the
+/// owner. Reported only when the gateway's ring dropped the owner, seconds
+/// later, they had aged out of what a gateway keeps (two seconds), and
+/// the key's next owner granted them again: 25 of 20.
+#[tokio::test(start_paused = true)]
+async fn with_one_copy_what_a_dead_owner_admitted_for_its_gateways_is_not_granted_again() {
+    let (net, mut nodes) = paused_members(3, RULES, |c| c.replicas = 1).await;
+    let key = key_owned_by(&nodes[0], "node-3", "one-copy");
+    assert_eq!(admitted(&[&nodes[0]], &key, 5).await, 5);
+    let dead = nodes.pop().unwrap();
+    let killed = tokio::time::Instant::now();
+    dead.kill().await;
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    let on_fallback = admitted(&[&nodes[0]], &key, 1).await;
+    assert_eq!(nodes[0].cluster.fallback_status().owners, ["node-3"]);
+    wait_until("the survivors drop node-3", || {
+        survivors.iter().all(|n| n.ring_ids().len() == 2)
+    })
+    .await;
+    let dropped = killed.elapsed();
+    assert!(
+        dropped > Duration::from_secs(2),
+        "dropped after {dropped:?}"
+    );
+    wait_until("the fallback's admission is charged", || {
+        nodes[0].cluster.stats().charges_paid >= 1
+    })
+    .await;
+    let after = admitted(&survivors, &key, 2 * LIMIT).await;
+    assert_eq!(
+        5 + on_fallback + after,
+        LIMIT,
+        "{on_fallback} on the fallback, {after} after the drop"
+    );
+    drop(net);
+}
+
 /// Guard: an owner killed and restarted at once, with its id and address,
 /// before any ring dropped it, gets its keys' counts back: its replica
 /// holder hands the copies to the new process when its ring takes it in.

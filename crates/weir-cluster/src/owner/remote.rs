@@ -302,11 +302,17 @@ impl Remote {
         carried: bool,
     ) -> Result<(Decision, Via), CheckError> {
         // Carried limits have no copies: only their owner counts them.
-        if self.replicator.is_on() && !carried {
-            let ring = self.routing.routing_ring();
+        let ring = self.routing.routing_ring();
+        if !carried {
             // Before anything is decided on a copy, the copy learns what
-            // the owner admitted for this gateway since it was taken.
+            // the owner admitted for this gateway since it was taken. With
+            // one copy, the key's next owner starts one from them, for the
+            // ring to promote if it drops the owner: reported only then,
+            // seconds later, they had aged out (`answered.rs`) and were
+            // granted again.
             self.report_lost(&owner.id, &ring);
+        }
+        if self.replicator.is_on() && !carried {
             let holder = ring
                 .replica_of(hash_part)
                 .filter(|h| h.id != owner.id)
