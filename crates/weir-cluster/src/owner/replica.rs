@@ -411,9 +411,7 @@ impl Replicas {
     /// be granted again by the key's next owner. Once the owner handed its
     /// counters here, none is started: what it admitted before is in the
     /// handoff, and what it admitted after (a leaving owner sends its
-    /// checks on) was decided here. With no copy here and the owner off
-    /// `ring` already, the admission is charged to this node's own count
-    /// when `ring` gives it the key: no copy can carry it any more.
+    /// checks on) was decided here.
     pub fn admitted_by(&self, a: &Admitted, main: &Limiter, ring: &Ring, me: &str) -> bool {
         // The copy's entry is held through; each other guard is of its own
         // map, held over no other access of it.
@@ -446,22 +444,17 @@ impl Replicas {
                     // heal must not.
                     return self.store.charge_state(a.rule, &mut b.state, a.cost);
                 }
-                if self.handoffs.contains_key(a.owner) {
-                    return false;
-                }
-                let on_ring = ring.members().iter().find(|m| m.id == a.owner);
-                let Some(boot) = on_ring.map(|m| m.boot) else {
-                    // The ring dropped the owner before the report came,
-                    // and no copy of the key had reached here: the count
-                    // this node keeps as the key's owner now lacks it.
-                    return ring.owner_id(a.hash_part) == Some(me)
-                        && main.charge(a.rule, a.hash_part, a.cost).is_ok();
-                };
+                let handed = self.handoffs.contains_key(a.owner);
                 let holder = ring.owner_id(a.hash_part) == Some(a.owner)
                     && ring.replica_of(a.hash_part).is_some_and(|h| h.id == me);
-                if !holder {
+                let boot = ring
+                    .members()
+                    .iter()
+                    .find(|m| m.id == a.owner)
+                    .map(|m| m.boot);
+                let Some(boot) = boot.filter(|_| holder && !handed) else {
                     return false;
-                }
+                };
                 if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
                     return false;
                 }

@@ -121,7 +121,7 @@ impl Scene {
         let main = Limiter::new(rules, clock.clone(), LimiterConfig::default());
         let copies = Replicas::new(&main);
         let with_owner = Ring::with_default_vnodes(&[node(ME), node("n2"), node(OWNER)]);
-        let after = without_owner();
+        let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
         let key = (0..)
             .map(|i| format!("k{i}"))
             .find(|k| with_owner.owner_id(k) == Some(OWNER) && after.owner_id(k) == Some(ME))
@@ -172,27 +172,11 @@ impl Scene {
             .count()
     }
 
-    /// As [`Scene::reported`], to a node whose ring has dropped `n3`.
-    fn reported_after_the_drop(&self, n: usize, at: Nanos, me: &str) -> usize {
-        let a = Admitted {
-            owner: OWNER,
-            rule: self.rule,
-            hash_part: &self.key,
-            cost: 1,
-            at,
-        };
-        (0..n)
-            .filter(|_| {
-                self.copies
-                    .admitted_by(&a, &self.main, &without_owner(), me)
-            })
-            .count()
-    }
-
     /// `n1`'s ring drops `n3`: the copy becomes `n1`'s counter. Returns
     /// how many copies were promoted.
     fn ring_drops_the_owner(&self) -> usize {
-        let (promoted, theirs) = self.copies.on_ring(&without_owner(), ME, &self.main);
+        let after = Ring::with_default_vnodes(&[node(ME), node("n2")]);
+        let (promoted, theirs) = self.copies.on_ring(&after, ME, &self.main);
         assert!(theirs.is_empty());
         promoted
     }
@@ -223,11 +207,6 @@ impl Scene {
             })
             .count()
     }
-}
-
-/// The ring once `n3` is gone: `n1` owns the scene's key.
-fn without_owner() -> Ring {
-    Ring::with_default_vnodes(&[node(ME), node("n2")])
 }
 
 fn node(id: &str) -> NodeIdentity {
@@ -289,23 +268,6 @@ fn admissions_made_before_the_first_copy_are_counted_by_the_next_owner() {
         assert_eq!(s.reported(5, at, ME), 5, "{kind:?}");
         assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
         assert_eq!(s.left(), LIMIT - 5, "{kind:?}");
-    }
-}
-
-/// Guard: `n3` admitted the key and crashed before any copy of it
-/// reached `n1`, and `n1`'s ring dropped `n3` before a gateway's report of
-/// those admissions came. `n1` owns the key now, and they are charged to
-/// its count; a member the key did not go to takes none. Dropped, as
-/// they were, the key admitted them again.
-#[test]
-fn admissions_reported_after_the_ring_dropped_an_uncopied_owner_count_at_its_next_owner() {
-    for kind in AlgorithmKind::ALL {
-        let s = Scene::uncopied(kind);
-        let at = s.owner_admits(4);
-        assert_eq!(s.ring_drops_the_owner(), 0, "{kind:?}");
-        assert_eq!(s.reported_after_the_drop(4, at, "n2"), 0, "{kind:?}");
-        assert_eq!(s.reported_after_the_drop(4, at, ME), 4, "{kind:?}");
-        assert_eq!(s.left(), LIMIT - 4, "{kind:?}");
     }
 }
 
