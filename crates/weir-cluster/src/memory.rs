@@ -381,7 +381,9 @@ struct MemoryLink {
 
 impl MemoryLink {
     /// One call: the request travels, the handler answers, the answer
-    /// travels back, all within `deadline`.
+    /// travels back, all within `deadline`. The handler runs on its own
+    /// task, as a server's does: a caller that stops waiting does not stop
+    /// the decision it asked for.
     fn call<T, F, Fut>(
         &self,
         to: &NodeIdentity,
@@ -391,7 +393,7 @@ impl MemoryLink {
     where
         T: Send + 'static,
         F: FnOnce(Arc<PeerHandler>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T, PeerFailure>> + Send,
+        Fut: std::future::Future<Output = Result<T, PeerFailure>> + Send + 'static,
     {
         let route = self.net.route(self.from, to);
         Box::pin(async move {
@@ -405,9 +407,14 @@ impl MemoryLink {
                     return Err(PeerFailure::Timeout(deadline));
                 }
             };
-            let round_trip = async move {
+            let served = tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                let answer = f(handler).await;
+                f(handler).await
+            });
+            let round_trip = async move {
+                let answer = served
+                    .await
+                    .unwrap_or_else(|e| Err(PeerFailure::Unreachable(e.to_string())));
                 tokio::time::sleep(delay).await;
                 answer
             };
