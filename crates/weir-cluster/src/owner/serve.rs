@@ -429,7 +429,11 @@ impl OwnerService {
                 // The gateway is told the op was not decided and decides it
                 // elsewhere: an admission the new owner makes after all
                 // went to nobody, and is given back. (A carried limit's
-                // stays spent: a refund names a rule's counter only.)
+                // stays spent: a refund names a rule's counter only.) Only
+                // an answer within the call's own window is heard, and a
+                // peer call's window is the late window too, so today an
+                // answer this late is lost with its call and the
+                // admission stays (docs/cluster.md, "Graceful leave").
                 if let Some((rule, key, cost)) = refund {
                     let peers = self.peers.clone();
                     let then = move |result: OpResult| {
