@@ -505,6 +505,7 @@ impl Cluster {
         }
         let waited =
             background::until_forgotten(&*inner.link, inner.routing.me(), &rest, give_up).await;
+        inner.strategy.settle_leave(give_up).await;
         tracing::info!(?waited, "left the cluster");
     }
 

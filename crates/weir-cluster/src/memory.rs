@@ -47,6 +47,8 @@ struct State {
     slow: HashMap<IpAddr, Duration>,
     /// What becomes of the handoffs sent to a host.
     handoffs: HashMap<IpAddr, Handoffs>,
+    /// Extra time a host's answers to Decide calls take on their way back.
+    slow_answers: HashMap<IpAddr, Duration>,
     latency: Duration,
     loss: f64,
     hosts: u32,
@@ -251,6 +253,13 @@ impl MemoryNet {
         self.state.lock().handoffs.insert(host, Handoffs::Refused);
     }
 
+    /// `host` decides each op at once, but its answers to Decide calls take
+    /// `extra` longer to come back (a loaded host's replies), while every
+    /// other call to it passes as before.
+    pub fn slow_answers_from(&self, host: IpAddr, extra: Duration) {
+        self.state.lock().slow_answers.insert(host, extra);
+    }
+
     /// The one-way latency of every delivery.
     pub fn set_latency(&self, latency: Duration) {
         self.state.lock().latency = latency;
@@ -432,7 +441,20 @@ impl Link for MemoryLink {
         req: DecideRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move { Ok(h.decide(req).await) })
+        let extra = self
+            .net
+            .state
+            .lock()
+            .slow_answers
+            .get(&to.grpc.ip())
+            .copied();
+        self.call(to, deadline, move |h| async move {
+            let answer = h.decide(req).await;
+            if let Some(extra) = extra {
+                tokio::time::sleep(extra).await;
+            }
+            Ok(answer)
+        })
     }
 
     fn handoff(

@@ -530,6 +530,47 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
     drop(net);
 }
 
+/// Guard: an op a leaving owner sends on to the key's new owner, answered
+/// only after the late window the leaving owner waits, is given back there
+/// by the leaving owner, which had answered its gateway that the op was
+/// not decided, and its leave ends only once the refund is in. With the
+/// call ending at that window too, the answer was never heard, and the new
+/// owner kept an admission nobody got: 19 of 20. With the leave ending
+/// first, the node (a process, stopping) could not send the refund.
+#[tokio::test(start_paused = true)]
+async fn an_admission_a_leaving_owner_forwarded_that_came_after_its_late_window_is_refunded() {
+    let (net, mut nodes, key) = a_key_of_node_3_spent("later-forward", 5).await;
+    let owner = nodes.pop().unwrap();
+    let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
+    let heir_id = weir_cluster::ring::Ring::with_default_vnodes(&ids)
+        .owner_id(&key)
+        .unwrap()
+        .to_string();
+    let heir = nodes.iter().find(|n| n.id == heir_id).unwrap();
+    let gateway = nodes.iter().find(|n| n.id != heir_id).unwrap();
+    // The heir decides at once, but its answers take 1.1 s to come back:
+    // the forwarded op's after the 1 s late window, the refund's within
+    // the leave's 3 s.
+    net.slow_answers_from(heir.host(), Duration::from_millis(1100));
+    let racing = async {
+        tokio::time::sleep(Duration::from_micros(500)).await;
+        gateway.check(&key).await.expect("a verdict")
+    };
+    let ((), raced) = tokio::join!(owner.leave(), racing);
+    assert!(!raced.allowed, "refused for now at the gateway's deadline");
+    let rule = "per-client";
+    assert_eq!(
+        heir.engine.limiter().remaining(rule, &key),
+        Some((LIMIT - 5) as u64),
+        "given back before the leave ended"
+    );
+    net.slow_answers_from(heir.host(), Duration::ZERO);
+    let survivors: Vec<&TestNode> = nodes.iter().collect();
+    let after = admitted(&survivors, &key, 2 * LIMIT).await;
+    assert_eq!(5 + after, LIMIT);
+    drop(net);
+}
+
 /// Three members, a key node-3 owns with 3 of it spent and copied to its
 /// replica holder (`nodes[holder]`), and the holder cut off from node-3.
 async fn a_holder_cut_off_from_the_owner(

@@ -50,8 +50,9 @@ pub(crate) struct Ctx {
     pub limiter: Arc<Limiter>,
     pub hints: Arc<RulesHints>,
     pub stats: Arc<Stats>,
-    /// How long one Decide call may take: answers later than a caller's own
-    /// deadline still arrive within it, to be reconciled.
+    /// How long past the longest deadline of the ops it carries one
+    /// Decide call may take: answers later than a caller's own deadline
+    /// still arrive within it, to be reconciled.
     pub late_window: Duration,
 }
 
@@ -67,6 +68,9 @@ struct Pending {
     /// leaving wakes nobody.
     sent: Option<oneshot::Sender<Instant>>,
     queued_at: Instant,
+    /// How long its caller waits for the answer from the send (zero for
+    /// fire-and-forget ops): the call is heard for the late window past it.
+    deadline: Duration,
 }
 
 impl Pending {
@@ -200,6 +204,7 @@ impl Peers for Batchers {
             reply: Some(reply),
             sent: Some(sent),
             queued_at: Instant::now(),
+            deadline,
         };
         let queued = h.tx.try_send(pending).is_ok();
         drop(h);
@@ -235,6 +240,7 @@ impl Peers for Batchers {
             reply: None,
             sent: None,
             queued_at: Instant::now(),
+            deadline: Duration::ZERO,
         };
         if self.handle(to).tx.try_send(pending).is_err() {
             tracing::debug!(owner = %to.id, "op dropped: owner queue full");
@@ -293,6 +299,7 @@ fn call_alone(
         reply: Some(reply),
         sent: None,
         queued_at: now,
+        deadline,
     };
     let mut sending: BoxFuture<'static, ()> = Box::pin(call(ctx, to, vec![alone], slot, now));
     Box::pin(async move {
@@ -409,6 +416,10 @@ fn call(
     for p in &batch {
         stats.queue_wait.record(sent_at - p.queued_at);
     }
+    // Heard for the late window past the longest deadline it carries: an
+    // op whose caller waits that long (a leaving node's forward waits the
+    // late window itself) still has its late answer reconciled.
+    let longest = batch.iter().map(|p| p.deadline).max().unwrap_or_default();
     let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
     bump(&stats.peer_calls, 1);
     bump(&stats.peer_ops, n as u64);
@@ -419,7 +430,7 @@ fn call(
         from_node: ctx.me.clone(),
     };
     bump(&stats.peer_bytes, req.encoded_len() as u64);
-    let called = ctx.link.decide(to, req, ctx.late_window);
+    let called = ctx.link.decide(to, req, longest + ctx.late_window);
     let (ctx, to) = (ctx.clone(), to.clone());
     async move {
         let called = called.await;

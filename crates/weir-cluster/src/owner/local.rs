@@ -67,6 +67,22 @@ pub struct Local {
     /// A counter this node does not own was created here (a peer's ring
     /// was behind ours); the next sweep hands it to its owner.
     strays: AtomicBool,
+    /// Ops a leaving node is sending on to their keys' new owners, late
+    /// answers and their refunds included ([`Forwarding`]).
+    forwards: AtomicUsize,
+    forwarded: tokio::sync::Notify,
+}
+
+/// One op a leaving node sends on, counted until it is dropped: when the
+/// op's answer, late or not, has been dealt with.
+pub struct Forwarding(Arc<Local>);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        if self.0.forwards.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.forwarded.notify_waiters();
+        }
+    }
 }
 
 impl Local {
@@ -79,6 +95,26 @@ impl Local {
             handed_over: rx.shared(),
             hand_over: Mutex::new(Some(tx)),
             strays: AtomicBool::new(false),
+            forwards: AtomicUsize::new(0),
+            forwarded: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Counts one op a leaving node sends on, until the guard drops.
+    pub fn forwarding(self: &Arc<Self>) -> Forwarding {
+        self.forwards.fetch_add(1, Ordering::AcqRel);
+        Forwarding(self.clone())
+    }
+
+    /// Resolves once no op is being sent on.
+    pub async fn until_forwarded(&self) {
+        loop {
+            // Created before the count is read: a drop in between wakes it.
+            let done = self.forwarded.notified();
+            if self.forwards.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            done.await;
         }
     }
 

@@ -8,7 +8,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 
 use super::breaker::Breakers;
 use super::lease::Lessor;
-use super::local::{Consumed, Local};
+use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::peers::{Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas};
@@ -104,9 +104,14 @@ impl OwnerService {
         }
         if !moved.is_empty() {
             // Leaving: the ops wait until the counters are with their new
-            // owners, then go there.
+            // owners, then go there. Counted from now, so the leave does
+            // not end before their answers are dealt with.
+            let counted: Vec<_> = moved.iter().map(|_| self.local.forwarding()).collect();
             self.local.until_handed_over().await;
-            let forwards = moved.iter().map(|&i| self.forward(req.ops[i].clone()));
+            let forwards = moved
+                .iter()
+                .zip(counted)
+                .map(|(&i, counted)| self.forward(req.ops[i].clone(), counted));
             let answers = futures::future::join_all(forwards).await;
             for (&i, answer) in moved.iter().zip(answers) {
                 results[i] = Some(answer);
@@ -403,8 +408,9 @@ impl OwnerService {
         })
     }
 
-    /// Sends an op that reached a leaving node on to the key's new owner.
-    async fn forward(&self, op: CounterOp) -> OpResult {
+    /// Sends an op that reached a leaving node on to the key's new owner;
+    /// `counted` until its answer, late or not, has been dealt with.
+    async fn forward(&self, op: CounterOp, counted: Forwarding) -> OpResult {
         let Some(owner) = self.routing.remote_owner(&op.key) else {
             return wire::not_owner("no other member to forward to");
         };
@@ -429,17 +435,21 @@ impl OwnerService {
                 // The gateway is told the op was not decided and decides it
                 // elsewhere: an admission the new owner makes after all
                 // went to nobody, and is given back. (A carried limit's
-                // stays spent: a refund names a rule's counter only.) Only
-                // an answer within the call's own window is heard, and a
-                // peer call's window is the late window too, so today an
-                // answer this late is lost with its call and the
-                // admission stays (docs/cluster.md, "Graceful leave").
+                // stays spent: a refund names a rule's counter only.) The
+                // call is heard for the late window past the op's own, and
+                // the leave waits for the refund to be answered
+                // (`Strategy::settle_leave`): the node stops after it.
                 if let Some((rule, key, cost)) = refund {
                     let peers = self.peers.clone();
                     let then = move |result: OpResult| {
-                        if let Some(at) = wire::admitted_at(&result) {
-                            peers.send(&owner, wire::refund(&rule, &key, cost, at));
-                        }
+                        let Some(at) = wire::admitted_at(&result) else {
+                            return;
+                        };
+                        let refund = wire::refund(&rule, &key, cost, at);
+                        tokio::spawn(async move {
+                            let _ = peers.decide(&owner, refund, LATE_WINDOW).await;
+                            drop(counted);
+                        });
                     };
                     self.peers.on_late(late, Box::new(then));
                 }

@@ -90,6 +90,12 @@ pub trait Strategy: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// The end of a graceful leave, once peers no longer route here: waits,
+    /// until `give_up`, for what is still under way on others' behalf.
+    fn settle_leave(&self, _give_up: tokio::time::Instant) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// Background tasks of this strategy's own, started with the node.
     fn spawn(self: std::sync::Arc<Self>) -> Vec<AbortHandle> {
         Vec::new()

@@ -238,6 +238,16 @@ impl Strategy for OwnerStrategy {
         })
     }
 
+    /// Ops the leave sent on to their keys' new owners: an answer that
+    /// comes late is given back at the new owner, which takes as long as
+    /// the call may (two seconds); stopped before, the new owner kept an
+    /// admission nobody got.
+    fn settle_leave(&self, give_up: tokio::time::Instant) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = tokio::time::timeout_at(give_up, self.local.until_forwarded()).await;
+        })
+    }
+
     fn fallback_status(&self) -> FallbackStatus {
         self.gateway.fallback_status()
     }
