@@ -491,6 +491,19 @@ async fn a_key_of_node_3_spent(prefix: &str, spent: usize) -> (MemoryNet, Vec<Te
     (net, nodes, key)
 }
 
+/// Of the two members left once node-3 is gone: the key's owner then, and
+/// the other.
+fn heir_and_gateway<'a>(nodes: &'a [TestNode], key: &str) -> (&'a TestNode, &'a TestNode) {
+    let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
+    let heir_id = weir_cluster::ring::Ring::with_default_vnodes(&ids)
+        .owner_id(key)
+        .unwrap()
+        .to_string();
+    let heir = nodes.iter().find(|n| n.id == heir_id).unwrap();
+    let gateway = nodes.iter().find(|n| n.id != heir_id).unwrap();
+    (heir, gateway)
+}
+
 /// Guard: a check that reaches its owner as it leaves waits for the
 /// handoff and goes on to the key's new owner. The answer comes later than
 /// the gateway's deadline: the gateway refused the check, and gives the
@@ -501,14 +514,7 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
     // Spent at node-3, so its leave has a counter to hand over.
     let (net, mut nodes, key) = a_key_of_node_3_spent("late-forward", 5).await;
     let owner = nodes.pop().unwrap();
-    // The key's owner once node-3 is gone, and the other survivor.
-    let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
-    let heir_id = weir_cluster::ring::Ring::with_default_vnodes(&ids)
-        .owner_id(&key)
-        .unwrap()
-        .to_string();
-    let heir = nodes.iter().find(|n| n.id == heir_id).unwrap();
-    let gateway = nodes.iter().find(|n| n.id != heir_id).unwrap();
+    let (heir, gateway) = heir_and_gateway(&nodes, &key);
     // The heir answers slowly: each call to it takes longer than the owner
     // deadline, though it reaches the heir within it.
     net.slow_down(heir.host(), deadline() * 3 / 5);
@@ -541,13 +547,7 @@ async fn an_admission_forwarded_by_a_leaving_owner_that_came_too_late_is_refunde
 async fn an_admission_a_leaving_owner_forwarded_that_came_after_its_late_window_is_refunded() {
     let (net, mut nodes, key) = a_key_of_node_3_spent("later-forward", 5).await;
     let owner = nodes.pop().unwrap();
-    let ids: Vec<_> = nodes.iter().map(|n| n.cluster.identity()).collect();
-    let heir_id = weir_cluster::ring::Ring::with_default_vnodes(&ids)
-        .owner_id(&key)
-        .unwrap()
-        .to_string();
-    let heir = nodes.iter().find(|n| n.id == heir_id).unwrap();
-    let gateway = nodes.iter().find(|n| n.id != heir_id).unwrap();
+    let (heir, gateway) = heir_and_gateway(&nodes, &key);
     // The heir decides at once, but its answers take 1.1 s to come back:
     // the forwarded op's after the 1 s late window, the refund's within
     // the leave's 3 s.
