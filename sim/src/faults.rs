@@ -106,6 +106,13 @@ async fn watch_detection(
     (suspected, None)
 }
 
+/// [`watch_detection`], its two times written into `report`.
+async fn watch_into(cluster: &Cluster, victim: usize, t0: Instant, report: &mut FaultReport) {
+    let (suspected, detected) = watch_detection(cluster, victim, t0).await;
+    report.suspected_after_s = secs(suspected);
+    report.detected_after_s = secs(detected);
+}
+
 fn secs(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64())
 }
@@ -159,9 +166,7 @@ pub async fn inject(
         FaultKind::Kill => {
             live.set(victim, false);
             let r = cluster.kill(victim);
-            let (s, d) = watch_detection(cluster, victim, t0).await;
-            report.suspected_after_s = secs(s);
-            report.detected_after_s = secs(d);
+            watch_into(cluster, victim, t0, &mut report).await;
             r
         }
         FaultKind::Pause => pause(cluster, victim, t0, live, &mut report).await,
@@ -195,9 +200,7 @@ async fn pause(
 ) -> Result<(), crate::error::SimError> {
     live.set(victim, false);
     cluster.pause(victim)?;
-    let (s, d) = watch_detection(cluster, victim, t0).await;
-    report.suspected_after_s = secs(s);
-    report.detected_after_s = secs(d);
+    watch_into(cluster, victim, t0, report).await;
     cluster.resume(victim)?;
     live.set(victim, true);
     let r = cluster.wait_formed().await;
@@ -250,8 +253,7 @@ async fn join(
 ) -> Result<(), crate::error::SimError> {
     live.set(victim, false);
     cluster.terminate(victim, Duration::from_secs(5)).await?;
-    let (_, gone) = watch_detection(cluster, victim, t0).await;
-    report.detected_after_s = secs(gone);
+    watch_into(cluster, victim, t0, report).await;
     cluster.join_through_first(victim)?;
     let r = cluster.wait_formed().await;
     report.recovered_after_s = Some(t0.elapsed().as_secs_f64());

@@ -12,9 +12,8 @@ use weir_sim::score::RunResult;
 fn owner_over_admission_after_a_kill_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
     let runs = owner_fault("owner-kill", "kill", "5", "12s");
-    let r = only(&runs, "fault", "kill");
+    let r = injected(&runs, "kill");
     let f = r.fault.as_ref().expect("fault report");
-    assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
     let detected = f
         .detected_after_s
         .expect("survivors never saw the node down");
@@ -31,9 +30,7 @@ fn owner_over_admission_after_a_kill_at_the_defaults_is_at_most_one_percent() {
 fn owner_over_admission_after_an_immediate_restart_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
     let runs = owner_fault("owner-restart", "restart", "5", "12s");
-    let r = only(&runs, "fault", "restart");
-    let f = r.fault.as_ref().expect("fault report");
-    assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
+    let r = injected(&runs, "restart");
     at_most_one_percent_over(r, "restart");
 }
 
@@ -46,9 +43,7 @@ fn owner_over_admission_after_an_immediate_restart_at_the_defaults_is_at_most_on
 fn owner_over_admission_after_a_join_at_the_defaults_is_at_most_one_percent() {
     let _one = one_at_a_time();
     let runs = owner_fault("owner-join", "join", "5", "12s");
-    let r = only(&runs, "fault", "join");
-    let f = r.fault.as_ref().expect("fault report");
-    assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
+    let r = injected(&runs, "join");
     at_most_one_percent_over(r, "join");
 }
 
@@ -67,6 +62,14 @@ fn owner_fault(name: &str, fault: &str, nodes: &str, duration: &str) -> Vec<RunR
         duration,
     ];
     sim(name, &args)
+}
+
+/// The run of `fault` in `runs`, which the sim injected without an error.
+fn injected<'a>(runs: &'a [RunResult], fault: &str) -> &'a RunResult {
+    let r = only(runs, "fault", fault);
+    let f = r.fault.as_ref().expect("fault report");
+    assert!(f.skipped.is_none() && f.error.is_none(), "{f:?}");
+    r
 }
 
 fn at_most_one_percent_over(r: &RunResult, fault: &str) {

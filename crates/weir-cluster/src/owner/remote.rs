@@ -302,8 +302,8 @@ impl Remote {
         carried: bool,
     ) -> Result<(Decision, Via), CheckError> {
         // Carried limits have no copies: only their owner counts them.
-        let ring = self.routing.routing_ring();
-        if !carried {
+        let holder = (!carried).then(|| {
+            let ring = self.routing.routing_ring();
             // Before anything is decided on a copy, the copy learns what
             // the owner admitted for this gateway since it was taken. With
             // one copy, the key's next owner starts one from them, for the
@@ -311,33 +311,30 @@ impl Remote {
             // seconds later, they had aged out (`answered.rs`) and were
             // granted again.
             self.report_lost(&owner.id, &ring);
-        }
-        if self.replicator.is_on() && !carried {
-            let holder = ring
-                .replica_of(hash_part)
-                .filter(|h| h.id != owner.id)
-                .cloned();
-            if let Some(holder) = holder {
-                if holder.id == self.routing.me() {
-                    if let Some(decided) = self.stand_in_here(rule, hash_part, cost, owner)? {
-                        return Ok(decided);
-                    }
+            ring.replica_of(hash_part)
+                .filter(|h| self.replicator.is_on() && h.id != owner.id)
+                .cloned()
+        });
+        if let Some(holder) = holder.flatten() {
+            if holder.id == self.routing.me() {
+                if let Some(decided) = self.stand_in_here(rule, hash_part, cost, owner)? {
+                    return Ok(decided);
                 }
-                let now = self.now();
-                if self.breakers.admit(&holder.id, now) {
-                    let target = Target {
-                        node: &holder,
-                        stand_in_for: Some(&owner.id),
+            }
+            let now = self.now();
+            if self.breakers.admit(&holder.id, now) {
+                let target = Target {
+                    node: &holder,
+                    stand_in_for: Some(&owner.id),
+                };
+                let asked = self.ask(&target, rule, hash_part, cost, carried, now);
+                if let Some(d) = asked.await? {
+                    bump(&self.stats.replica_decisions, 1);
+                    let via = Via::Replica {
+                        holder: Some(holder.clone()),
+                        owner: owner.id.clone(),
                     };
-                    let asked = self.ask(&target, rule, hash_part, cost, carried, now);
-                    if let Some(d) = asked.await? {
-                        bump(&self.stats.replica_decisions, 1);
-                        let via = Via::Replica {
-                            holder: Some(holder.clone()),
-                            owner: owner.id.clone(),
-                        };
-                        return Ok((d, via));
-                    }
+                    return Ok((d, via));
                 }
             }
         }

@@ -580,16 +580,13 @@ fn admits(l: &Limiter, key: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
-    let (
-        _owner,
-        owner_limiter,
-        Holder {
-            handoff,
-            local,
-            key,
-            ..
-        },
-    ) = owner_and_holder(&net).await;
+    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
+    let Holder {
+        handoff,
+        local,
+        key,
+        ..
+    } = holder;
     let limiter = local.limiter();
     for _ in 0..2 {
         assert!(
@@ -627,16 +624,13 @@ fn moved_to_its_owner(handoff: &Handoff, key: &str) -> Arc<Move> {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_lands_the_ring_change_that_took_its_keys() {
     let net = crate::memory::MemoryNet::new();
-    let (
-        _owner,
-        owner_limiter,
-        Holder {
-            handoff,
-            local,
-            key,
-            ..
-        },
-    ) = owner_and_holder(&net).await;
+    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
+    let Holder {
+        handoff,
+        local,
+        key,
+        ..
+    } = holder;
     let took = moved_to_its_owner(&handoff, &key);
     assert_eq!(admits(local.limiter(), &key), 5);
     let (landed, ()) = tokio::join!(took.landed(), handoff.rebalance());
