@@ -79,8 +79,7 @@ fn consume(rule: &str, key: &str, carried: Option<u64>) -> CounterOp {
             limit,
             window_ns: 60_000_000_000,
         }),
-        stand_in_for: String::new(),
-        sent_on: false,
+        ..Default::default()
     }
 }
 
@@ -157,7 +156,7 @@ async fn a_stranger_cannot_forward_checks_or_push_rules_or_hand_off_or_sync() {
             }],
             from_node: "stranger".into(),
             boot: 1,
-            at: 0,
+            ..Default::default()
         };
         let e = p.handoff(handoff).await.unwrap_err();
         assert_eq!(e.code(), Code::Unauthenticated, "{trust:?}: {e}");

@@ -332,6 +332,12 @@ impl Cluster {
         self.inner.routing.ring()
     }
 
+    /// The members this node asks about the keys it took from them on
+    /// joining, until each says its handoff is done (or the wait ends).
+    pub fn awaiting(&self) -> Vec<String> {
+        self.inner.routing.arrivals().awaited()
+    }
+
     /// The owner of a hash part on this node's ring.
     pub fn owner_of(&self, hash_part: &str) -> Option<NodeIdentity> {
         self.inner.routing.ring().owner(hash_part).cloned()

@@ -77,6 +77,12 @@ impl PeerHandler {
         if self.owner.local.is_leaving() {
             return Err(Leaving);
         }
+        if req.swept && req.counters.is_empty() {
+            // Not a handoff of its own: no counters, so none of what a
+            // handoff from that node means to later reports.
+            self.owner.routing.arrivals().arrived(&req.from_node);
+            return Ok(HandoffResponse::default());
+        }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let (counters, from, boot, at) = (req.counters, req.from_node.clone(), req.boot, req.at);
@@ -94,6 +100,9 @@ impl PeerHandler {
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
         tracing::info!(from = %req.from_node, counters = n, accepted = absorbed.accepted, refused = absorbed.refused, "took over counters");
+        if req.swept {
+            self.owner.routing.arrivals().arrived(&req.from_node);
+        }
         Ok(HandoffResponse {
             accepted: absorbed.accepted,
         })

@@ -75,6 +75,9 @@ pub struct ClusterStats {
     /// Ops decided here for keys this node does not own (a peer's ring was
     /// behind); such counters are swept to their owner.
     pub strays: u64,
+    /// Ops this node asked of a key's previous owner: it owns the key since
+    /// it joined, and that owner's handoff had not come.
+    pub asked_back: u64,
     /// Gossip strategy: `Peer/SyncCounts` messages sent, their encoded
     /// bytes, and the per-key counts they carried.
     pub sync_messages: u64,
@@ -138,6 +141,7 @@ pub struct Stats {
     pub unauthenticated: AtomicU64,
     pub direct_connections: AtomicU64,
     pub strays: AtomicU64,
+    pub asked_back: AtomicU64,
     pub sync_messages: AtomicU64,
     pub sync_bytes: AtomicU64,
     pub sync_deltas: AtomicU64,
@@ -205,6 +209,7 @@ impl Stats {
             unauthenticated: get(&self.unauthenticated),
             direct_connections: get(&self.direct_connections),
             strays: get(&self.strays),
+            asked_back: get(&self.asked_back),
             sync_messages: get(&self.sync_messages),
             sync_bytes: get(&self.sync_bytes),
             sync_deltas: get(&self.sync_deltas),

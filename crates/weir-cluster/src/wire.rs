@@ -58,6 +58,7 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
         }),
         stand_in_for: String::new(),
         sent_on: false,
+        asked_back: false,
     }
 }
 
@@ -78,6 +79,7 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         carried: None,
         stand_in_for: String::new(),
         sent_on: false,
+        asked_back: false,
     }
 }
 
@@ -113,6 +115,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         carried: None,
         stand_in_for: String::new(),
         sent_on: false,
+        asked_back: false,
     }
 }
 

@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use weir_cluster::membership::MemberState;
 use weir_cluster::memory::MemoryNet;
+use weir_cluster::topology::arrivals;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::ClusterConfig;
 use weir_proto::weir::v1::{CounterOp, OpResult};
@@ -233,5 +235,157 @@ async fn a_charge_decided_for_a_key_another_member_owns_reaches_it_with_the_next
     .await;
     let both: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(admitted_round_robin(&both, &key, LIMIT).await, LIMIT - COST);
+    drop(net);
+}
+
+/// Who sends the joiner its first check of the key.
+#[derive(Clone, Copy)]
+enum First {
+    /// A gateway played by hand as node-2, whose ring holds node-3.
+    Peer,
+    /// The joiner's own gateway.
+    Own,
+}
+
+/// A check of a key node-3 took from node-1, reaching node-3 before
+/// node-1's handoff has (each handoff to node-3 takes 200 ms more): node-3
+/// asks node-1, which sends it back once its handoff has landed, and
+/// node-3 decides it on the key's whole count. Then the rest of the window
+/// through node-3: exactly the limit.
+async fn a_check_reaching_the_joiner_first(first: First) {
+    let (net, nodes, joiner, key) = joining(Duration::from_millis(200), |_| {}).await;
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
+    let rule = per_client(&nodes[0]);
+    let decided = match first {
+        First::Own => joiner.check(&key).await.unwrap().applied.remove(0).decision,
+        First::Peer => {
+            let op = wire::consume(&rule, &key, 1, false);
+            let to = joiner.cluster.identity();
+            match wire::answer(decided_by_hand(&net, &to, op, "node-2").await.0, &rule, 1) {
+                Answer::Decided(d) => d,
+                other => panic!("decided: {other:?}"),
+            }
+        }
+    };
+    assert!(decided.allowed, "{decided:?}");
+    assert_eq!(
+        decided.remaining as usize,
+        LIMIT - SPENT - 1,
+        "on the whole count"
+    );
+    assert_eq!(joiner.cluster.stats().asked_back, 1);
+    let after = admitted_round_robin(&[&joiner], &key, LIMIT).await;
+    assert_eq!(SPENT + 1 + after, LIMIT, "{after} admitted after it");
+    drop(net);
+}
+
+/// Guard: a joiner asks the key's previous owner about a check a peer
+/// sends it before that owner's handoff has come. Decided on the count it
+/// had (none), it was admitted with 19 of 20 left, and the window read
+/// `SPENT` over its limit.
+#[tokio::test(start_paused = true)]
+async fn a_check_a_peer_sends_the_joiner_before_the_handoff_is_asked_of_the_old_owner() {
+    a_check_reaching_the_joiner_first(First::Peer).await;
+}
+
+/// Guard: the same for a check of the joiner's own gateway.
+#[tokio::test(start_paused = true)]
+async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
+    a_check_reaching_the_joiner_first(First::Own).await;
+}
+
+/// Guard: once every older member has said its sweep is over, which
+/// takes a moment, not the whole wait, the joiner decides its keys itself.
+/// Without the word it asked the old owner for a second after the join,
+/// a round trip (here a slow one) per check.
+#[tokio::test(start_paused = true)]
+async fn once_the_old_owners_say_their_sweeps_are_over_the_joiner_decides_alone() {
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
+    let joined = tokio::time::Instant::now();
+    wait_until("node-3 heard from node-1 and node-2", || {
+        joiner.ring_ids().len() == 3 && joiner.cluster.awaiting().is_empty()
+    })
+    .await;
+    let heard = joined.elapsed();
+    assert!(heard < arrivals::WAIT / 2, "heard after {heard:?}");
+    net.slow_answers_from(nodes[0].host(), Duration::from_millis(500));
+    let started = tokio::time::Instant::now();
+    assert!(joiner.check(&key).await.unwrap().allowed);
+    assert_eq!(started.elapsed(), Duration::ZERO, "decided at once");
+    assert_eq!(joiner.cluster.stats().asked_back, 0);
+    drop(net);
+}
+
+/// Guard: a member asked about a key that its ring gives another member
+/// it does not send ops to (here one it suspects), and that it did not
+/// just hand over, says it is not the previous owner, and the asker
+/// decides the key. Decided there, the check counted at a member that
+/// holds nothing of the key.
+#[tokio::test(start_paused = true)]
+async fn a_member_asked_about_a_key_it_does_not_hold_says_so() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-2", "theirs");
+    nodes[1].partition_from(&[&nodes[0]]);
+    wait_until_showing(
+        "node-1 suspects node-2",
+        || {
+            let status = nodes[0].cluster.members_status();
+            status
+                .iter()
+                .any(|m| m.id == "node-2" && m.state == MemberState::Suspect)
+        },
+        || views(&nodes),
+    )
+    .await;
+    let asked = CounterOp {
+        asked_back: true,
+        ..wire::consume(&per_client(&nodes[0]), &key, 1, false)
+    };
+    let answer = sent_to_node_1(&net, &nodes, asked).await;
+    assert!(wire::is_not_owner(&answer), "{answer:?}");
+    assert_eq!(nodes[0].engine.limiter().keys(), 0, "nothing counted");
+    drop(net);
+}
+
+/// Guard: a member restarted under its id at once (before any ring
+/// dropped it) hears as soon that the others' sweeps are over: their rings
+/// take in its new process as they would a joiner. Without the word it
+/// asked them about its keys for a second, a round trip per check.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_member_hears_from_the_others_within_a_moment() {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let dead = nodes.pop().unwrap();
+    let (host, seeds) = (dead.host(), [nodes[0].gossip()]);
+    dead.kill().await;
+    let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
+    let started = tokio::time::Instant::now();
+    wait_until("the restarted node-3 heard from node-1 and node-2", || {
+        restarted.ring_ids().len() == 3 && restarted.cluster.awaiting().is_empty()
+    })
+    .await;
+    let heard = started.elapsed();
+    assert!(heard < arrivals::WAIT / 2, "heard after {heard:?}");
+    drop(net);
+}
+
+/// Guard: a joiner's check of a key whose handoff to it failed is decided
+/// by the old owner, on the count that stayed there. Told to decide it
+/// itself, the joiner decided it on nothing.
+#[tokio::test(start_paused = true)]
+async fn a_joiners_check_of_a_key_whose_handoff_failed_is_decided_where_its_count_stayed() {
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
+    net.refuse_handoffs_to(joiner.host());
+    wait_until("node-1's handoff failed", || {
+        nodes[0].cluster.stats().handoffs_failed > 0
+    })
+    .await;
+    let verdict = joiner.check(&key).await.unwrap();
+    let decided = &verdict.applied[0].decision;
+    assert_eq!(decided.remaining as usize, LIMIT - SPENT - 1, "{decided:?}");
+    assert_eq!(joiner.engine.limiter().keys(), 0, "counted at node-1");
     drop(net);
 }

@@ -45,10 +45,7 @@ async fn a_node_without_the_secret_is_never_a_member_and_its_peer_calls_are_refu
             key: "victim".into(),
             cost: 1,
             kind: OpKind::Consume as i32,
-            at: 0,
-            carried: None,
-            stand_in_for: String::new(),
-            sent_on: false,
+            ..Default::default()
         }],
         rules_version: 0,
         from_node: "intruder".into(),

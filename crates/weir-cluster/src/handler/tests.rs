@@ -156,9 +156,10 @@ fn op() -> impl Strategy<Value = CounterOp> {
         any::<u64>(),
         prop::option::of((any::<u64>(), any::<u64>())),
         prop::sample::select(vec!["", "node", "ghost"]),
+        any::<bool>(),
     )
         .prop_map(
-            |(rule, key, cost, kind, at, carried, stand_in_for)| CounterOp {
+            |(rule, key, cost, kind, at, carried, stand_in_for, asked_back)| CounterOp {
                 rule,
                 key,
                 cost,
@@ -167,6 +168,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
                 carried: carried.map(|(limit, window_ns)| CarriedLimit { limit, window_ns }),
                 stand_in_for: stand_in_for.to_string(),
                 sent_on: false,
+                asked_back,
             },
         )
 }
@@ -238,7 +240,13 @@ proptest! {
             .filter(|c| c.carried.is_none())
             .map(|c: &CounterState| (c.rule.clone(), c.key.clone()))
             .collect();
-        let req = HandoffRequest { counters, from_node: "peer".into(), boot, at };
+        let req = HandoffRequest {
+            counters,
+            from_node: "peer".into(),
+            boot,
+            at,
+            swept: false,
+        };
         let _ = n.within(handler.handoff(req));
         // Every state taken decides like one this node made: within bounds
         // now, and free again once three windows have passed. A state that

@@ -107,13 +107,18 @@ impl Gateway {
         let me = self.routing.me();
         let limiter = self.local.limiter();
         let now = limiter.now();
+        let arrivals = self.routing.arrivals();
         self.routing.with_routing_ring(|ring| {
             let mine = ring.owned_by(me);
             self.local.guarded(|leaving| {
                 place(limiter, now, &|rule: &Rule, h: &str| {
                     // A sharded or local-tier rule is never its key's
-                    // owner's to decide whole.
-                    !leaving && matches!(rule.hot, Hot::Off | Hot::Lease) && mine(h)
+                    // owner's to decide whole; a key whose count may be
+                    // on its way is asked of its previous owner.
+                    !leaving
+                        && matches!(rule.hot, Hot::Off | Hot::Lease)
+                        && mine(h)
+                        && arrivals.asks(ring, h).is_none()
                 })
             })
         })
@@ -218,7 +223,7 @@ impl Gateway {
         let remote = &self.remote;
         let (decision, via) = match self.routing.remote_owner(&req.key) {
             Some(owner) => remote.decide(rule, &req.key, req.cost, owner, true).await?,
-            None => match remote.decide_here(rule, &req.key, req.cost, true) {
+            None => match remote.decide_owned(rule, &req.key, req.cost, true).await {
                 Some(decided) => decided?,
                 None => {
                     let owner = self.owner_after_handover(&req.key).await?;
@@ -260,7 +265,7 @@ impl Gateway {
         }
         let owner = match ring.owner(hash_part) {
             Some(o) if o.id != self.routing.me() => o.clone(),
-            _ => match self.remote.decide_here(rule, hash_part, cost, false) {
+            _ => match self.remote.decide_owned(rule, hash_part, cost, false).await {
                 Some(decided) => {
                     let (d, via) = decided?;
                     return Ok(step(d, via));

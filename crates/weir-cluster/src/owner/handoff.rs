@@ -14,10 +14,11 @@ use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
-use super::moves::{CounterId, Landing, Moves};
+use super::moves::{CounterId, Landing, Move, Moves};
 use super::replica::{Replicas, Sender};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
+use crate::topology::arrivals;
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
@@ -188,7 +189,9 @@ impl Handoff {
         }
         let _running = Rebalancing(&self.rebalancing);
         let ring = self.routing.ring();
-        let landing = Landing::new(self.moves.pending(&ring));
+        let pending = self.moves.pending(&ring);
+        let joiners = self.waiting_for_me(&pending, &ring);
+        let landing = Landing::new(pending);
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();
         let owned = ring.clone();
@@ -200,12 +203,23 @@ impl Handoff {
         else {
             return;
         };
-        if copies.is_empty() {
-            landing.land(HashSet::new());
-            return;
+        let undelivered = if copies.is_empty() {
+            Vec::new()
+        } else {
+            self.deliver(copies, &ring).await
+        };
+        landing.land(kept_ids(&undelivered));
+        self.say_swept(joiners, &undelivered, &ring).await;
+        if !undelivered.is_empty() {
+            self.local.mark_stray();
         }
+    }
+
+    /// Offers `copies` to their owners on `ring`, and settles those
+    /// delivered; returns the others, still whole here.
+    async fn deliver(&self, copies: Vec<CounterSnapshot>, ring: &Ring) -> Vec<CounterSnapshot> {
         let n = copies.len();
-        let undelivered = self.hand_over(copies.clone(), &ring).await;
+        let undelivered = self.hand_over(copies.clone(), ring).await;
         let kept: HashSet<(&str, &str, bool)> = undelivered.iter().map(counter_id).collect();
         let delivered: Vec<CounterSnapshot> = copies
             .into_iter()
@@ -218,15 +232,59 @@ impl Handoff {
             }
         })
         .await;
-        landing.land(kept_ids(&undelivered));
         tracing::info!(
             moved = n - undelivered.len(),
             kept = undelivered.len(),
             "handed counters to their new owners"
         );
-        if !undelivered.is_empty() {
-            self.local.mark_stray();
+        undelivered
+    }
+
+    /// The members that `moves` took in, still on `ring`, that wait for
+    /// this node's word ([`arrivals::Arrivals`]): those that started after it.
+    fn waiting_for_me(&self, moves: &[Arc<Move>], ring: &Ring) -> Vec<NodeIdentity> {
+        let me = self.routing.me();
+        let Some(mine) = ring.members().iter().find(|m| m.id == me) else {
+            return Vec::new();
+        };
+        let mut joiners: Vec<NodeIdentity> = Vec::new();
+        let joined = moves.iter().flat_map(|m| m.joined());
+        for j in joined.filter(|j| arrivals::older(mine, j)) {
+            let now = ring.members().iter().find(|m| m.id == j.id);
+            if let Some(now) = now.filter(|n| !joiners.contains(n)) {
+                joiners.push(now.clone());
+            }
         }
+        joiners
+    }
+
+    /// Tells each of `joiners` that this sweep is over for it, unless one
+    /// of its counters was not delivered (it still waits, then, and asks
+    /// this node, which decides on the count it kept, until its wait ends).
+    async fn say_swept(
+        &self,
+        joiners: Vec<NodeIdentity>,
+        undelivered: &[CounterSnapshot],
+        ring: &Ring,
+    ) {
+        let kept_for = |j: &NodeIdentity| {
+            undelivered
+                .iter()
+                .any(|c| ring.owner_id(&c.hash_part) == Some(&*j.id))
+        };
+        let says = joiners.iter().filter(|j| !kept_for(j)).map(|j| async move {
+            let req = HandoffRequest {
+                from_node: self.routing.me().to_string(),
+                boot: self.boot,
+                at: self.local.limiter().now(),
+                swept: true,
+                ..Default::default()
+            };
+            if let Err(e) = self.link.handoff(j, req, HANDOFF_DEADLINE).await {
+                tracing::debug!(to = %j.id, error = %e, "could not say a sweep was over");
+            }
+        });
+        futures::future::join_all(says).await;
     }
 
     /// A graceful leave's handover: no consume lands here from now on, and
@@ -304,6 +362,7 @@ impl Handoff {
                 // Read after the counters were taken (`leave`, `rebalance`):
                 // a copy of one of them taken before is older than this.
                 at: self.local.limiter().now(),
+                swept: false,
             };
             let encoded = req.encoded_len() as u64;
             match self.link.handoff(owner, req, HANDOFF_DEADLINE).await {

@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 
 /// Moves remembered: more ring changes than a gossip round brings, so a
@@ -58,25 +59,23 @@ impl Moves {
     /// The ring is about to change from `before` (the one routed by now)
     /// to `after`; the sweep that follows lands it ([`Moves::pending`]).
     /// Only a member joining takes keys from the others: one leaving or
-    /// lost hands its own on and moves nobody else's.
+    /// lost hands its own on and moves nobody else's. (A member restarted
+    /// takes none, but is recorded for the word its sweep ends with.)
     pub fn begin(&self, before: Arc<Ring>, after: Arc<Ring>) {
-        let joined = after
-            .members()
-            .iter()
-            .any(|m| !before.members().iter().any(|b| b.id == m.id));
-        if !joined {
+        let change = Move {
+            before,
+            after,
+            landed: OnceLock::new(),
+            landing: Notify::new(),
+        };
+        if change.joined().next().is_none() {
             return;
         }
         let mut recent = self.recent.lock();
         if recent.len() == REMEMBERED {
             recent.pop_front();
         }
-        recent.push_back(Arc::new(Move {
-            before,
-            after,
-            landed: OnceLock::new(),
-            landing: Notify::new(),
-        }));
+        recent.push_back(Arc::new(change));
     }
 
     /// The moves no sweep has landed yet, for a sweep over `ring` (the one
@@ -109,6 +108,17 @@ impl Moves {
 }
 
 impl Move {
+    /// The members it took in: new ones, and new processes of members (a
+    /// restart under the same id moves no keys, but the new process waits
+    /// for word that this node's sweep is over, as a joiner does).
+    pub fn joined(&self) -> impl Iterator<Item = &NodeIdentity> {
+        let before = self.before.members();
+        self.after
+            .members()
+            .iter()
+            .filter(move |m| !before.iter().any(|b| b.id == m.id && b.boot == m.boot))
+    }
+
     /// Records how its sweep ended and wakes the checks waiting on it.
     /// The first call counts.
     pub fn land(&self, landed: Landed) {

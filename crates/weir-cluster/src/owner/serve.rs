@@ -19,6 +19,17 @@ use crate::topology::routing::Routing;
 use crate::topology::rules_sync::RulesHints;
 use crate::wire;
 
+/// Where an op goes instead of being decided here.
+enum Onward {
+    /// To the key's owner on this node's ring, which the sender's lacks:
+    /// at once (the key's copy is here), or once the handoff of the ring
+    /// change that took the key from here has landed.
+    Owner(Option<Arc<Move>>),
+    /// Back to the member that owned the key before this node joined,
+    /// whose handoff has not come ([`crate::topology::arrivals`]).
+    Back,
+}
+
 pub struct OwnerService {
     pub local: Arc<Local>,
     pub routing: Arc<Routing>,
@@ -56,18 +67,48 @@ impl OwnerService {
         let mut sent_on = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
         let me = self.routing.me();
+        let mut landing = Vec::new();
         for (i, op) in req.ops.iter().enumerate() {
             // The one ring lookup per op: the key's owner, when another
             // member (the sender's ring differs from this node's).
             let other = ring.owner(&op.key).filter(|o| o.id != me);
+            if let Some(owner) = other.filter(|_| op.asked_back && !self.local.is_leaving()) {
+                // Asked by a joiner about a key this node's ring gives it.
+                // The count is here until the handoff of the ring change
+                // that took the key there has landed, then the joiner
+                // holds it; if no change took it from here, this node
+                // holds nothing the joiner lacks.
+                let result = match self.moves.took(&op.key, &owner.id) {
+                    Some(took) => {
+                        landing.push((i, took));
+                        None
+                    }
+                    None => Some(wire::not_owner("not the key's previous owner")),
+                };
+                results.push(result);
+                continue;
+            }
             let elsewhere = other.filter(|_| Self::sent_as_owner(op));
             let copied = elsewhere.filter(|o| self.holds_copy(op, o));
             if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
-                sent_on.push((i, owner.clone(), taken));
+                sent_on.push((i, owner.clone(), Onward::Owner(taken)));
                 results.push(None);
                 continue;
             }
-            let result = self.decide_op(op, &from, &rules, other.is_none(), copied);
+            // A key this node owns, whose count may still be on its way.
+            let previous = other
+                .is_none()
+                .then(|| self.routing.arrivals().asks(&ring, &op.key))
+                .flatten();
+            if let Some(previous) = previous.filter(|_| Self::asks_back(op)) {
+                sent_on.push((i, previous.clone(), Onward::Back));
+                results.push(None);
+                continue;
+            }
+            // A lease is granted from the key's count: none while that
+            // may still be on its way.
+            let owned = other.is_none() && !(op.kind() == OpKind::Lease && previous.is_some());
+            let result = self.decide_op(op, &from, &rules, owned, copied);
             match result {
                 // Leaving, and sent on by a holder that has a copy to
                 // decide on: told at once, not after the handoff (by
@@ -87,16 +128,38 @@ impl OwnerService {
         if !sent_on.is_empty() {
             let sends = sent_on
                 .iter()
-                .map(|(i, to, taken)| self.send_on(to, &req.ops[*i], taken.as_deref()));
+                .map(|(i, to, how)| self.send_on(to, &req.ops[*i], how));
             let answers = futures::future::join_all(sends).await;
-            for ((i, owner, taken), answer) in sent_on.iter().zip(answers) {
+            for ((i, to, how), answer) in sent_on.iter().zip(answers) {
                 // The owner made no decision (unreachable, leaving, or
                 // silent for the late window), or the key's count never
                 // left: stood in for on the copy, or decided on this
-                // node's count.
+                // node's count. Asked back, the previous owner did not
+                // hold the count: decided here.
                 let op = &req.ops[*i];
-                let copied = taken.is_none().then_some(owner);
-                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, false, copied));
+                let (owned, copied) = match how {
+                    Onward::Owner(taken) => (false, taken.is_none().then_some(to)),
+                    Onward::Back => (true, None),
+                };
+                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, owned, copied));
+                if results[*i].is_none() {
+                    moved.push(*i);
+                }
+            }
+        }
+        if !landing.is_empty() {
+            let waits = landing
+                .iter()
+                .map(|(i, took)| Self::handed(&req.ops[*i], took));
+            let handed = futures::future::join_all(waits).await;
+            for ((i, _), handed) in landing.iter().zip(handed) {
+                // Handed over: the joiner decides on the count it holds.
+                // Kept here: decided on it, and swept to the joiner later.
+                results[*i] = if handed {
+                    Some(wire::not_owner("the key's count was handed to the sender"))
+                } else {
+                    self.decide_op(&req.ops[*i], &from, &rules, false, None)
+                };
                 if results[*i].is_none() {
                     moved.push(*i);
                 }
@@ -128,6 +191,13 @@ impl OwnerService {
     fn sent_as_owner(op: &CounterOp) -> bool {
         op.stand_in_for.is_empty()
             && matches!(op.kind(), OpKind::Consume | OpKind::Refund | OpKind::Charge)
+    }
+
+    /// Whether `op`, for a key this node owns whose count may still be on
+    /// its way, is asked of the key's previous owner: one sent here as the
+    /// owner, not by a node that sent it on or was asked it already.
+    fn asks_back(op: &CounterOp) -> bool {
+        Self::sent_as_owner(op) && !op.sent_on && !op.asked_back
     }
 
     /// Whether this node holds a copy of the key of `op`, from `owner`, to
@@ -174,42 +244,51 @@ impl OwnerService {
         Some((owner, Some(self.moves.took(&op.key, &owner.id)?)))
     }
 
-    /// Sends `op` on to its owner, marked so it goes no further, and
+    /// Sends `op` on to its owner, marked so it goes no further, or to the
+    /// key's previous owner, marked as asked, as `how` says, and
     /// returns its decision, waited for as long as a late one may take
     /// (the gateway reconciles an answer later than its own deadline).
     /// None when it made none: its connection was refused, the op never
-    /// left this node, the owner is leaving, or no answer came in that
-    /// time (then the copy decides too, and its admission, charged to the
-    /// owner later, is counted twice: never one over the limit). A refund
-    /// is sent, not waited for. An op for a key a ring change `took` from
-    /// here waits until its handoff has landed, so the owner decides it on
-    /// the key's count; None if the count stayed here.
-    async fn send_on(
-        &self,
-        owner: &NodeIdentity,
-        op: &CounterOp,
-        took: Option<&Move>,
-    ) -> Option<OpResult> {
-        if let Some(took) = took {
-            let landed = tokio::time::timeout(LATE_WINDOW, took.landed())
-                .await
-                .ok()?;
-            if !landed.delivered(&op.rule, &op.key, op.carried.is_some()) {
+    /// left this node, the owner is leaving or not the previous one, or no
+    /// answer came in that time (then the copy decides too, and its
+    /// admission, charged to the owner later, is counted twice: never one
+    /// over the limit). A refund sent on is not waited for. An op for a key a
+    /// ring change `took` from here waits until its handoff has landed, so
+    /// the owner decides it on the key's count; None if the count stayed
+    /// here.
+    async fn send_on(&self, to: &NodeIdentity, op: &CounterOp, how: &Onward) -> Option<OpResult> {
+        if let Onward::Owner(Some(took)) = how {
+            if !Self::handed(op, took).await {
                 return None;
             }
         }
+        let back = matches!(how, Onward::Back);
+        if back {
+            bump(&self.stats.asked_back, 1);
+        }
         let op = CounterOp {
-            sent_on: true,
+            sent_on: !back,
+            asked_back: back,
             ..op.clone()
         };
-        if op.kind() == OpKind::Refund {
-            self.peers.send(owner, op);
+        // Asked back, a refund is waited for: one the previous owner does
+        // not take is applied here.
+        if op.kind() == OpKind::Refund && !back {
+            self.peers.send(to, op);
             return Some(wire::refunded());
         }
-        match self.peers.decide(owner, op, LATE_WINDOW).await {
+        match self.peers.decide(to, op, LATE_WINDOW).await {
             Reply::Answered(result) if !wire::is_not_owner(&result) => Some(result),
             _ => None,
         }
+    }
+
+    /// Whether the count of the key of `op` reached its new owner with the
+    /// handoff of the ring change that `took` it, waited for as long as a
+    /// late answer may take. False when it stayed here.
+    async fn handed(op: &CounterOp, took: &Move) -> bool {
+        let landed = tokio::time::timeout(LATE_WINDOW, took.landed()).await;
+        landed.is_ok_and(|l| l.delivered(&op.rule, &op.key, op.carried.is_some()))
     }
 
     /// One op on this node's counters (or, standing in for an owner, on

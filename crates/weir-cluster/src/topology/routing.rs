@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::arrivals::Arrivals;
 use super::membership::NodeIdentity;
 use super::ring::Ring;
 
@@ -19,6 +20,8 @@ pub struct Routing {
     /// `ring` and `routes`, so a new member view cannot overwrite the ring
     /// a leave routes by.
     leaving: Mutex<bool>,
+    /// The older members whose handoffs this node awaits since it joined.
+    arrivals: Arrivals,
 }
 
 impl Routing {
@@ -29,6 +32,7 @@ impl Routing {
             ring: ArcSwap::new(ring.clone()),
             routes: ArcSwap::new(ring),
             leaving: Mutex::new(false),
+            arrivals: Arrivals::default(),
         }
     }
 
@@ -56,10 +60,19 @@ impl Routing {
     /// Installs the ring of a new member view; returns the one it replaces.
     pub fn install(&self, ring: Arc<Ring>) -> Arc<Ring> {
         let leaving = self.leaving.lock();
+        // Before any check is routed by it: one decided in between would
+        // not ask a member that just entered.
+        self.arrivals
+            .ring_changed(&self.me, &self.ring.load(), &ring);
         if !*leaving {
             self.routes.store(ring.clone());
         }
         self.ring.swap(ring)
+    }
+
+    /// The older members whose handoffs this node awaits.
+    pub fn arrivals(&self) -> &Arrivals {
+        &self.arrivals
     }
 
     /// Routes by the ring without this node from now on, and returns it.

@@ -122,6 +122,7 @@ fn stats_view(s: &weir_cluster::ClusterStats) -> Value {
         ("unauthenticated", json!(s.unauthenticated)),
         ("direct_connections", json!(s.direct_connections)),
         ("strays", json!(s.strays)),
+        ("asked_back", json!(s.asked_back)),
         ("slow_decisions", json!(s.slow_decisions)),
         ("replica_decisions", json!(s.replica_decisions)),
         ("late_refunds", json!(s.late_refunds)),

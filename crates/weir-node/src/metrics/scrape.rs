@@ -215,6 +215,11 @@ fn encode_cluster(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result
             s.strays,
         ),
         (
+            "weir_asked_back_total",
+            "Ops for keys this node took over on joining, asked of their previous owner before its handoff came.",
+            s.asked_back,
+        ),
+        (
             "weir_rules_pushed_total",
             "Rule sets pushed to peers.",
             s.rules_pushed,

@@ -5,11 +5,15 @@ use std::time::Duration;
 use super::*;
 use crate::topology::membership::NodeIdentity;
 
+/// Members by id, each the same process in every ring built here.
 fn ring(ids: &[&str]) -> Arc<Ring> {
     let addr = "127.0.0.1:1".parse().unwrap();
     let members: Vec<_> = ids
         .iter()
-        .map(|id| NodeIdentity::new(*id, addr, addr))
+        .map(|id| NodeIdentity {
+            boot: 1,
+            ..NodeIdentity::new(*id, addr, addr)
+        })
         .collect();
     Arc::new(Ring::with_default_vnodes(&members))
 }
@@ -82,6 +86,28 @@ fn a_change_that_only_drops_members_takes_nothing_and_its_sweep_lands_the_join_b
     j.moves.begin(j.after.clone(), lost.clone());
     assert_eq!(j.moves.recent.lock().len(), 1, "not recorded");
     assert_eq!(j.moves.pending(&lost).len(), 1, "the join's");
+}
+
+#[test]
+fn a_members_new_process_is_recorded_for_its_word_and_takes_no_keys() {
+    let j = join();
+    let restarted: Vec<NodeIdentity> = j
+        .after
+        .members()
+        .iter()
+        .map(|m| match &*m.id {
+            "n2" => NodeIdentity { boot: 2, ..m.clone() },
+            _ => m.clone(),
+        })
+        .collect();
+    let restarted = Arc::new(Ring::with_default_vnodes(&restarted));
+    j.moves.begin(j.after.clone(), restarted.clone());
+    let pending = j.moves.pending(&restarted);
+    let joined: Vec<&str> = pending[1].joined().map(|m| &*m.id).collect();
+    assert_eq!(joined, ["n2"]);
+    // The newest change that took the key is still the join.
+    let took = j.moves.took(&j.taken, "n3").unwrap();
+    assert!(Arc::ptr_eq(&took, &pending[0]));
 }
 
 #[test]

@@ -1,0 +1,66 @@
+//! A gateway's check of a key its own node owns: decided here, or, while
+//! the key's count may still be on its way from the member that owned it
+//! before this node joined, by that member ([`crate::topology::arrivals`]).
+
+use std::sync::Arc;
+
+use weir_core::{CheckError, Decision, Rule};
+use weir_proto::weir::v1::CounterOp;
+
+use super::peers::{Reply, LATE_WINDOW};
+use super::remote::{Remote, Via};
+use crate::stats::bump;
+use crate::topology::membership::NodeIdentity;
+use crate::wire::{self, Answer};
+
+impl Remote {
+    /// Decides a limit this node owns; None when it is leaving.
+    pub(super) async fn decide_owned(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+    ) -> Option<Result<(Decision, Via), CheckError>> {
+        let previous = self
+            .routing
+            .with_routing_ring(|ring| self.routing.arrivals().asks(ring, hash_part).cloned());
+        if let Some(previous) = previous {
+            if let Some(decided) = self
+                .ask_back(rule, hash_part, cost, carried, previous)
+                .await
+            {
+                return Some(decided);
+            }
+        }
+        self.decide_here(rule, hash_part, cost, carried)
+    }
+
+    /// Asks `previous` to decide the limit, waiting as long as a late
+    /// answer may take (a check of the gateway's own, with no deadline of
+    /// its own to meet but the client's). None when it did not: it no
+    /// longer holds the key's count, or did not answer.
+    async fn ask_back(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+        previous: NodeIdentity,
+    ) -> Option<Result<(Decision, Via), CheckError>> {
+        bump(&self.stats.asked_back, 1);
+        let op = CounterOp {
+            asked_back: true,
+            ..wire::consume(rule, hash_part, cost, carried)
+        };
+        let Reply::Answered(result) = self.peers.decide(&previous, op, LATE_WINDOW).await else {
+            return None;
+        };
+        match wire::answer(result, rule, cost) {
+            // Given back, if need be, where it was counted.
+            Answer::Decided(d) => Some(Ok((d, Via::Owner(previous)))),
+            Answer::Refused(e) => Some(Err(e)),
+            Answer::Undecided(_) => None,
+        }
+    }
+}
