@@ -96,7 +96,10 @@ fn a_members_new_process_is_recorded_for_its_word_and_takes_no_keys() {
         .members()
         .iter()
         .map(|m| match &*m.id {
-            "n2" => NodeIdentity { boot: 2, ..m.clone() },
+            "n2" => NodeIdentity {
+                boot: 2,
+                ..m.clone()
+            },
             _ => m.clone(),
         })
         .collect();
