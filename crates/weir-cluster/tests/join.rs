@@ -389,3 +389,30 @@ async fn a_joiners_check_of_a_key_whose_handoff_failed_is_decided_where_its_coun
     assert_eq!(joiner.engine.limiter().keys(), 0, "counted at node-1");
     drop(net);
 }
+
+/// Guard: a joiner does not ask an old owner it no longer trusts (here
+/// one SWIM suspects: the joiner was cut off from both members before
+/// node-1's word came): its check is decided at once, on the count the
+/// joiner has. Asked, each such check waited the late window (a second)
+/// for an answer that could not come.
+#[tokio::test(start_paused = true)]
+async fn a_joiner_does_not_ask_an_old_owner_it_suspects() {
+    let (_net, nodes, joiner, key) = joining(Duration::from_secs(3), |_| {}).await;
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    joiner.partition_from(&[&nodes[0], &nodes[1]]);
+    wait_until("node-3 suspects node-1", || {
+        let status = joiner.cluster.members_status();
+        status
+            .iter()
+            .any(|m| m.id == "node-1" && m.state == MemberState::Suspect)
+    })
+    .await;
+    assert!(joiner.cluster.awaiting().contains(&"node-1".to_string()));
+    let started = tokio::time::Instant::now();
+    assert!(joiner.check(&key).await.unwrap().allowed);
+    assert_eq!(started.elapsed(), Duration::ZERO, "decided at once");
+    assert_eq!(joiner.cluster.stats().asked_back, 0);
+}

@@ -24,6 +24,7 @@ use weir_core::{
 
 use super::deny_cache::DenyCache;
 use super::local::Local;
+use super::owned::previous_owner;
 use super::remote::{Remote, Via};
 use crate::stats::{bump, FallbackCounts, FallbackStatus};
 use crate::topology::membership::NodeIdentity;
@@ -107,7 +108,7 @@ impl Gateway {
         let me = self.routing.me();
         let limiter = self.local.limiter();
         let now = limiter.now();
-        let arrivals = self.routing.arrivals();
+        let (routing, breakers) = (&self.routing, &self.remote.breakers);
         self.routing.with_routing_ring(|ring| {
             let mine = ring.owned_by(me);
             self.local.guarded(|leaving| {
@@ -118,7 +119,7 @@ impl Gateway {
                     !leaving
                         && matches!(rule.hot, Hot::Off | Hot::Lease)
                         && mine(h)
-                        && arrivals.asks(ring, h).is_none()
+                        && previous_owner(routing, breakers, ring, h).is_none()
                 })
             })
         })

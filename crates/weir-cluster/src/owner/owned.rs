@@ -7,11 +7,29 @@ use std::sync::Arc;
 use weir_core::{CheckError, Decision, Rule};
 use weir_proto::weir::v1::CounterOp;
 
+use super::breaker::Breakers;
 use super::peers::{Reply, LATE_WINDOW};
 use super::remote::{Remote, Via};
 use crate::stats::bump;
 use crate::topology::membership::NodeIdentity;
+use crate::topology::ring::Ring;
+use crate::topology::routing::Routing;
 use crate::wire::{self, Answer};
+
+/// The member to ask about `hash_part`, a key this node owns on `ring`,
+/// while its count may still be on its way from it
+/// ([`crate::topology::arrivals::Arrivals::asks`]). Not one this node does
+/// not trust (its breaker open, or SWIM suspecting it): each op would wait
+/// the late window for it.
+pub(super) fn previous_owner<'r>(
+    routing: &Routing,
+    breakers: &Breakers,
+    ring: &'r Ring,
+    hash_part: &str,
+) -> Option<&'r NodeIdentity> {
+    let asked = routing.arrivals().asks(ring, hash_part);
+    asked.filter(|p| breakers.trusted(&p.id))
+}
 
 impl Remote {
     /// Decides a limit this node owns; None when it is leaving.
@@ -22,9 +40,9 @@ impl Remote {
         cost: u64,
         carried: bool,
     ) -> Option<Result<(Decision, Via), CheckError>> {
-        let previous = self
-            .routing
-            .with_routing_ring(|ring| self.routing.arrivals().asks(ring, hash_part).cloned());
+        let previous = self.routing.with_routing_ring(|ring| {
+            previous_owner(&self.routing, &self.breakers, ring, hash_part).cloned()
+        });
         if let Some(previous) = previous {
             if let Some(decided) = self
                 .ask_back(rule, hash_part, cost, carried, previous)

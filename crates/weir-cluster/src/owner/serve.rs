@@ -10,6 +10,7 @@ use super::breaker::Breakers;
 use super::lease::Lessor;
 use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
+use super::owned::previous_owner;
 use super::peers::{Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas};
 use super::replicate::Replicator;
@@ -98,7 +99,7 @@ impl OwnerService {
             // A key this node owns, whose count may still be on its way.
             let previous = other
                 .is_none()
-                .then(|| self.routing.arrivals().asks(&ring, &op.key))
+                .then(|| previous_owner(&self.routing, &self.breakers, &ring, &op.key))
                 .flatten();
             if let Some(previous) = previous.filter(|_| Self::asks_back(op)) {
                 sent_on.push((i, previous.clone(), Onward::Back));

@@ -25,10 +25,10 @@ use super::membership::NodeIdentity;
 use super::ring::Ring;
 
 /// How long a member is waited for once it enters this node's ring: its
-/// handoff lands in a millisecond or two once its ring takes this node in,
-/// a gossip round or two later. One that never says (it does not know this
-/// node is new, its handoff failed) is not asked after this.
-pub const WAIT: Duration = Duration::from_secs(1);
+/// word comes a moment after its own ring takes this node in, which is a
+/// gossip round or a few later (more in a large cluster). One that never
+/// says (its handoff failed, say) is not asked after this.
+pub const WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub struct Arrivals {
