@@ -9,9 +9,11 @@ use std::time::Duration;
 use common::*;
 use weir_cluster::membership::MemberState;
 use weir_cluster::memory::MemoryNet;
+use weir_cluster::owner::peers::LATE_WINDOW;
 use weir_cluster::topology::arrivals;
 use weir_cluster::wire::{self, Answer};
 use weir_cluster::ClusterConfig;
+use weir_core::Decision;
 use weir_proto::weir::v1::{CounterOp, OpResult};
 
 /// Spent before the join, through both members.
@@ -247,6 +249,22 @@ enum First {
     Own,
 }
 
+/// One check of `key` at `node`, sent as `first` says: its decision.
+async fn decided_at(node: &TestNode, first: First, net: &MemoryNet, key: &str) -> Decision {
+    match first {
+        First::Own => node.check(key).await.unwrap().applied.remove(0).decision,
+        First::Peer => {
+            let rule = per_client(node);
+            let op = wire::consume(&rule, key, 1, false);
+            let to = node.cluster.identity();
+            match wire::answer(decided_by_hand(net, &to, op, "node-2").await.0, &rule, 1) {
+                Answer::Decided(d) => d,
+                other => panic!("decided: {other:?}"),
+            }
+        }
+    }
+}
+
 /// A check of a key node-3 took from node-1, reaching node-3 before
 /// node-1's handoff has (each handoff to node-3 takes 200 ms more): node-3
 /// asks node-1, which sends it back once its handoff has landed, and
@@ -259,18 +277,7 @@ async fn a_check_reaching_the_joiner_first(first: First) {
     })
     .await;
     assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
-    let rule = per_client(&nodes[0]);
-    let decided = match first {
-        First::Own => joiner.check(&key).await.unwrap().applied.remove(0).decision,
-        First::Peer => {
-            let op = wire::consume(&rule, &key, 1, false);
-            let to = joiner.cluster.identity();
-            match wire::answer(decided_by_hand(&net, &to, op, "node-2").await.0, &rule, 1) {
-                Answer::Decided(d) => d,
-                other => panic!("decided: {other:?}"),
-            }
-        }
-    };
+    let decided = decided_at(&joiner, first, &net, &key).await;
     assert!(decided.allowed, "{decided:?}");
     assert_eq!(
         decided.remaining as usize,
@@ -298,20 +305,26 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
     a_check_reaching_the_joiner_first(First::Own).await;
 }
 
+/// Waits until `node`, just started, holds the other two members on its
+/// ring and waits for neither's word; that took under half the wait.
+async fn hears_from_the_others_within_a_moment(node: &TestNode) {
+    let started = tokio::time::Instant::now();
+    wait_until("node-3 heard from node-1 and node-2", || {
+        node.ring_ids().len() == 3 && node.cluster.awaiting().is_empty()
+    })
+    .await;
+    let heard = started.elapsed();
+    assert!(heard < arrivals::WAIT / 2, "heard after {heard:?}");
+}
+
 /// Guard: once every older member has said its sweep is over, which
 /// takes a moment, not the whole wait, the joiner decides its keys itself.
-/// Without the word it asked the old owner for a second after the join,
-/// a round trip (here a slow one) per check.
+/// Without the word it asked the old owner for the whole wait (five
+/// seconds) after the join, a round trip (here a slow one) per check.
 #[tokio::test(start_paused = true)]
 async fn once_the_old_owners_say_their_sweeps_are_over_the_joiner_decides_alone() {
     let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
-    let joined = tokio::time::Instant::now();
-    wait_until("node-3 heard from node-1 and node-2", || {
-        joiner.ring_ids().len() == 3 && joiner.cluster.awaiting().is_empty()
-    })
-    .await;
-    let heard = joined.elapsed();
-    assert!(heard < arrivals::WAIT / 2, "heard after {heard:?}");
+    hears_from_the_others_within_a_moment(&joiner).await;
     net.slow_answers_from(nodes[0].host(), Duration::from_millis(500));
     let started = tokio::time::Instant::now();
     assert!(joiner.check(&key).await.unwrap().allowed);
@@ -354,7 +367,7 @@ async fn a_member_asked_about_a_key_it_does_not_hold_says_so() {
 /// Guard: a member restarted under its id at once (before any ring
 /// dropped it) hears as soon that the others' sweeps are over: their rings
 /// take in its new process as they would a joiner. Without the word it
-/// asked them about its keys for a second, a round trip per check.
+/// asked them about its keys for the whole wait, a round trip per check.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_member_hears_from_the_others_within_a_moment() {
     let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
@@ -362,13 +375,7 @@ async fn a_restarted_member_hears_from_the_others_within_a_moment() {
     let (host, seeds) = (dead.host(), [nodes[0].gossip()]);
     dead.kill().await;
     let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
-    let started = tokio::time::Instant::now();
-    wait_until("the restarted node-3 heard from node-1 and node-2", || {
-        restarted.ring_ids().len() == 3 && restarted.cluster.awaiting().is_empty()
-    })
-    .await;
-    let heard = started.elapsed();
-    assert!(heard < arrivals::WAIT / 2, "heard after {heard:?}");
+    hears_from_the_others_within_a_moment(&restarted).await;
     drop(net);
 }
 
@@ -415,4 +422,41 @@ async fn a_joiner_does_not_ask_an_old_owner_it_suspects() {
     assert!(joiner.check(&key).await.unwrap().allowed);
     assert_eq!(started.elapsed(), Duration::ZERO, "decided at once");
     assert_eq!(joiner.cluster.stats().asked_back, 0);
+}
+
+/// A joiner that cannot hear from an old owner (cut off from it alone,
+/// so SWIM, reaching it through the other member, suspects nothing) asks
+/// it no more once an op got no answer in the late window: the next
+/// check, sent as `first` says, is decided at once, on the count the
+/// joiner has. Asked on, every check of those keys waited the late window
+/// until the wait ended (a gateway's meanwhile were refused at its 5 ms
+/// deadline).
+async fn an_old_owner_that_cannot_be_heard_from_is_asked_no_more(first: First) {
+    let (net, nodes, joiner, key) = joining(Duration::from_secs(3), |_| {}).await;
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    joiner.partition_from(&[&nodes[0]]);
+    let asked = tokio::time::Instant::now();
+    assert!(decided_at(&joiner, first, &net, &key).await.allowed);
+    assert!(asked.elapsed() >= LATE_WINDOW, "{:?}", asked.elapsed());
+    assert!(!joiner.cluster.awaiting().contains(&"node-1".to_string()));
+    let next = tokio::time::Instant::now();
+    assert!(decided_at(&joiner, first, &net, &key).await.allowed);
+    // At once: a peer's check takes the test network's round trip.
+    let took = next.elapsed();
+    assert!(took <= Duration::from_millis(2), "{took:?}");
+}
+
+/// Guard: for a check a peer sends the joiner.
+#[tokio::test(start_paused = true)]
+async fn a_joiner_stops_asking_for_its_peers_an_old_owner_it_cannot_hear_from() {
+    an_old_owner_that_cannot_be_heard_from_is_asked_no_more(First::Peer).await;
+}
+
+/// Guard: for a check of the joiner's own gateway.
+#[tokio::test(start_paused = true)]
+async fn a_joiner_stops_asking_for_itself_an_old_owner_it_cannot_hear_from() {
+    an_old_owner_that_cannot_be_heard_from_is_asked_no_more(First::Own).await;
 }

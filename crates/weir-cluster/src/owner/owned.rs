@@ -72,6 +72,7 @@ impl Remote {
             ..wire::consume(rule, hash_part, cost, carried)
         };
         let Reply::Answered(result) = self.peers.decide(&previous, op, LATE_WINDOW).await else {
+            self.routing.arrivals().give_up(&previous.id);
             return None;
         };
         match wire::answer(result, rule, cost) {

@@ -280,7 +280,13 @@ impl OwnerService {
         }
         match self.peers.decide(to, op, LATE_WINDOW).await {
             Reply::Answered(result) if !wire::is_not_owner(&result) => Some(result),
-            _ => None,
+            Reply::Answered(_) => None,
+            _ => {
+                if back {
+                    self.routing.arrivals().give_up(&to.id);
+                }
+                None
+            }
         }
     }
 

@@ -89,6 +89,15 @@ impl Arrivals {
         self.any.store(!w.awaited.is_empty(), Ordering::Release);
     }
 
+    /// `from` cannot be heard from (an op asked of it got no answer in the
+    /// late window, or could not be sent): asked no more. A member this
+    /// node's SWIM does not suspect can still be cut off from it alone.
+    pub fn give_up(&self, from: &str) {
+        let mut w = self.awaited.lock();
+        w.awaited.retain(|(id, _)| id != from);
+        self.any.store(!w.awaited.is_empty(), Ordering::Release);
+    }
+
     /// Whom to ask about `hash_part`, a key this node owns on `ring`: the
     /// member that would own it without this node, while it is waited for.
     pub fn asks<'r>(&self, ring: &'r Ring, hash_part: &str) -> Option<&'r NodeIdentity> {

@@ -296,7 +296,10 @@ impl TestNode {
 }
 
 /// `n` members joined through the first, each made by `start`; returns
-/// once every node's ring holds all of them.
+/// once every node's ring holds all of them and no node still waits for
+/// an older one's word that its handoff is over (until then it asks that
+/// member about some of its keys: docs/cluster.md, "When the ring
+/// changes").
 async fn assemble<F, Fut>(n: usize, start: F) -> Vec<TestNode>
 where
     F: Fn(String, Vec<SocketAddr>) -> Fut,
@@ -309,7 +312,9 @@ where
         nodes.push(start(format!("node-{i}"), vec![seed]).await);
     }
     let took = wait_until("every ring holds every member", || {
-        nodes.iter().all(|node| node.ring_ids().len() == n)
+        nodes
+            .iter()
+            .all(|node| node.ring_ids().len() == n && node.cluster.awaiting().is_empty())
     })
     .await;
     println!("{n} members converged in {took:?}");
