@@ -271,7 +271,7 @@ async fn decided_at(node: &TestNode, first: First, net: &MemoryNet, key: &str) -
 /// node-3 decides it on the key's whole count. Then the rest of the window
 /// through node-3: exactly the limit.
 async fn a_check_reaching_the_joiner_first(first: First) {
-    let (net, nodes, joiner, key) = joining(Duration::from_millis(200), |_| {}).await;
+    let (net, _nodes, joiner, key) = joining(Duration::from_millis(200), |_| {}).await;
     wait_until("node-3's ring holds node-1", || {
         joiner.ring_ids().len() == 3
     })
