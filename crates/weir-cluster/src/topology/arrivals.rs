@@ -7,8 +7,10 @@
 //! handing its counters over: decided by the joiner then, a check found
 //! none of the key's count and was admitted on nothing. The old owner
 //! still has that count, and knows whether it still does: asked, it
-//! decides the check while its ring gives it the key, and sends it back
-//! once its handoff has landed ([`crate::owner::serve`]).
+//! decides the check while its ring gives it the key, or on the count it
+//! kept if its handoff did not deliver it, and otherwise, once its
+//! handoff has landed, says the joiner holds the count now
+//! ([`crate::owner::serve`]).
 //!
 //! Only a member that started before this node can hold counts of its
 //! keys. One that started after (or at the same moment, by id) has none,
