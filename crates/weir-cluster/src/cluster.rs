@@ -219,6 +219,7 @@ impl Cluster {
             lessor: lessor.clone(),
             breakers,
             moves,
+            seeded: !config.seeds.is_empty(),
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

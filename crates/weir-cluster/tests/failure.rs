@@ -85,7 +85,12 @@ async fn what_an_owner_admitted_before_its_first_copy_survives_its_crash() {
     nodes.pop().unwrap().kill().await;
     let survivors: Vec<&TestNode> = nodes.iter().collect();
     let admitted = admitted_round_robin(&survivors, &key, 3 * LIMIT).await;
-    assert_eq!(admitted, LIMIT - 5, "the five survived the crash");
+    let stats: Vec<_> = survivors.iter().map(|n| n.cluster.stats()).collect();
+    assert_eq!(
+        admitted,
+        LIMIT - 5,
+        "the five survived the crash; survivors: {stats:?}"
+    );
     let recovered: u64 = survivors
         .iter()
         .map(|n| n.cluster.stats().admissions_recovered)

@@ -48,6 +48,9 @@ pub struct OwnerService {
     pub breakers: Arc<Breakers>,
     /// The ring changes that took keys from this node.
     pub moves: Arc<Moves>,
+    /// Whether this node was given seeds to join a cluster through (the
+    /// first node of a cluster is not: alone, it holds its keys' counts).
+    pub seeded: bool,
 }
 
 impl OwnerService {
@@ -58,6 +61,17 @@ impl OwnerService {
         let rules = self.local.limiter().rules();
         let mine = rules.version();
         let ring = self.routing.ring();
+        if self.seeded && ring.len() == 1 && req.from_node != self.routing.me() {
+            // Alone on its ring, yet a member sends it ops: it has not heard
+            // of the cluster it joins yet (its seed's answer has not come).
+            // Decided as the keys' only member, they were admitted on
+            // nothing while their owners still counted them.
+            let not_yet = wire::not_owner("this node has not heard of its cluster yet");
+            return DecideResponse {
+                results: vec![not_yet; req.ops.len()],
+                rules_version: mine,
+            };
+        }
         if req.rules_version > mine {
             if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
                 self.hints.hint(m, req.rules_version);

@@ -26,13 +26,17 @@ pub struct Routing {
 
 impl Routing {
     pub fn new(me: String, ring: Ring) -> Self {
+        // The first view may hold the cluster already (the seed's answer
+        // came before it was read): its older members entered it too.
+        let arrivals = Arrivals::default();
+        arrivals.ring_changed(&me, &Ring::with_default_vnodes(&[]), &ring);
         let ring = Arc::new(ring);
         Routing {
             me,
             ring: ArcSwap::new(ring.clone()),
             routes: ArcSwap::new(ring),
             leaving: Mutex::new(false),
-            arrivals: Arrivals::default(),
+            arrivals,
         }
     }
 
@@ -131,6 +135,26 @@ mod tests {
             .find(|k| r.remote_owner(k).is_none())
             .expect("a owns some key");
         (r, members, mine)
+    }
+
+    /// Guard: a node whose first view holds the cluster already waits for
+    /// its older members' word as for members that enter later. Without
+    /// it, a joiner seeded by a member that answered before the view was
+    /// read asked no one, and the join race through that member read 32
+    /// to 36 of 20 in about one run in forty beside two busy loops.
+    #[test]
+    fn the_first_views_older_members_are_waited_for() {
+        let members = vec![
+            node("a", 1),
+            NodeIdentity {
+                incarnation: 2,
+                ..node("b", 2)
+            },
+        ];
+        let r = Routing::new("b".into(), Ring::with_default_vnodes(&members));
+        assert_eq!(r.arrivals().awaited(), ["a"]);
+        let r = Routing::new("a".into(), Ring::with_default_vnodes(&members));
+        assert!(r.arrivals().awaited().is_empty(), "b started after a");
     }
 
     #[test]
