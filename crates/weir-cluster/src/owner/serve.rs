@@ -61,17 +61,14 @@ impl OwnerService {
         let rules = self.local.limiter().rules();
         let mine = rules.version();
         let ring = self.routing.ring();
-        if self.seeded && ring.len() == 1 && req.from_node != self.routing.me() {
-            // Alone on its ring, yet a member sends it ops: it has not heard
-            // of the cluster it joins yet (its seed's answer has not come).
-            // Decided as the keys' only member, they were admitted on
-            // nothing while their owners still counted them.
-            let not_yet = wire::not_owner("this node has not heard of its cluster yet");
-            return DecideResponse {
-                results: vec![not_yet; req.ops.len()],
-                rules_version: mine,
-            };
-        }
+        // Alone on its ring, yet a member sends it ops: it has not heard of
+        // the cluster it joins yet (its seed's answer has not come). A
+        // gateway's ops, decided as the keys' only member, were admitted on
+        // nothing while their owners still counted them. One sent on by a
+        // key's old owner comes after that owner's handoff to this node:
+        // the count is here, and told "not the owner", the old owner
+        // decided it on what it kept (nothing).
+        let alone = self.seeded && ring.len() == 1 && req.from_node != self.routing.me();
         if req.rules_version > mine {
             if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
                 self.hints.hint(m, req.rules_version);
@@ -84,6 +81,12 @@ impl OwnerService {
         let me = self.routing.me();
         let mut landing = Vec::new();
         for (i, op) in req.ops.iter().enumerate() {
+            if alone && !op.sent_on {
+                results.push(Some(wire::not_owner(
+                    "this node has not heard of its cluster yet",
+                )));
+                continue;
+            }
             // The one ring lookup per op: the key's owner, when another
             // member (the sender's ring differs from this node's).
             let other = ring.owner(&op.key).filter(|o| o.id != me);
