@@ -91,10 +91,7 @@ async fn what_an_owner_admitted_before_its_first_copy_survives_its_crash() {
         LIMIT - 5,
         "the five survived the crash; survivors: {stats:?}"
     );
-    let recovered: u64 = survivors
-        .iter()
-        .map(|n| n.cluster.stats().admissions_recovered)
-        .sum();
+    let recovered: u64 = stats.iter().map(|s| s.admissions_recovered).sum();
     assert_eq!(recovered, 5, "reported by node-1, added at node-2");
     wait_until("the holder owns the key", || {
         survivors

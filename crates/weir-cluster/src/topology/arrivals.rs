@@ -38,6 +38,7 @@ pub struct Arrivals {
     /// whose handoff is not done yet. A handful at most: a linear scan.
     awaited: Mutex<Waits>,
     /// Whether any member is waited for: the one read on a check's path.
+    /// Relaxed: the waits themselves are read under the lock.
     any: AtomicBool,
 }
 
@@ -75,35 +76,38 @@ impl Arrivals {
             !known(before, &m.id) && older(m, mine) && !early.iter().any(|(id, _)| *id == m.id)
         });
         awaited.extend(entered.map(|m| (m.id.clone(), now)));
-        self.any.store(!awaited.is_empty(), Ordering::Release);
+        self.any.store(!awaited.is_empty(), Ordering::Relaxed);
     }
 
     /// `from` says its handoff to this node is done.
     pub fn arrived(&self, from: &str) {
-        let mut w = self.awaited.lock();
         let now = Instant::now();
-        w.early.retain(|(_, at)| now.duration_since(*at) < WAIT);
-        let before = w.awaited.len();
-        w.awaited.retain(|(id, _)| id != from);
-        if w.awaited.len() == before {
+        let mut w = self.awaited.lock();
+        if !self.stop_waiting(&mut w, from) {
+            w.early.retain(|(_, at)| now.duration_since(*at) < WAIT);
             w.early.push((from.to_string(), now));
         }
-        self.any.store(!w.awaited.is_empty(), Ordering::Release);
     }
 
     /// `from` cannot be heard from (an op asked of it got no answer in the
     /// late window, or could not be sent): asked no more. A member this
     /// node's SWIM does not suspect can still be cut off from it alone.
     pub fn give_up(&self, from: &str) {
-        let mut w = self.awaited.lock();
+        self.stop_waiting(&mut self.awaited.lock(), from);
+    }
+
+    /// Waits for `from` no longer; whether it was waited for.
+    fn stop_waiting(&self, w: &mut Waits, from: &str) -> bool {
+        let before = w.awaited.len();
         w.awaited.retain(|(id, _)| id != from);
-        self.any.store(!w.awaited.is_empty(), Ordering::Release);
+        self.any.store(!w.awaited.is_empty(), Ordering::Relaxed);
+        w.awaited.len() < before
     }
 
     /// Whom to ask about `hash_part`, a key this node owns on `ring`: the
     /// member that would own it without this node, while it is waited for.
     pub fn asks<'r>(&self, ring: &'r Ring, hash_part: &str) -> Option<&'r NodeIdentity> {
-        if !self.any.load(Ordering::Acquire) {
+        if !self.any.load(Ordering::Relaxed) {
             return None;
         }
         let previous = ring.replica_of(hash_part)?;
@@ -128,7 +132,7 @@ impl Arrivals {
         w.awaited
             .retain(|(_, since)| now.duration_since(*since) < WAIT);
         if w.awaited.is_empty() {
-            self.any.store(false, Ordering::Release);
+            self.any.store(false, Ordering::Relaxed);
         }
         w
     }

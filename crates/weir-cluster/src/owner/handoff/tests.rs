@@ -580,28 +580,25 @@ fn admits(l: &Limiter, key: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
-    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
-    let Holder {
-        handoff,
-        local,
-        key,
-        ..
-    } = holder;
-    let limiter = local.limiter();
+    let (_owner, owner_limiter, h) = owner_and_holder(&net).await;
+    let limiter = h.local.limiter();
     for _ in 0..2 {
         assert!(
             limiter
-                .consume("r", &key, 1, limiter.now())
+                .consume("r", &h.key, 1, limiter.now())
                 .unwrap()
                 .allowed
         );
     }
-    tokio::join!(handoff.rebalance(), handoff.rebalance());
-    assert_eq!(admits(&owner_limiter, &key), 3, "2 of 5 spent, once");
-    assert!(local.take_strays(), "the second is left to the next sweep");
-    handoff.rebalance().await;
+    tokio::join!(h.handoff.rebalance(), h.handoff.rebalance());
+    assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent, once");
     assert!(
-        !limiter.holds("r", &key),
+        h.local.take_strays(),
+        "the second is left to the next sweep"
+    );
+    h.handoff.rebalance().await;
+    assert!(
+        !limiter.holds("r", &h.key),
         "settled: nothing was spent since"
     );
 }
@@ -624,19 +621,13 @@ fn moved_to_its_owner(handoff: &Handoff, key: &str) -> Arc<Move> {
 #[tokio::test(start_paused = true)]
 async fn a_sweep_lands_the_ring_change_that_took_its_keys() {
     let net = crate::memory::MemoryNet::new();
-    let (_owner, owner_limiter, holder) = owner_and_holder(&net).await;
-    let Holder {
-        handoff,
-        local,
-        key,
-        ..
-    } = holder;
-    let took = moved_to_its_owner(&handoff, &key);
-    assert_eq!(admits(local.limiter(), &key), 5);
-    let (landed, ()) = tokio::join!(took.landed(), handoff.rebalance());
-    assert!(landed.delivered("r", &key, false));
+    let (_owner, owner_limiter, h) = owner_and_holder(&net).await;
+    let took = moved_to_its_owner(&h.handoff, &h.key);
+    assert_eq!(admits(h.local.limiter(), &h.key), 5);
+    let (landed, ()) = tokio::join!(took.landed(), h.handoff.rebalance());
+    assert!(landed.delivered("r", &h.key, false));
     assert_eq!(
-        admits(&owner_limiter, &key),
+        admits(&owner_limiter, &h.key),
         0,
         "the owner had the count first"
     );

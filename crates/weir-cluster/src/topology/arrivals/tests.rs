@@ -33,6 +33,14 @@ fn joined() -> (Ring, Ring, String) {
     (alone, both, key)
 }
 
+/// [`joined`], with node-3 waiting for node-1's word.
+fn waiting() -> (Arrivals, Ring, Ring, String) {
+    let (alone, both, key) = joined();
+    let arrivals = Arrivals::default();
+    arrivals.ring_changed("node-3", &alone, &both);
+    (arrivals, alone, both, key)
+}
+
 #[test]
 fn of_two_members_exactly_one_is_the_older() {
     let (a, b) = (member("node-1", 100), member("node-2", 200));
@@ -70,9 +78,7 @@ async fn a_younger_member_is_not_asked() {
 /// Guard: once the member says its handoff is done, it is not asked.
 #[tokio::test(start_paused = true)]
 async fn a_member_whose_handoff_is_done_is_not_asked() {
-    let (alone, both, key) = joined();
-    let arrivals = Arrivals::default();
-    arrivals.ring_changed("node-3", &alone, &both);
+    let (arrivals, _, both, key) = waiting();
     arrivals.arrived("node-1");
     assert!(arrivals.asks(&both, &key).is_none());
 }
@@ -92,9 +98,7 @@ async fn a_member_that_said_so_before_it_entered_is_not_asked() {
 /// know this node is new) is asked for [`WAIT`] at most.
 #[tokio::test(start_paused = true)]
 async fn a_member_is_asked_for_the_wait_at_most() {
-    let (alone, both, key) = joined();
-    let arrivals = Arrivals::default();
-    arrivals.ring_changed("node-3", &alone, &both);
+    let (arrivals, _, both, key) = waiting();
     tokio::time::sleep(WAIT - Duration::from_millis(1)).await;
     assert!(arrivals.asks(&both, &key).is_some(), "within the wait");
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -105,13 +109,24 @@ async fn a_member_is_asked_for_the_wait_at_most() {
 /// leaving member hands its counters over before it goes).
 #[tokio::test(start_paused = true)]
 async fn a_member_that_left_is_not_asked() {
-    let (alone, both, key) = joined();
-    let arrivals = Arrivals::default();
-    arrivals.ring_changed("node-3", &alone, &both);
+    let (arrivals, alone, both, key) = waiting();
     arrivals.ring_changed("node-3", &both, &alone);
     assert!(arrivals.asks(&both, &key).is_none());
     // Back: it may hold counts again (a healed partition), and is waited
     // for again.
+    arrivals.ring_changed("node-3", &alone, &both);
+    assert!(arrivals.asks(&both, &key).is_some());
+}
+
+/// Guard: a member given up on (an asked op went unanswered) is asked no
+/// more, but, unlike one that said its handoff was done, is waited for
+/// again when it enters the ring again.
+#[tokio::test(start_paused = true)]
+async fn a_member_given_up_on_is_not_asked_until_it_enters_again() {
+    let (arrivals, alone, both, key) = waiting();
+    arrivals.give_up("node-1");
+    assert!(arrivals.asks(&both, &key).is_none());
+    arrivals.ring_changed("node-3", &both, &alone);
     arrivals.ring_changed("node-3", &alone, &both);
     assert!(arrivals.asks(&both, &key).is_some());
 }
