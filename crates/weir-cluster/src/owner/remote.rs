@@ -27,7 +27,7 @@ use super::leased::Leases;
 use super::local::{Consumed, Local};
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
 use super::refunds::Refunds;
-use super::replica::{Admitted, Replicas};
+use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -355,16 +355,18 @@ impl Remote {
         cost: u64,
         owner: &NodeIdentity,
     ) -> Result<Option<(Decision, Via)>, CheckError> {
-        let copy = self.replicas.stand_in(&rule.name, hash_part, cost)?;
-        if let Some(d) = copy {
-            bump(&self.stats.replica_decisions, 1);
-            let via = Via::Replica {
-                holder: None,
-                owner: owner.id.clone(),
-            };
-            return Ok(Some((d, via)));
+        let here = || self.decide_here(rule, hash_part, cost, false);
+        match self.replicas.stand_in(&rule.name, hash_part, cost, here)? {
+            StandIn::Copy(d) => {
+                bump(&self.stats.replica_decisions, 1);
+                let via = Via::Replica {
+                    holder: None,
+                    owner: owner.id.clone(),
+                };
+                Ok(Some((d, via)))
+            }
+            StandIn::Here(decided) => decided.transpose(),
         }
-        self.decide_here(rule, hash_part, cost, false).transpose()
     }
 
     /// Decides a limit on this node's counters, marking an admission for

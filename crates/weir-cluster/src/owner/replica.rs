@@ -18,7 +18,8 @@
 //! A copy lags its owner by one replication round trip. When an owner dies,
 //! the gateways it answered report the admissions it made in their last
 //! seconds ([`Replicas::admitted_by`]); those made after the copy was taken
-//! are added to it (or start one, for a key no copy of had arrived), so a
+//! are added to it (or start one, for a key no copy of had arrived, or join
+//! this node's counters where it stood in on them without a copy), so a
 //! crash loses only admissions whose answer never left the owner (which
 //! their gateways refused) and the owner's own.
 
@@ -93,6 +94,15 @@ pub struct Admitted<'a> {
     pub cost: u64,
     /// The owner's decision time, on its clock.
     pub at: Nanos,
+}
+
+/// Where a stand-in was decided.
+#[derive(Debug, PartialEq)]
+pub enum StandIn<T> {
+    /// On the copy held of the owner's counts.
+    Copy(Decision),
+    /// With no copy held, by the caller, on this node's counters.
+    Here(T),
 }
 
 struct Base {
@@ -226,24 +236,29 @@ impl Replicas {
             .map(|m| m.owner.clone())
     }
 
-    /// Decides one op on the copy, standing in for its owner. None when no
-    /// copy is held: the op is decided on this node's own counters, which
-    /// hold whatever count of the key is here (its owner handed it over,
-    /// this node promoted the copy, or decided it as its new owner). A
-    /// fresh copy in their place would grant the key a second budget, and
-    /// one its counters never see.
+    /// Decides one op on the copy, standing in for its owner; with no copy
+    /// held, `here` decides it on this node's own counters, which hold
+    /// whatever count of the key is here (its owner handed it over, this
+    /// node promoted the copy, decided it as its new owner, or stood in on
+    /// them before). A fresh copy in their place would grant the key a
+    /// second budget, and one its counters never see.
     ///
-    /// The copy's entry is held through the decision, so a handoff
-    /// (`handed_over`) or a promotion (`on_ring`) of the key lands wholly
-    /// before it, or after it with this admission in what it settles.
-    pub fn stand_in(
+    /// The copy's entry is held through the decision, either way, so a
+    /// handoff (`handed_over`), a promotion (`on_ring`) or a lost owner's
+    /// report (`admitted_by`) of the key lands wholly before it, or after
+    /// it with this admission in what it settles.
+    pub fn stand_in<T>(
         &self,
         rule: &str,
         hash_part: &str,
         cost: u64,
-    ) -> Result<Option<Decision>, CheckError> {
-        let Entry::Occupied(mut copy) = self.meta.entry(key(rule, hash_part)) else {
-            return Ok(None);
+        here: impl FnOnce() -> T,
+    ) -> Result<StandIn<T>, CheckError> {
+        let mut copy = match self.meta.entry(key(rule, hash_part)) {
+            Entry::Occupied(copy) => copy,
+            // Held while `here` decides: it touches this node's counters,
+            // never this map.
+            Entry::Vacant(_none) => return Ok(StandIn::Here(here())),
         };
         let d = self
             .store
@@ -255,7 +270,7 @@ impl Replicas {
                 charged: Charged::Owed,
             });
         }
-        Ok(Some(d))
+        Ok(StandIn::Copy(d))
     }
 
     /// Gives back a stand-in admission a denied check refunds: on the copy,
@@ -403,7 +418,9 @@ impl Replicas {
     /// promoted from it) unless the copy already holds it. True when added.
     ///
     /// With no copy here yet (the owner admitted the key before its first
-    /// copy arrived), a copy is started from nothing with this admission,
+    /// copy arrived), the admission is added to this node's counters if a
+    /// stand-in was decided there; otherwise a copy is started from
+    /// nothing with it,
     /// while `ring` (this node's) still has the owner, with this node its
     /// key's holder. From then on it is a copy like any other: a copy the
     /// owner took later replaces it, a handoff supersedes it, and the ring
@@ -455,6 +472,15 @@ impl Replicas {
                 let Some(boot) = boot.filter(|_| holder && !handed) else {
                     return false;
                 };
+                // Stood in for the owner on this node's counters already
+                // (`stand_in`, no copy held): the key's count is there, and
+                // the admission with it. Started beside them, a copy decided
+                // the next stand-ins without the first, and the ring's drop
+                // of the owner added both: one over for each (a check the
+                // holder decided for itself before the report arrived).
+                if main.snapshot(a.rule, a.hash_part).is_some() {
+                    return main.charge(a.rule, a.hash_part, a.cost).is_ok();
+                }
                 if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
                     return false;
                 }
@@ -632,9 +658,35 @@ mod tests {
         assert_eq!(copy_of_owner_1(&main, &replicas, "g", "k"), 1);
         // The gate arrives once the node joins its regions, after the copies.
         assert!(main.set_gate(Arc::new(Spent)));
-        let d = replicas.stand_in("g", "k", 1).unwrap().expect("a copy");
+        let d = on_the_copy(replicas.stand_in("g", "k", 1, || ()));
         assert!(!d.allowed, "{d:?}");
         assert_eq!(d.retry_after, Duration::from_millis(250));
+    }
+
+    /// Guard: with no copy held, the key's entry stays taken while the
+    /// caller decides on this node's counters, so a lost owner's report
+    /// (`admitted_by`) lands wholly before that decision (and joins the
+    /// count it finds there) or after it. Let go first, a report landing
+    /// between the two started a copy beside the decision, and the key
+    /// admitted one more than its limit.
+    #[test]
+    fn a_stand_in_on_this_nodes_counters_holds_the_keys_entry() {
+        let main = limiter(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 3\nwindow = \"60s\"\n",
+        );
+        let replicas = Replicas::new(&main);
+        let held = replicas.stand_in("r", "k", 1, || {
+            replicas.meta.try_entry(key("r", "k")).is_none()
+        });
+        assert!(matches!(held, Ok(StandIn::Here(true))), "{held:?}");
+    }
+
+    /// A stand-in that must have been decided on the copy.
+    fn on_the_copy<T: std::fmt::Debug>(stood: Result<StandIn<T>, CheckError>) -> Decision {
+        match stood {
+            Ok(StandIn::Copy(d)) => d,
+            other => panic!("not decided on a copy: {other:?}"),
+        }
     }
 
     /// A node's counters under the rules `toml`, on a fake clock.
@@ -666,10 +718,11 @@ mod tests {
             "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 3\nwindow = \"60s\"\n",
         );
         let replicas = Replicas::new(&main);
-        assert_eq!(replicas.stand_in("r", "k", 1).unwrap(), None);
+        let here = replicas.stand_in("r", "k", 1, || main.consume("r", "k", 1, main.now()));
+        assert!(matches!(here, Ok(StandIn::Here(Ok(_)))), "{here:?}");
         assert!(replicas.is_empty(), "no copy was made up");
         assert_eq!(copy_of_owner_1(&main, &replicas, "r", "held"), 1);
-        let d = replicas.stand_in("r", "held", 1).unwrap().expect("a copy");
+        let d = on_the_copy(replicas.stand_in("r", "held", 1, || ()));
         assert_eq!((d.allowed, d.remaining), (true, 1), "1 + this one of 3");
     }
 }

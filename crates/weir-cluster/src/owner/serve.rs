@@ -12,7 +12,7 @@ use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::owned::previous_owner;
 use super::peers::{Peers, Reply, LATE_WINDOW};
-use super::replica::{Admitted, Replicas};
+use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
@@ -335,13 +335,21 @@ impl OwnerService {
         // key here as its new owner: it is decided on the copy, which has
         // the owner's counts, until this node's ring promotes it.
         let standing_in = Some(op.stand_in_for.as_str()).filter(|o| !o.is_empty());
-        if let Some(owner) = standing_in.or(copied.map(|o| &*o.id)) {
-            // None: no copy is held (settled into this node's counters,
-            // or never sent), so the op is decided on those, below.
-            if let Some(result) = self.stand_in(op, owner) {
-                return Some(result);
-            }
+        let here = || self.decide_counted(op, from, rules, owned);
+        match standing_in.or(copied.map(|o| &*o.id)) {
+            Some(owner) => self.stand_in(op, owner, here),
+            None => here(),
         }
+    }
+
+    /// One op on this node's counters: see [`Self::decide_op`].
+    fn decide_counted(
+        &self,
+        op: &CounterOp,
+        from: &Arc<str>,
+        rules: &RuleSet,
+        owned: bool,
+    ) -> Option<OpResult> {
         // The rule as this node has it: its name is the interned one the
         // hot-key summary and the replicator key on (no allocation per op),
         // and a rule this node does not know has no counter to mark.
@@ -464,11 +472,16 @@ impl OwnerService {
     }
 
     /// An op sent here because the key's owner cannot be reached from its
-    /// gateway: decided on this node's copy of the owner's counts. None
-    /// when no copy is held: it is decided on this node's counters, which
-    /// have whatever count of the key is here (handed over, promoted, or
-    /// decided as its new owner).
-    fn stand_in(&self, op: &CounterOp, owner: &str) -> Option<OpResult> {
+    /// gateway: decided on this node's copy of the owner's counts. When no
+    /// copy is held, a check is decided by `here` on this node's counters,
+    /// which have whatever count of the key is here (handed over,
+    /// promoted, decided as its new owner, or standing in before).
+    fn stand_in(
+        &self,
+        op: &CounterOp,
+        owner: &str,
+        here: impl FnOnce() -> Option<OpResult>,
+    ) -> Option<OpResult> {
         let limiter = self.local.limiter();
         Some(match op.kind() {
             OpKind::Refund => {
@@ -502,9 +515,9 @@ impl OwnerService {
                 // Carried limits have no copies: the owner's count is the
                 // only one, so standing in for it would grant a fresh one.
                 Some(_) => wire::not_owner("a carried limit has no copy to decide on"),
-                None => match self.replicas.stand_in(&op.rule, &op.key, op.cost) {
-                    Ok(Some(d)) => wire::decided(&d),
-                    Ok(None) => return None,
+                None => match self.replicas.stand_in(&op.rule, &op.key, op.cost, here) {
+                    Ok(StandIn::Copy(d)) => wire::decided(&d),
+                    Ok(StandIn::Here(decided)) => return decided,
                     Err(e) => wire::error_to_wire(&e),
                 },
             },

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::owner::moves::Move;
-use crate::owner::replica::Admitted;
+use crate::owner::replica::{Admitted, StandIn};
 use weir_core::{AlgorithmKind, Decision, FakeClock, LimiterConfig, Nanos, RuleSet};
 
 #[test]
@@ -191,10 +191,22 @@ impl Scene {
         );
     }
 
-    /// `n1` stands in for `n3` on the key, for a gateway that lost `n3`.
-    /// None: `n1` has no copy, and decides on its counters.
-    fn stand_in(&self) -> Option<Decision> {
-        self.copies.stand_in(self.rule, &self.key, 1).unwrap()
+    /// `n1` stands in for `n3` on the key, for a gateway that lost `n3`:
+    /// on its copy, or with none, on its counters, as its callers do.
+    fn stand_in(&self) -> StandIn<Decision> {
+        let here = || self.main.consume(self.rule, &self.key, 1, self.main.now());
+        match self.copies.stand_in(self.rule, &self.key, 1, here).unwrap() {
+            StandIn::Here(d) => StandIn::Here(d.unwrap()),
+            StandIn::Copy(d) => StandIn::Copy(d),
+        }
+    }
+
+    /// A stand-in that must be decided on the copy.
+    fn on_the_copy(&self) -> Decision {
+        match self.stand_in() {
+            StandIn::Copy(d) => d,
+            here => panic!("{}: decided on n1's counters: {here:?}", self.rule),
+        }
     }
 
     /// What `n1` still admits for the key.
@@ -268,6 +280,32 @@ fn admissions_made_before_the_first_copy_are_counted_by_the_next_owner() {
         assert_eq!(s.reported(5, at, ME), 5, "{kind:?}");
         assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
         assert_eq!(s.left(), LIMIT - 5, "{kind:?}");
+    }
+}
+
+/// Guard: with no copy of the key, `n1` stood in for `n3` on its own
+/// counters (a check it decided for itself) before a gateway's report of
+/// what `n3` admitted arrived. The report is added to those counters:
+/// started as a copy beside them, it decided the next stand-ins without
+/// the first, and the ring's drop of `n3` added both (16 admitted after
+/// the crash, and a count of 21 of 20).
+#[test]
+fn admissions_reported_after_a_stand_in_on_this_nodes_counters_join_them() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::uncopied(kind);
+        let at = s.owner_admits(5);
+        let first = s.stand_in();
+        assert!(
+            matches!(first, StandIn::Here(ref d) if d.allowed),
+            "{first:?}"
+        );
+        assert_eq!(s.reported(5, at, ME), 5, "{kind:?}");
+        let more = (0..2 * LIMIT)
+            .filter(|_| matches!(s.stand_in(), StandIn::Here(d) if d.allowed))
+            .count();
+        assert_eq!(more, LIMIT - 6, "5 reported, 1 stood in: {kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 0, "no copy: {kind:?}");
+        assert_eq!(s.left(), 0, "{kind:?}");
     }
 }
 
@@ -394,7 +432,7 @@ fn stand_in_admissions_the_owner_never_got_stay_counted() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::new(kind, 10);
         for _ in 0..2 {
-            let d = s.stand_in().expect("decided on the copy");
+            let d = s.on_the_copy();
             assert!(d.allowed, "{kind:?}: {d:?}");
         }
         s.owner_admits(3);
@@ -472,7 +510,11 @@ fn a_stand_in_after_the_handoff_goes_to_the_handed_count() {
         let s = Scene::new(kind, 14);
         s.owner_admits(LIMIT - 14);
         s.handoff_arrives(BOOT);
-        assert_eq!(s.stand_in(), None, "{kind:?}");
+        let here = s.stand_in();
+        assert!(
+            matches!(here, StandIn::Here(ref d) if !d.allowed),
+            "{here:?}"
+        );
         assert_eq!(s.left(), 0, "{kind:?}");
     }
 }
@@ -484,7 +526,11 @@ fn a_stand_in_after_the_promotion_goes_to_the_promoted_count() {
     for kind in AlgorithmKind::ALL {
         let s = Scene::new(kind, LIMIT);
         assert_eq!(s.ring_drops_the_owner(), 1);
-        assert_eq!(s.stand_in(), None, "{kind:?}");
+        let here = s.stand_in();
+        assert!(
+            matches!(here, StandIn::Here(ref d) if !d.allowed),
+            "{here:?}"
+        );
         assert_eq!(s.left(), 0, "{kind:?}");
     }
 }
@@ -494,7 +540,7 @@ fn a_stand_in_after_the_promotion_goes_to_the_promoted_count() {
 #[test]
 fn a_stand_in_refunded_after_the_handoff_is_given_back_where_it_was_counted() {
     let s = Scene::new(AlgorithmKind::FixedWindow, 10);
-    let d = s.stand_in().expect("decided on the copy");
+    let d = s.on_the_copy();
     assert!(d.allowed, "{d:?}");
     s.owner_admits(3);
     s.handoff_arrives(BOOT);
