@@ -91,11 +91,7 @@ pub fn absorb(
     out
 }
 
-/// Names one counter: its rule (or carried limit), key, and which of the two.
-fn counter_id(c: &CounterSnapshot) -> (&str, &str, bool) {
-    (&c.rule, &c.hash_part, c.carried.is_some())
-}
-
+/// The counters kept here, named as a ring change's landing names them.
 fn kept_ids(undelivered: &[CounterSnapshot]) -> HashSet<CounterId> {
     let id = |c: &CounterSnapshot| (c.rule.clone(), c.hash_part.clone(), c.carried.is_some());
     undelivered.iter().map(id).collect()
@@ -162,7 +158,7 @@ impl Handoff {
     /// owners (a dead owner's copies this node held but does not inherit).
     pub async fn hand_to_owners(&self, snaps: Vec<CounterSnapshot>) {
         let ring = self.routing.ring();
-        let undelivered = self.hand_over(snaps, &ring).await;
+        let undelivered = self.hand_over(snaps, &ring).await.undelivered;
         if !undelivered.is_empty() {
             tracing::warn!(
                 counters = undelivered.len(),
@@ -218,13 +214,11 @@ impl Handoff {
     /// Offers `copies` to their owners on `ring`, and settles those
     /// delivered; returns the others, still whole here.
     async fn deliver(&self, copies: Vec<CounterSnapshot>, ring: &Ring) -> Vec<CounterSnapshot> {
-        let n = copies.len();
-        let undelivered = self.hand_over(copies.clone(), ring).await;
-        let kept: HashSet<(&str, &str, bool)> = undelivered.iter().map(counter_id).collect();
-        let delivered: Vec<CounterSnapshot> = copies
-            .into_iter()
-            .filter(|c| !kept.contains(&counter_id(c)))
-            .collect();
+        let Handed {
+            delivered,
+            undelivered,
+        } = self.hand_over(copies, ring).await;
+        let moved = delivered.len();
         let limiter = self.local.limiter().clone();
         sweep(delivered.len(), move || {
             for sent in &delivered {
@@ -233,7 +227,7 @@ impl Handoff {
         })
         .await;
         tracing::info!(
-            moved = n - undelivered.len(),
+            moved,
             kept = undelivered.len(),
             "handed counters to their new owners"
         );
@@ -297,7 +291,7 @@ impl Handoff {
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
         let lost = match tokio::time::timeout_at(give_up, self.hand_over(snaps, &after)).await {
-            Ok(undelivered) => undelivered.len() as u64,
+            Ok(handed) => handed.undelivered.len() as u64,
             Err(_) => n,
         };
         bump(&self.stats.keys_lost, lost);
@@ -306,44 +300,45 @@ impl Handoff {
         lost
     }
 
-    /// Sends every snapshot to its owner on `ring`. Returns those that could
-    /// not be delivered (no owner but this node, or it did not answer).
-    async fn hand_over(&self, snaps: Vec<CounterSnapshot>, ring: &Ring) -> Vec<CounterSnapshot> {
+    /// Sends every snapshot to its owner on `ring`, each as its owner gets
+    /// it ([`Replicas::hand_back`]), encoded a chunk at a time: the
+    /// snapshots themselves are moved, never copied, so a large handoff
+    /// holds them once.
+    async fn hand_over(&self, snaps: Vec<CounterSnapshot>, ring: &Ring) -> Handed {
         let me = self.routing.me();
-        let mut by_owner: HashMap<NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
-        let mut undelivered = Vec::new();
+        let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
+        let mut handed = Handed::default();
         for snap in snaps {
             match ring.owner(&snap.hash_part).filter(|o| o.id != me) {
-                Some(owner) => {
-                    let snap = self.replicas.hand_back(snap, owner);
-                    by_owner.entry(owner.clone()).or_default().push(snap)
-                }
-                None => undelivered.push(snap),
+                Some(owner) => by_owner.entry(owner).or_default().push(snap),
+                None => handed.undelivered.push(snap),
             }
         }
         let sends = by_owner
             .into_iter()
-            .map(|(owner, snaps)| async move { self.send_to(&owner, snaps).await });
-        for failed in futures::future::join_all(sends).await {
-            undelivered.extend(failed);
+            .map(|(owner, snaps)| async move { self.send_to(owner, snaps).await });
+        for sent in futures::future::join_all(sends).await {
+            handed.delivered.extend(sent.delivered);
+            handed.undelivered.extend(sent.undelivered);
         }
-        undelivered
+        handed
     }
 
-    /// Sends `snaps` to one owner in chunks; returns those not delivered.
-    async fn send_to(
-        &self,
-        owner: &NodeIdentity,
-        snaps: Vec<CounterSnapshot>,
-    ) -> Vec<CounterSnapshot> {
-        let mut failed = Vec::new();
+    /// Sends `snaps` to one owner in chunks.
+    async fn send_to(&self, owner: &NodeIdentity, snaps: Vec<CounterSnapshot>) -> Handed {
+        let mut handed = Handed::default();
         let mut chunk: Vec<(CounterSnapshot, CounterState)> = Vec::new();
         let mut bytes = 0;
         let mut snaps = snaps.into_iter().peekable();
         while let Some(snap) = snaps.next() {
-            if let Some(w) = wire::snapshot_to_wire(&snap) {
-                bytes += w.state.len() + w.key.len() + w.rule.len();
-                chunk.push((snap, w));
+            let back = self.replicas.hand_back(&snap, owner);
+            match wire::snapshot_to_wire(back.as_ref().unwrap_or(&snap)) {
+                Some(w) => {
+                    bytes += w.state.len() + w.key.len() + w.rule.len();
+                    chunk.push((snap, w));
+                }
+                // Cannot be sent, ever: not kept for the next sweep.
+                None => handed.delivered.push(snap),
             }
             if bytes < CHUNK_BYTES && snaps.peek().is_some() {
                 continue;
@@ -370,16 +365,26 @@ impl Handoff {
                     bump(&self.stats.handoffs_sent, 1);
                     bump(&self.stats.handoff_bytes, encoded);
                     bump(&self.stats.keys_moved_out, n);
+                    handed.delivered.extend(originals);
                 }
                 Err(e) => {
                     bump(&self.stats.handoffs_failed, 1);
                     tracing::warn!(owner = %owner.id, counters = n, error = %e, "handoff failed");
-                    failed.extend(originals);
+                    handed.undelivered.extend(originals);
                 }
             }
         }
-        failed
+        handed
     }
+}
+
+/// Where the counters of a handoff went: each as it was taken here.
+#[derive(Default)]
+struct Handed {
+    /// Now counted by their owners.
+    delivered: Vec<CounterSnapshot>,
+    /// No owner but this node, or it did not answer: still whole here.
+    undelivered: Vec<CounterSnapshot>,
 }
 
 #[cfg(test)]

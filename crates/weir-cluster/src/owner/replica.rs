@@ -348,7 +348,10 @@ impl Replicas {
                 let snap = match promoted {
                     Some((_, base)) => {
                         self.handed.insert(copy.key().clone(), handed());
-                        self.past(snap, &base)
+                        match self.past(&snap, &base) {
+                            Some(state) => CounterSnapshot { state, ..snap },
+                            None => snap,
+                        }
                     }
                     None => snap,
                 };
@@ -560,42 +563,38 @@ impl Replicas {
 
     /// What to hand `to` for a counter this node promoted: only what was
     /// spent since, when `to` is the same process the copy came from (a
-    /// healed partition: its own count holds the rest); everything when it
-    /// restarted empty.
-    pub fn hand_back(&self, snap: CounterSnapshot, to: &NodeIdentity) -> CounterSnapshot {
+    /// healed partition: its own count holds the rest); None when `snap`
+    /// goes whole (`to` restarted empty, or the key has no base).
+    pub fn hand_back(&self, snap: &CounterSnapshot, to: &NodeIdentity) -> Option<CounterSnapshot> {
         // Carried limits have no copies; one may share a rule's name.
         if snap.carried.is_some() {
-            return snap;
+            return None;
         }
         let k = key(&snap.rule, &snap.hash_part);
-        let Some((_, base)) = self.bases.remove(&k) else {
-            return snap;
-        };
+        let (_, base) = self.bases.remove(&k)?;
         if base.owner != to.id || base.boot != to.boot {
-            return snap;
+            return None;
         }
-        self.past(snap, &base)
+        let state = self.past(snap, &base)?;
+        Some(CounterSnapshot {
+            rule: snap.rule.clone(),
+            hash_part: snap.hash_part.clone(),
+            state,
+            carried: None,
+        })
     }
 
     /// What `snap`, a later count of a promoted key, holds past its base,
     /// plus the base's stand-ins its owner was never charged with (the
-    /// owner's own count lacks them). `snap` whole when it cannot be said.
-    fn past(&self, snap: CounterSnapshot, base: &Base) -> CounterSnapshot {
-        let Some(mut since) = self.store.since(&snap, &base.state) else {
-            return snap;
-        };
-        if base.uncharged > 0 {
-            let charged = self
+    /// owner's own count lacks them). None (`snap` whole) when it cannot be
+    /// said.
+    fn past(&self, snap: &CounterSnapshot, base: &Base) -> Option<State> {
+        let mut since = self.store.since(snap, &base.state)?;
+        let charged = base.uncharged == 0
+            || self
                 .store
                 .charge_state(&snap.rule, &mut since, base.uncharged);
-            if !charged {
-                return snap;
-            }
-        }
-        CounterSnapshot {
-            state: since,
-            ..snap
-        }
+        charged.then_some(since)
     }
 
     /// Drops idle copies and old bases.
