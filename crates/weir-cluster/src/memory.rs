@@ -49,6 +49,8 @@ struct State {
     handoffs: HashMap<IpAddr, Handoffs>,
     /// Extra time a host's answers to Decide calls take on their way back.
     slow_answers: HashMap<IpAddr, Duration>,
+    /// Hosts that hear no gossip, while their peer calls pass.
+    deaf: HashSet<IpAddr>,
     latency: Duration,
     loss: f64,
     hosts: u32,
@@ -253,6 +255,17 @@ impl MemoryNet {
         self.state.lock().handoffs.insert(host, Handoffs::Refused);
     }
 
+    /// `host` hears no gossip (its membership learns nothing new) while
+    /// `deaf`, and answers every call as before.
+    pub fn deafen(&self, host: IpAddr, deaf: bool) {
+        let mut s = self.state.lock();
+        if deaf {
+            s.deaf.insert(host);
+        } else {
+            s.deaf.remove(&host);
+        }
+    }
+
     /// `host` decides each op at once, but its answers to Decide calls take
     /// `extra` longer to come back (a loaded host's replies), while every
     /// other call to it passes as before.
@@ -347,6 +360,7 @@ impl Datagrams for MemorySocket {
         let (target, delay) = {
             let s = self.net.state.lock();
             let lost = s.blocked(self.local.ip(), to.ip())
+                || s.deaf.contains(&to.ip())
                 || (s.loss > 0.0 && rand::rng().random_bool(s.loss));
             let target = if lost {
                 None

@@ -59,6 +59,7 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
         stand_in_for: String::new(),
         sent_on: false,
         asked_back: false,
+        asker_boot: 0,
     }
 }
 
@@ -80,6 +81,7 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         stand_in_for: String::new(),
         sent_on: false,
         asked_back: false,
+        asker_boot: 0,
     }
 }
 
@@ -116,6 +118,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         stand_in_for: String::new(),
         sent_on: false,
         asked_back: false,
+        asker_boot: 0,
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use weir_cluster::membership::MemberState;
+use weir_cluster::membership::NodeIdentity;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::owner::peers::LATE_WINDOW;
 use weir_cluster::topology::arrivals;
@@ -497,4 +498,86 @@ async fn a_member_alone_on_its_ring_decides_an_op_sent_on_to_it() {
     let to = alone.cluster.identity();
     let answer = decided_by_hand(&net, &to, sent_on, "node-1").await.0;
     assert!(wire::admitted_at(&answer).is_some(), "{answer:?}");
+}
+
+/// Three members; a key node-3 owns, [`SPENT`] of it admitted at node-3
+/// and copied to the key's replica holder. Returns the key and its holder.
+async fn copied_from_node_3(nodes: &[TestNode]) -> (String, NodeIdentity) {
+    let key = key_owned_by(&nodes[0], "node-3", "restarted");
+    let holder = nodes[0].cluster.ring().replica_of(&key).unwrap().clone();
+    assert_eq!(admitted_round_robin(&[&nodes[2]], &key, SPENT).await, SPENT);
+    wait_until("node-3 copied the key to its holder", || {
+        let s = nodes[2].cluster.stats();
+        s.replicated >= 1 && s.replication_pending == 0
+    })
+    .await;
+    (key, holder)
+}
+
+/// Guard: a member restarted under its id asks its keys' replica holder
+/// about their checks; one whose ring still lists the old process decides
+/// them on its copy of that process's count. Told to decide them itself,
+/// the new process admitted on nothing: 19 of 20 left with 12 spent. The
+/// old process asking the same is told to decide it: it holds the count.
+#[tokio::test(start_paused = true)]
+async fn a_holder_answers_a_restarted_owner_on_the_old_processs_copy() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let (key, holder) = copied_from_node_3(&nodes).await;
+    let rule = per_client(&nodes[0]);
+    let old = nodes[2].cluster.identity().boot;
+    let asked = |boot| CounterOp {
+        asked_back: true,
+        asker_boot: boot,
+        ..wire::consume(&rule, &key, 1, false)
+    };
+    let answer = decided_by_hand(&net, &holder, asked(old), "node-3").await.0;
+    assert!(wire::is_not_owner(&answer), "{answer:?}");
+    let answer = decided_by_hand(&net, &holder, asked(old ^ 1), "node-3")
+        .await
+        .0;
+    match wire::answer(answer, &rule, 1) {
+        Answer::Decided(d) => {
+            assert!(d.allowed, "{d:?}");
+            assert_eq!(d.remaining as usize, LIMIT - SPENT - 1, "on the copy");
+        }
+        other => panic!("decided: {other:?}"),
+    }
+    drop(net);
+}
+
+/// Guard: the same through the restarted member's own checks, while the
+/// holder hears no gossip (its ring keeps the old process): the new
+/// process asks the holder, which decides on the copy, and once the
+/// holder's ring takes the new process in, the copy, those admissions
+/// with it, goes to it. Told to decide them itself, the new process
+/// admitted the limit again.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_owner_admits_only_what_its_old_process_left() {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let (key, holder) = copied_from_node_3(&nodes).await;
+    let seed = nodes.iter().find(|n| n.id != holder.id).unwrap().gossip();
+    let deaf = nodes.iter().find(|n| n.id == holder.id).unwrap().host();
+    net.deafen(deaf, true);
+    let dead = nodes.pop().unwrap();
+    let host = dead.host();
+    dead.kill().await;
+    let restarted = TestNode::restart_in(&net, host, "node-3", &[seed], RULES, defaults).await;
+    wait_until("node-3 knows the others", || {
+        restarted.ring_ids().len() == 3
+    })
+    .await;
+    let admitted = admitted_round_robin(&[&restarted], &key, LIMIT).await;
+    let asked = restarted.cluster.stats().asked_back;
+    assert_eq!(
+        SPENT + admitted,
+        LIMIT,
+        "{admitted} admitted, {asked} asked"
+    );
+    net.deafen(deaf, false);
+    wait_until("node-3 heard from the others", || {
+        restarted.cluster.awaiting().is_empty()
+    })
+    .await;
+    assert_eq!(admitted_round_robin(&[&restarted], &key, 5).await, 0);
+    drop(net);
 }

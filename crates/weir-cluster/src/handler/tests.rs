@@ -157,18 +157,22 @@ fn op() -> impl Strategy<Value = CounterOp> {
         prop::option::of((any::<u64>(), any::<u64>())),
         prop::sample::select(vec!["", "node", "ghost"]),
         any::<bool>(),
+        any::<u64>(),
     )
         .prop_map(
-            |(rule, key, cost, kind, at, carried, stand_in_for, asked_back)| CounterOp {
-                rule,
-                key,
-                cost,
-                kind,
-                at,
-                carried: carried.map(|(limit, window_ns)| CarriedLimit { limit, window_ns }),
-                stand_in_for: stand_in_for.to_string(),
-                sent_on: false,
-                asked_back,
+            |(rule, key, cost, kind, at, carried, stand_in_for, asked_back, asker_boot)| {
+                CounterOp {
+                    rule,
+                    key,
+                    cost,
+                    kind,
+                    at,
+                    carried: carried.map(|(limit, window_ns)| CarriedLimit { limit, window_ns }),
+                    stand_in_for: stand_in_for.to_string(),
+                    sent_on: false,
+                    asked_back,
+                    asker_boot,
+                }
             },
         )
 }
@@ -417,7 +421,9 @@ fn gossip_counts_from_a_member_are_limited_to_two_windows_known_rules_and_the_ca
 }
 
 /// Copies are taken only from a member of the ring: a stranger holding
-/// the secret but not gossiping cannot plant counts to be promoted.
+/// the secret but not gossiping cannot plant counts to be promoted, nor a
+/// process of a member the ring does not list (a restart it has not heard
+/// of yet).
 #[test]
 fn copies_from_a_node_that_is_not_a_member_are_refused() {
     let n = node(StrategyKind::Owner);
@@ -434,19 +440,15 @@ fn copies_from_a_node_that_is_not_a_member_are_refused() {
         )
         .unwrap(),
     };
-    let from = |node: &str| ReplicateRequest {
+    let boot = n.cluster.identity().boot;
+    let from = |node: &str, boot| ReplicateRequest {
         from_node: node.into(),
         states: vec![fresh("k")],
-        boot: 1,
+        boot,
         at: 0,
     };
-    assert_eq!(
-        n.within(async { handler.replicate(from("stranger")) })
-            .accepted,
-        0
-    );
-    assert_eq!(
-        n.within(async { handler.replicate(from("node")) }).accepted,
-        1
-    );
+    let accepted = |req| n.within(async { handler.replicate(req) }).accepted;
+    assert_eq!(accepted(from("stranger", boot)), 0);
+    assert_eq!(accepted(from("node", boot ^ 1)), 0, "another process");
+    assert_eq!(accepted(from("node", boot)), 1);
 }

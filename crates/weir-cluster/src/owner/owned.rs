@@ -69,6 +69,7 @@ impl Remote {
         bump(&self.stats.asked_back, 1);
         let op = CounterOp {
             asked_back: true,
+            asker_boot: self.routing.boot(),
             ..wire::consume(rule, hash_part, cost, carried)
         };
         let Reply::Answered(result) = self.peers.decide(&previous, op, LATE_WINDOW).await else {

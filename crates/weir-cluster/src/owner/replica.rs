@@ -189,7 +189,8 @@ impl Replicas {
     /// own on `ring` (this node's) is refused: one sent before a join
     /// moved the key elsewhere would otherwise outlive the ring change
     /// that dropped the copy held, and be handed to the key's new owner on
-    /// top of its count should `owner` die.
+    /// top of its count should `owner` die. So is one from a process of
+    /// `owner` (`boot`) that `ring` does not list.
     pub fn take(
         &self,
         owner: &str,
@@ -200,7 +201,13 @@ impl Replicas {
     ) -> u32 {
         let mut taken = 0;
         for snap in states {
-            if ring.owner_id(&snap.hash_part) != Some(owner) {
+            // From the process the ring lists as the key's owner only: a
+            // restarted owner's first copies, sent before this node's ring
+            // takes it in, replaced the old process's copy (its count) with
+            // the new one's (none), and the new process was then handed
+            // the copy of its own count.
+            let sender = ring.owner(&snap.hash_part);
+            if !sender.is_some_and(|o| o.id == owner && o.boot == boot) {
                 continue;
             }
             let k = key(&snap.rule, &snap.hash_part);
@@ -701,7 +708,11 @@ mod tests {
     /// (`rule`, `key`) with one spent: made on `main`, then taken out of it.
     fn copy_of_owner_1(main: &Limiter, replicas: &Replicas, rule: &str, key: &str) -> u32 {
         let addr = "127.0.0.1:1".parse().unwrap();
-        let ring = Ring::with_default_vnodes(&[NodeIdentity::new("owner-1", addr, addr)]);
+        let owner = NodeIdentity {
+            boot: 1,
+            ..NodeIdentity::new("owner-1", addr, addr)
+        };
+        let ring = Ring::with_default_vnodes(&[owner]);
         main.consume(rule, key, 1, main.now()).unwrap();
         let copy = main.take(rule, key).unwrap();
         replicas.take("owner-1", 1, main.now(), vec![copy], &ring)

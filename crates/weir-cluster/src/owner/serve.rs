@@ -91,6 +91,17 @@ impl OwnerService {
             // member (the sender's ring differs from this node's).
             let other = ring.owner(&op.key).filter(|o| o.id != me);
             if let Some(owner) = other.filter(|_| op.asked_back && !self.local.is_leaving()) {
+                // Asked by a new process of the key's owner (restarted
+                // under its id) that this node's ring has not taken in:
+                // the old process's copy of the key is here, and the op is
+                // decided on it; the ring taking the new process in hands
+                // it the copy, this admission with it. Told to decide the
+                // op itself, the new process admitted on nothing.
+                if Self::restarted(op, owner, &req.from_node) && self.holds_copy(op, owner) {
+                    let decided = self.decide_op(op, &from, &rules, false, Some(owner));
+                    results.push(decided.or_else(|| Some(wire::not_owner("leaving"))));
+                    continue;
+                }
                 // Asked by a joiner about a key this node's ring gives it.
                 // The count is here until the handoff of the ring change
                 // that took the key there has landed, then the joiner
@@ -204,6 +215,12 @@ impl OwnerService {
         }
     }
 
+    /// Whether `op` was asked by a process of `owner`'s id other than the
+    /// one this node's ring lists: `owner` restarted.
+    fn restarted(op: &CounterOp, owner: &NodeIdentity, from: &str) -> bool {
+        op.asker_boot != 0 && owner.id == from && owner.boot != op.asker_boot
+    }
+
     /// Whether a gateway sent `op` here as the key's owner: a consume,
     /// refund or charge naming no owner it stands in for.
     fn sent_as_owner(op: &CounterOp) -> bool {
@@ -287,6 +304,7 @@ impl OwnerService {
         let op = CounterOp {
             sent_on: !back,
             asked_back: back,
+            asker_boot: if back { self.routing.boot() } else { 0 },
             ..op.clone()
         };
         // Asked back, a refund is waited for: one the previous owner does

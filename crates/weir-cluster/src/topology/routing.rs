@@ -22,6 +22,8 @@ pub struct Routing {
     leaving: Mutex<bool>,
     /// The older members whose handoffs this node awaits since it joined.
     arrivals: Arrivals,
+    /// This process's boot, as the first ring lists it (0 if it does not).
+    boot: u64,
 }
 
 impl Routing {
@@ -30,8 +32,14 @@ impl Routing {
         // came before it was read): its older members entered it too.
         let arrivals = Arrivals::default();
         arrivals.ring_changed(&me, &Ring::with_default_vnodes(&[]), &ring);
+        let boot = ring
+            .members()
+            .iter()
+            .find(|m| m.id == me)
+            .map_or(0, |m| m.boot);
         let ring = Arc::new(ring);
         Routing {
+            boot,
             me,
             ring: ArcSwap::new(ring.clone()),
             routes: ArcSwap::new(ring),
@@ -42,6 +50,12 @@ impl Routing {
 
     pub fn me(&self) -> &str {
         &self.me
+    }
+
+    /// This process's boot: a member asked about a key names it, so the
+    /// member can tell a restart of the key's owner from the owner itself.
+    pub fn boot(&self) -> u64 {
+        self.boot
     }
 
     /// The ring of the live members, this node included while it is one.

@@ -221,9 +221,13 @@ impl Scene {
     }
 }
 
+/// A member, every one's process [`BOOT`].
 fn node(id: &str) -> NodeIdentity {
     let addr = "127.0.0.1:1".parse().unwrap();
-    NodeIdentity::new(id, addr, addr)
+    NodeIdentity {
+        boot: BOOT,
+        ..NodeIdentity::new(id, addr, addr)
+    }
 }
 
 /// Guard: a handoff that lands after the receiver's ring dropped its sender
@@ -479,6 +483,31 @@ fn a_copy_older_than_the_handoff_is_refused() {
         s.clock.advance(Duration::from_millis(1));
         let later = s.owner.now();
         assert_eq!(s.take(later, in_flight), 1, "{kind:?}");
+    }
+}
+
+/// Guard: a copy from a new process of `n3` (restarted under its id)
+/// that `n1`'s ring does not list yet is refused. Taken, it replaced the
+/// old process's copy, 12 spent, with the new one's 2, and the ring
+/// taking the new process in handed it back its own count: the key lent
+/// the old process's 12 again.
+#[test]
+fn a_copy_from_a_process_the_ring_does_not_list_is_refused() {
+    for kind in AlgorithmKind::ALL {
+        let s = Scene::new(kind, 12);
+        let rules = (*s.owner.rules()).clone();
+        let restarted = Limiter::new(rules, s.clock.clone(), LimiterConfig::default());
+        for _ in 0..2 {
+            restarted.consume(s.rule, &s.key, 1, s.owner.now()).unwrap();
+        }
+        let copy = restarted.snapshot(s.rule, &s.key).unwrap();
+        let at = restarted.now();
+        let taken = s
+            .copies
+            .take(OWNER, BOOT + 1, at, vec![copy], &s.with_owner);
+        assert_eq!(taken, 0, "{kind:?}");
+        assert_eq!(s.ring_drops_the_owner(), 1, "{kind:?}");
+        assert_eq!(s.left(), LIMIT - 12, "the old process's count: {kind:?}");
     }
 }
 
