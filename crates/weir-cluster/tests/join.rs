@@ -581,3 +581,37 @@ async fn a_restarted_owner_admits_only_what_its_old_process_left() {
     assert_eq!(admitted_round_robin(&[&restarted], &key, 5).await, 0);
     drop(net);
 }
+
+/// Guard: an asked check that reaches the holder after its ring took the
+/// restarted member's new process in, while the old process's copy it
+/// hands that process is on its way (each handoff to node-3 held 300 ms),
+/// is answered once the ring change's sweep has landed, the copy with it.
+/// Answered at once, the new process decided it on what it held without
+/// the copy, and admitted the limit again.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_owners_check_waits_for_its_old_processs_copy() {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let (key, holder) = copied_from_node_3(&nodes).await;
+    let dead = nodes.pop().unwrap();
+    let (host, seeds) = (dead.host(), [nodes[0].gossip()]);
+    dead.kill().await;
+    net.slow_handoffs_to(host, Duration::from_millis(300));
+    let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
+    let boot = restarted.cluster.identity().boot;
+    let holder = nodes.iter().find(|n| n.id == holder.id).unwrap();
+    wait_until("the holder's ring takes the new process in", || {
+        let ring = holder.cluster.ring();
+        ring.members()
+            .iter()
+            .any(|m| m.id == "node-3" && m.boot == boot)
+    })
+    .await;
+    assert_eq!(
+        restarted.engine.limiter().keys(),
+        0,
+        "the copy is on its way"
+    );
+    let admitted = admitted_round_robin(&[&restarted], &key, LIMIT).await;
+    assert_eq!(SPENT + admitted, LIMIT, "{admitted} admitted");
+    drop(net);
+}

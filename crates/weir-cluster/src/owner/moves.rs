@@ -105,6 +105,17 @@ impl Moves {
             })
             .cloned()
     }
+
+    /// The newest ring change that took in `id`'s process `boot` (a
+    /// member joining, or restarted), while its sweep has not landed.
+    pub fn taking_in(&self, id: &str, boot: u64) -> Option<Arc<Move>> {
+        let recent = self.recent.lock();
+        let mut newest_first = recent.iter().rev();
+        newest_first
+            .find(|m| m.joined().any(|j| j.id == id && j.boot == boot))
+            .filter(|m| m.landed.get().is_none())
+            .cloned()
+    }
 }
 
 impl Move {

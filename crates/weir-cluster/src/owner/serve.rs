@@ -107,14 +107,18 @@ impl OwnerService {
                 // that took the key there has landed, then the joiner
                 // holds it; if no change took it from here, this node
                 // holds nothing the joiner lacks.
-                let result = match self.moves.took(&op.key, &owner.id) {
-                    Some(took) => {
-                        landing.push((i, took));
-                        None
-                    }
-                    None => Some(wire::not_owner("not the key's previous owner")),
-                };
-                results.push(result);
+                // The ring change that took the asker's process in hands
+                // it the copies of its old process (a restart) before its
+                // sweep lands: answered sooner, the asker decided on what
+                // it held without them.
+                let took = self.moves.took(&op.key, &owner.id);
+                let taking = self.moves.taking_in(&owner.id, op.asker_boot);
+                if took.is_none() && taking.is_none() {
+                    results.push(Some(wire::not_owner("not the key's previous owner")));
+                } else {
+                    landing.push((i, took, taking));
+                    results.push(None);
+                }
                 continue;
             }
             let elsewhere = other.filter(|_| Self::sent_as_owner(op));
@@ -179,9 +183,9 @@ impl OwnerService {
         if !landing.is_empty() {
             let waits = landing
                 .iter()
-                .map(|(i, took)| Self::handed(&req.ops[*i], took));
+                .map(|(i, took, taking)| Self::with_the_asker(&req.ops[*i], took, taking));
             let handed = futures::future::join_all(waits).await;
-            for ((i, _), handed) in landing.iter().zip(handed) {
+            for ((i, _, _), handed) in landing.iter().zip(handed) {
                 // Handed over: the joiner decides on the count it holds.
                 // Kept here: decided on it, and swept to the joiner later.
                 results[*i] = if handed {
@@ -322,6 +326,24 @@ impl OwnerService {
                 }
                 None
             }
+        }
+    }
+
+    /// Whether the count of the key of an asked `op` is with the asker:
+    /// once the ring change that took the asker's process in (`taking`)
+    /// has landed, if it had not, and the one that `took` the key from
+    /// here, if any, delivered it.
+    async fn with_the_asker(
+        op: &CounterOp,
+        took: &Option<Arc<Move>>,
+        taking: &Option<Arc<Move>>,
+    ) -> bool {
+        if let Some(taking) = taking {
+            let _ = tokio::time::timeout(LATE_WINDOW, taking.landed()).await;
+        }
+        match took {
+            Some(took) => Self::handed(op, took).await,
+            None => true,
         }
     }
 
