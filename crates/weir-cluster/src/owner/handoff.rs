@@ -156,15 +156,26 @@ impl Handoff {
 
     /// Hands counters that belong elsewhere on the current ring to their
     /// owners (a dead owner's copies this node held but does not inherit).
+    /// Those not delivered join this node's counters as strays, which the
+    /// next sweep offers their owners again: dropped, a restarted owner
+    /// whose first handoff failed never had its old process's count.
     pub async fn hand_to_owners(&self, snaps: Vec<CounterSnapshot>) {
         let ring = self.routing.ring();
         let undelivered = self.hand_over(snaps, &ring).await.undelivered;
-        if !undelivered.is_empty() {
-            tracing::warn!(
-                counters = undelivered.len(),
-                "could not hand over a lost owner's copies"
-            );
+        if undelivered.is_empty() {
+            return;
         }
+        tracing::warn!(
+            counters = undelivered.len(),
+            "could not hand over a lost owner's copies yet"
+        );
+        let limiter = self.local.limiter();
+        for snap in undelivered {
+            if limiter.absorb(snap).is_err() {
+                bump(&self.stats.handoff_refused, 1);
+            }
+        }
+        self.local.mark_stray();
     }
 
     /// Hands every counter this node holds but no longer owns to its owner.
