@@ -154,6 +154,11 @@ pub fn not_owner(message: &str) -> OpResult {
     refusal(PeerErrorCode::NotOwner, "key", message.to_string())
 }
 
+/// The receiver has not heard of its cluster yet, and decides nothing.
+pub fn not_ready(message: &str) -> OpResult {
+    refusal(PeerErrorCode::NotReady, "", message.to_string())
+}
+
 /// Whether an answer is [`not_owner`]'s: the node did not decide the op.
 pub fn is_not_owner(result: &OpResult) -> bool {
     matches!(&result.outcome, Some(Outcome::Error(e)) if e.code == PeerErrorCode::NotOwner as i32)
@@ -224,6 +229,9 @@ pub enum Answer {
     /// The owner cannot decide this op (its rules lag behind ours, it is
     /// leaving, or the answer is empty): treat as no answer.
     Undecided(String),
+    /// The owner has not heard of its cluster yet: treat as an owner that
+    /// did not answer in time.
+    NotReady,
 }
 
 /// Reads an owner's answer to a consume of `cost` on `rule`.
@@ -265,6 +273,7 @@ pub fn answer(result: OpResult, rule: &Rule, cost: u64) -> Answer {
         PeerErrorCode::UnknownRule | PeerErrorCode::NotOwner | PeerErrorCode::Unspecified => {
             Answer::Undecided(e.message)
         }
+        PeerErrorCode::NotReady => Answer::NotReady,
     }
 }
 

@@ -80,7 +80,7 @@ impl Remote {
             // Given back, if need be, where it was counted.
             Answer::Decided(d) => Some(Ok((d, Via::Owner(previous)))),
             Answer::Refused(e) => Some(Err(e)),
-            Answer::Undecided(_) => None,
+            Answer::Undecided(_) | Answer::NotReady => None,
         }
     }
 }

@@ -209,6 +209,10 @@ impl Remote {
                         tracing::debug!(node = %id, why, "could not decide");
                         Ok(None)
                     }
+                    // A joiner that has not heard of its cluster: alive,
+                    // and ready in a moment. Taken for lost, its holder
+                    // stood in, on what it kept after handing it the key.
+                    Answer::NotReady => slow(None).map(Some),
                 }
             }
             Reply::Late(late) => {

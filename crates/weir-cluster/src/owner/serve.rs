@@ -82,7 +82,7 @@ impl OwnerService {
         let mut landing = Vec::new();
         for (i, op) in req.ops.iter().enumerate() {
             if alone && !op.sent_on {
-                results.push(Some(wire::not_owner(
+                results.push(Some(wire::not_ready(
                     "this node has not heard of its cluster yet",
                 )));
                 continue;
