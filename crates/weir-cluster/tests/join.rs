@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use common::*;
@@ -579,6 +580,40 @@ async fn a_holder_answers_a_restarted_owner_on_the_old_processs_copy() {
     drop(net);
 }
 
+/// Node-3 restarted under its id at once: the members, the new process,
+/// the key of [`copied_from_node_3`], and the index of its holder among
+/// the members.
+struct Restarted {
+    net: MemoryNet,
+    nodes: Vec<TestNode>,
+    node_3: TestNode,
+    key: String,
+    holder: usize,
+}
+
+/// Three members, a key node-3 owns copied to its holder; node-3 killed
+/// and started again at once under its id, seeded by the member that is
+/// not the holder, `first` done to the network before the start (given
+/// node-3's host and the holder's).
+async fn restarted_after(first: impl FnOnce(&MemoryNet, IpAddr, IpAddr)) -> Restarted {
+    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
+    let (key, holder) = copied_from_node_3(&nodes).await;
+    let dead = nodes.pop().unwrap();
+    let host = dead.host();
+    dead.kill().await;
+    let holder = nodes.iter().position(|n| n.id == holder.id).unwrap();
+    first(&net, host, nodes[holder].host());
+    let seeds = [nodes[1 - holder].gossip()];
+    let node_3 = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
+    Restarted {
+        net,
+        nodes,
+        node_3,
+        key,
+        holder,
+    }
+}
+
 /// Guard: the same through the restarted member's own checks, while the
 /// holder hears no gossip (its ring keeps the old process): the new
 /// process asks the holder, which decides on the copy, and once the
@@ -587,33 +622,21 @@ async fn a_holder_answers_a_restarted_owner_on_the_old_processs_copy() {
 /// admitted the limit again.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_owner_admits_only_what_its_old_process_left() {
-    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
-    let (key, holder) = copied_from_node_3(&nodes).await;
-    let seed = nodes.iter().find(|n| n.id != holder.id).unwrap().gossip();
-    let deaf = nodes.iter().find(|n| n.id == holder.id).unwrap().host();
-    net.deafen(deaf, true);
-    let dead = nodes.pop().unwrap();
-    let host = dead.host();
-    dead.kill().await;
-    let restarted = TestNode::restart_in(&net, host, "node-3", &[seed], RULES, defaults).await;
-    wait_until("node-3 knows the others", || {
-        restarted.ring_ids().len() == 3
-    })
-    .await;
-    let admitted = admitted_round_robin(&[&restarted], &key, LIMIT).await;
-    let asked = restarted.cluster.stats().asked_back;
+    let r = restarted_after(|net, _, holder| net.deafen(holder, true)).await;
+    wait_until("node-3 knows the others", || r.node_3.ring_ids().len() == 3).await;
+    let admitted = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
+    let asked = r.node_3.cluster.stats().asked_back;
     assert_eq!(
         SPENT + admitted,
         LIMIT,
         "{admitted} admitted, {asked} asked"
     );
-    net.deafen(deaf, false);
+    r.net.deafen(r.nodes[r.holder].host(), false);
     wait_until("node-3 heard from the others", || {
-        restarted.cluster.awaiting().is_empty()
+        r.node_3.cluster.awaiting().is_empty()
     })
     .await;
-    assert_eq!(admitted_round_robin(&[&restarted], &key, 5).await, 0);
-    drop(net);
+    assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 5).await, 0);
 }
 
 /// Guard: an asked check that reaches the holder after its ring took the
@@ -624,30 +647,20 @@ async fn a_restarted_owner_admits_only_what_its_old_process_left() {
 /// the copy, and admitted the limit again.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_owners_check_waits_for_its_old_processs_copy() {
-    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
-    let (key, holder) = copied_from_node_3(&nodes).await;
-    let dead = nodes.pop().unwrap();
-    let (host, seeds) = (dead.host(), [nodes[0].gossip()]);
-    dead.kill().await;
-    net.slow_handoffs_to(host, Duration::from_millis(300));
-    let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
-    let boot = restarted.cluster.identity().boot;
-    let holder = nodes.iter().find(|n| n.id == holder.id).unwrap();
+    let held = Duration::from_millis(300);
+    let r = restarted_after(|net, node_3, _| net.slow_handoffs_to(node_3, held)).await;
+    let boot = r.node_3.cluster.identity().boot;
     wait_until("the holder's ring takes the new process in", || {
-        let ring = holder.cluster.ring();
+        let ring = r.nodes[r.holder].cluster.ring();
         ring.members()
             .iter()
             .any(|m| m.id == "node-3" && m.boot == boot)
     })
     .await;
-    assert_eq!(
-        restarted.engine.limiter().keys(),
-        0,
-        "the copy is on its way"
-    );
-    let admitted = admitted_round_robin(&[&restarted], &key, LIMIT).await;
+    let keys = r.node_3.engine.limiter().keys();
+    assert_eq!(keys, 0, "the copy is on its way");
+    let admitted = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
     assert_eq!(SPENT + admitted, LIMIT, "{admitted} admitted");
-    drop(net);
 }
 
 /// Guard: the holder cannot hand the old process's copy to the restarted
@@ -657,24 +670,16 @@ async fn a_restarted_owners_check_waits_for_its_old_processs_copy() {
 /// count was lost: the key admitted the limit again.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_owners_old_copy_that_could_not_be_handed_over_reaches_it_later() {
-    let (net, mut nodes) = paused_members(3, RULES, |_| {}).await;
-    let (key, holder) = copied_from_node_3(&nodes).await;
-    let dead = nodes.pop().unwrap();
-    let (host, seeds) = (dead.host(), [nodes[0].gossip()]);
-    dead.kill().await;
-    net.refuse_handoffs_to(host);
-    let restarted = TestNode::restart_in(&net, host, "node-3", &seeds, RULES, defaults).await;
-    let holder = nodes.iter().find(|n| n.id == holder.id).unwrap();
+    let r = restarted_after(|net, node_3, _| net.refuse_handoffs_to(node_3)).await;
     wait_until("the holder could not hand the copy over", || {
-        holder.cluster.stats().handoffs_failed > 0
+        r.nodes[r.holder].cluster.stats().handoffs_failed > 0
     })
     .await;
-    net.slow_handoffs_to(host, Duration::ZERO);
+    r.net.slow_handoffs_to(r.node_3.host(), Duration::ZERO);
     wait_until("the old process's count reached node-3", || {
-        restarted.engine.limiter().keys() == 1
+        r.node_3.engine.limiter().keys() == 1
     })
     .await;
-    let admitted = admitted_round_robin(&[&restarted], &key, LIMIT).await;
+    let admitted = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
     assert_eq!(SPENT + admitted, LIMIT, "{admitted} admitted");
-    drop(net);
 }
