@@ -639,6 +639,27 @@ async fn a_restarted_owner_admits_only_what_its_old_process_left() {
     assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 5).await, 0);
 }
 
+/// Guard: what the holder decided on the old process's copy for the new
+/// one is not charged to the owner's id while the holder's ring lists the
+/// old process: the new process answers such charges, and then got the
+/// copy, those admissions in it, again. With 3 of the 8 left admitted so,
+/// the key admitted 2 more after the copy landed, not 5.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_owner_is_not_charged_what_its_old_copy_brings() {
+    let r = restarted_after(|net, _, holder| net.deafen(holder, true)).await;
+    wait_until("node-3 knows the others", || r.node_3.ring_ids().len() == 3).await;
+    assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 3).await, 3);
+    // The holder's debts are paid every 250 ms.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    r.net.deafen(r.nodes[r.holder].host(), false);
+    wait_until("node-3 heard from the others", || {
+        r.node_3.cluster.awaiting().is_empty()
+    })
+    .await;
+    let admitted = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
+    assert_eq!(admitted, LIMIT - SPENT - 3);
+}
+
 /// Guard: an asked check that reaches the holder after its ring took the
 /// restarted member's new process in, while the old process's copy it
 /// hands that process is on its way (each handoff to node-3 held 300 ms),

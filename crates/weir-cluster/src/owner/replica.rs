@@ -72,6 +72,9 @@ struct Meta {
     taken_at: Nanos,
     /// Admissions decided here for the owner not yet in its copies.
     standins: Vec<Standin>,
+    /// A new process of the owner asked about the key: the copy goes whole
+    /// to it once the ring takes it in, so nothing on it is charged.
+    superseded: bool,
 }
 
 /// A stand-in admission to charge to its owner.
@@ -382,7 +385,7 @@ impl Replicas {
     pub fn owed(&self, payable: impl Fn(&str) -> bool) -> Vec<Owed> {
         let mut out = Vec::new();
         for mut e in self.meta.iter_mut() {
-            if e.standins.is_empty() || !payable(&e.owner) {
+            if e.standins.is_empty() || e.superseded || !payable(&e.owner) {
                 continue;
             }
             let (rule, hash_part) = e.key().clone();
@@ -399,6 +402,17 @@ impl Replicas {
             }
         }
         out
+    }
+
+    /// A new process of the owner of (rule, key)'s copy asked about the
+    /// key (it restarted under its id, and this node's ring lists the old
+    /// process still): the copy goes whole to it once the ring takes it in,
+    /// so nothing decided on it is charged to the owner's id meanwhile,
+    /// which the new process answers, and would count twice.
+    pub fn supersede(&self, rule: &str, hash_part: &str) {
+        if let Some(mut m) = self.meta.get_mut(&key(rule, hash_part)) {
+            m.superseded = true;
+        }
     }
 
     /// The owner applied a charge at `applied_at` on its clock.
@@ -503,6 +517,7 @@ impl Replicas {
                         cost: a.cost,
                         charged: Charged::At(a.at),
                     }],
+                    superseded: false,
                 });
                 true
             }

@@ -98,6 +98,7 @@ impl OwnerService {
                 // it the copy, this admission with it. Told to decide the
                 // op itself, the new process admitted on nothing.
                 if Self::restarted(op, owner, &req.from_node) && self.holds_copy(op, owner) {
+                    self.replicas.supersede(&op.rule, &op.key);
                     let decided = self.decide_op(op, &from, &rules, false, Some(owner));
                     results.push(decided.or_else(|| Some(wire::not_owner("leaving"))));
                     continue;
