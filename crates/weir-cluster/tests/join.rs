@@ -649,7 +649,9 @@ async fn a_restarted_owner_is_not_charged_what_its_old_copy_brings() {
     let r = restarted_after(|net, _, holder| net.deafen(holder, true)).await;
     wait_until("node-3 knows the others", || r.node_3.ring_ids().len() == 3).await;
     assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 3).await, 3);
-    // The holder's debts are paid every 250 ms.
+    // Not a wait for a condition: four of the holder's debt sweeps (one
+    // every 250 ms of the paused clock) pass while its ring lists the old
+    // process, each a chance to charge these three to node-3's id.
     tokio::time::sleep(Duration::from_secs(1)).await;
     r.net.deafen(r.nodes[r.holder].host(), false);
     wait_until("node-3 heard from the others", || {

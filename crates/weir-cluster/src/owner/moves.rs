@@ -110,8 +110,9 @@ impl Moves {
     /// member joining, or restarted), while its sweep has not landed.
     pub fn taking_in(&self, id: &str, boot: u64) -> Option<Arc<Move>> {
         let recent = self.recent.lock();
-        let mut newest_first = recent.iter().rev();
-        newest_first
+        recent
+            .iter()
+            .rev()
             .find(|m| m.joined().any(|j| j.id == id && j.boot == boot))
             .filter(|m| m.landed.get().is_none())
             .cloned()

@@ -502,7 +502,7 @@ impl Replicas {
                 // the next stand-ins without the first, and the ring's drop
                 // of the owner added both: one over for each (a check the
                 // holder decided for itself before the report arrived).
-                if main.snapshot(a.rule, a.hash_part).is_some() {
+                if main.holds(a.rule, a.hash_part) {
                     return main.charge(a.rule, a.hash_part, a.cost).is_ok();
                 }
                 if self.store.charge(a.rule, a.hash_part, a.cost).is_err() {
