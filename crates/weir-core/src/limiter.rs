@@ -730,15 +730,18 @@ impl Limiter {
     /// `sent`, a copy of one counter ([`Limiter::copy_unless`]), is now
     /// counted by the key's owner: only what was spent here since it was
     /// taken stays, for the owner's next handoff. The key never goes
-    /// missing meanwhile, so no decision here starts it over.
-    pub fn settle(&self, sent: &CounterSnapshot) {
+    /// missing meanwhile, so no decision here starts it over. True when
+    /// something stays: the owner lacks it until it is handed over too.
+    pub fn settle(&self, sent: &CounterSnapshot) -> bool {
         let now = self.clock.now();
         if sent.carried.is_some() {
             let name: Arc<str> = Arc::from(sent.rule.as_str());
             self.carried
-                .settle(&name, &sent.hash_part, &sent.state, now);
+                .settle(&name, &sent.hash_part, &sent.state, now)
         } else if let Ok(c) = self.counters(&sent.rule) {
-            c.settle(&sent.hash_part, &sent.state, now);
+            c.settle(&sent.hash_part, &sent.state, now)
+        } else {
+            false
         }
     }
 

@@ -133,14 +133,14 @@ mod tests {
             clock.advance(Duration::from_millis(1));
             // While the owner has not got it: 3 of 5 spent, 2 left.
             assert_eq!(admits(&l, "r", "moving"), 2, "{kind:?}");
-            l.settle(&copies[0]);
+            assert!(l.settle(&copies[0]), "{kind:?}: something stays");
             assert_eq!(
                 admits(&l, "r", "moving"),
                 3,
                 "{kind:?}: the 2 spent since stay"
             );
             let all_spent_there = l.copy_unless(|k| k == "staying");
-            l.settle(&all_spent_there[0]);
+            assert!(!l.settle(&all_spent_there[0]), "{kind:?}");
             assert!(!l.holds("r", "moving"), "{kind:?}: nothing left here");
             assert!(l.holds("r", "staying"), "{kind:?}");
         }
@@ -159,7 +159,7 @@ mod tests {
         assert!(copies[0].carried.is_some());
         assert_eq!(l.adhoc_keys(), 1, "copied, not taken");
         assert!(l.check_adhoc(&rule, "k", 1).unwrap().allowed);
-        l.settle(&copies[0]);
+        assert!(l.settle(&copies[0]), "the one spent since stays");
         let left = (0..10)
             .take_while(|_| l.check_adhoc(&rule, "k", 1).unwrap().allowed)
             .count();

@@ -346,9 +346,10 @@ where
     /// `sent`, an earlier copy of `key`'s state, is now counted elsewhere:
     /// only what was spent past it stays, the key dropped when nothing was.
     /// One entry guard throughout, so no decision finds the key missing.
-    fn settle(&self, key: &str, sent: &A::State, now: Nanos) {
+    /// True when something stays.
+    fn settle(&self, key: &str, sent: &A::State, now: Nanos) -> bool {
         let Entry::Occupied(mut o) = self.map.entry(CompactString::new(key)) else {
-            return;
+            return false;
         };
         let past = self.algo.since(o.get(), sent, now);
         // Merged into a fresh state, as a handed-over state is (`absorb`).
@@ -357,10 +358,11 @@ where
         if self.algo.is_idle(&kept, now) {
             o.remove();
             self.ceiling.removed(1);
-        } else {
-            self.ceiling.rests_at(self.algo.rest_at(&kept));
-            *o.get_mut() = kept;
+            return false;
         }
+        self.ceiling.rests_at(self.algo.rest_at(&kept));
+        *o.get_mut() = kept;
+        true
     }
 
     /// Drops every key at rest at `now`; returns how many, and the earliest
@@ -582,16 +584,16 @@ impl Counters {
     }
 
     /// Keeps of `key` only what was spent past `sent`, an earlier copy of
-    /// its state now counted elsewhere. Nothing changes when `sent` is of
-    /// another algorithm.
-    pub fn settle(&self, key: &str, sent: &State, now: Nanos) {
+    /// its state now counted elsewhere; true when something was. Nothing
+    /// changes when `sent` is of another algorithm.
+    pub fn settle(&self, key: &str, sent: &State, now: Nanos) -> bool {
         match (&self.inner, sent) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.settle(key, st, now),
             (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.settle(key, st, now),
             (Inner::FixedWindow(s), State::FixedWindow(st)) => s.settle(key, st, now),
             (Inner::SlidingLog(s), State::SlidingLog(st)) => s.settle(key, st, now),
             (Inner::SlidingCounter(s), State::SlidingCounter(st)) => s.settle(key, st, now),
-            _ => {}
+            _ => false,
         }
     }
 

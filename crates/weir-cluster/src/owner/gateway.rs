@@ -109,9 +109,12 @@ impl Gateway {
         let limiter = self.local.limiter();
         let now = limiter.now();
         let (routing, breakers) = (&self.routing, &self.remote.breakers);
-        self.routing.with_routing_ring(|ring| {
-            let mine = ring.owned_by(me);
-            self.local.guarded(|leaving| {
+        // The mark before the ring: a ring change's sweep waits for the
+        // marks taken before it (`Local::quiesce`), so a check routed here
+        // by the ring before the change is in the copy the sweep sends.
+        self.local.guarded(|leaving| {
+            self.routing.with_routing_ring(|ring| {
+                let mine = ring.owned_by(me);
                 place(limiter, now, &|rule: &Rule, h: &str| {
                     // A sharded or local-tier rule is never its key's
                     // owner's to decide whole; a key whose count may be

@@ -202,6 +202,9 @@ impl Handoff {
         let me = self.routing.me().to_string();
         let limiter = self.local.limiter().clone();
         let owned = ring.clone();
+        // A check that read the ring before it changed decides first, so
+        // its admission is in the copy.
+        self.local.quiesce().await;
         let held = limiter.keys();
         let Some(copies) = sweep(held, move || {
             limiter.copy_unless(|k| owned.owner_id(k).is_none_or(|o| o == me))
@@ -231,12 +234,20 @@ impl Handoff {
         } = self.hand_over(copies, ring).await;
         let moved = delivered.len();
         let limiter = self.local.limiter().clone();
-        sweep(delivered.len(), move || {
-            for sent in &delivered {
-                limiter.settle(sent);
-            }
+        let spent_since = sweep(delivered.len(), move || {
+            // `|` not `||`: every copy settles.
+            delivered
+                .iter()
+                .fold(false, |kept, sent| limiter.settle(sent) | kept)
         })
         .await;
+        // What was decided here after a copy was taken (a check that read
+        // the ring before it changed, an op sent on by a leaving owner) is
+        // not in what the owner got: the next sweep hands it over, not the
+        // next ring change, which may come after its window.
+        if spent_since == Some(true) {
+            self.local.mark_stray();
+        }
         tracing::info!(
             moved,
             kept = undelivered.len(),

@@ -186,6 +186,20 @@ impl Local {
         }
     }
 
+    /// Resolves once every mark taken before the call has been dropped:
+    /// each slot is seen empty once. A sweep after a ring change waits
+    /// here before copying, and a check takes its mark before it reads
+    /// the ring (`Gateway::placing`), all SeqCst (arc-swap's ring load and
+    /// store are too): a check whose slot was seen empty reads the new
+    /// ring, and one that read the old ring has decided before the copy.
+    pub async fn quiesce(&self) {
+        for slot in &self.inflight.0 {
+            while slot.0.load(Ordering::SeqCst) > 0 {
+                YieldNow(false).await;
+            }
+        }
+    }
+
     /// The leave has handed every counter over (or given up trying).
     pub fn handed_over(&self) {
         if let Some(tx) = self.hand_over.lock().take() {

@@ -124,24 +124,26 @@ impl Carried {
 
     /// Keeps of `key` under `name` only what was spent past `sent`, an
     /// earlier copy of its state now counted elsewhere; the key is dropped
-    /// when nothing was. One entry guard throughout.
-    pub fn settle(&self, name: &Arc<str>, key: &str, sent: &State, now: Nanos) {
+    /// when nothing was. One entry guard throughout. True when something
+    /// stays.
+    pub fn settle(&self, name: &Arc<str>, key: &str, sent: &State, now: Nanos) -> bool {
         let Entry::Occupied(mut o) = self.map.entry((name.clone(), CompactString::new(key))) else {
-            return;
+            return false;
         };
         let policy = o.get().policy;
         let Some(past) = policy.since(&o.get().state, sent, now) else {
-            return;
+            return false;
         };
         let mut kept = policy.fresh();
         policy.merge(&mut kept, past, now);
         if policy.is_idle(&kept, now) {
             o.remove();
             self.ceiling.removed(1);
-        } else {
-            self.ceiling.rests_at(policy.rest_at(&kept));
-            o.get_mut().state = kept;
+            return false;
         }
+        self.ceiling.rests_at(policy.rest_at(&kept));
+        o.get_mut().state = kept;
+        true
     }
 
     /// Folds a state another node held for `key` under the carried limit

@@ -744,3 +744,66 @@ async fn a_stray_stays_whole_here_until_its_owner_has_it() {
         "its checks are decided here: {landed:?}"
     );
 }
+
+/// Guard: what this node decided on a counter after its copy was taken
+/// is handed to the owner by the next sweep. Left for the next ring
+/// change, the owner decided the key without it until then, which may be
+/// after the window it counts in.
+#[tokio::test(start_paused = true)]
+async fn what_was_spent_here_after_the_copy_reaches_the_owner_with_the_next_sweep() {
+    let net = crate::memory::MemoryNet::new();
+    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
+    net.slow_handoffs_to(owner.identity().grpc.ip(), Duration::from_millis(100));
+    let limiter = h.local.limiter();
+    let spend = || limiter.consume("r", &h.key, 1, limiter.now()).unwrap();
+    assert!(spend().allowed && spend().allowed);
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        spend()
+    };
+    let ((), meanwhile) = tokio::join!(h.handoff.rebalance(), meanwhile);
+    assert!(
+        meanwhile.allowed,
+        "decided here while the copy was on its way"
+    );
+    assert!(
+        h.local.take_strays(),
+        "the one spent since the copy is left for the next sweep"
+    );
+    h.handoff.rebalance().await;
+    assert_eq!(admits(&owner_limiter, &h.key), 2, "2 + 1 of 5 spent");
+    assert!(!limiter.holds("r", &h.key), "nothing left here");
+}
+
+/// Guard: a sweep copies a counter only once the checks that took their
+/// in-flight mark before it have decided, as a check routed here by the
+/// ring before it changed has. Copied first, that check's admission
+/// stayed behind here and the owner decided without it.
+#[tokio::test(start_paused = true)]
+async fn a_sweep_waits_for_the_checks_under_way_before_it_copies() {
+    let net = crate::memory::MemoryNet::new();
+    let (_owner, owner_limiter, h) = owner_and_holder(&net).await;
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let check = {
+        let (local, key) = (h.local.clone(), h.key.clone());
+        std::thread::spawn(move || {
+            local.guarded(|_| {
+                entered_tx.send(()).unwrap();
+                released.recv().unwrap();
+                let limiter = local.limiter();
+                limiter.consume("r", &key, 1, limiter.now()).unwrap()
+            })
+        })
+    };
+    entered.recv().unwrap();
+    let releasing = async {
+        tokio::task::yield_now().await;
+        release.send(()).unwrap();
+    };
+    tokio::join!(h.handoff.rebalance(), releasing);
+    assert!(check.join().unwrap().allowed);
+    assert!(!h.local.take_strays(), "nothing was left behind");
+    assert_eq!(admits(&owner_limiter, &h.key), 4, "the owner has the one");
+    assert!(!h.local.limiter().holds("r", &h.key));
+}
