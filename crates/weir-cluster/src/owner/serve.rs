@@ -60,105 +60,112 @@ impl OwnerService {
         // per op: each is an Arc whose count every core's calls share.
         let rules = self.local.limiter().rules();
         let mine = rules.version();
-        let ring = self.routing.ring();
-        // Alone on its ring, yet a member sends it ops: it has not heard of
-        // the cluster it joins yet (its seed's answer has not come). A
-        // gateway's ops, decided as the keys' only member, were admitted on
-        // nothing while their owners still counted them. One sent on by a
-        // key's old owner comes after that owner's handoff to this node:
-        // the count is here, and told "not the owner", the old owner
-        // decided it on what it kept (nothing).
-        let alone = self.seeded && ring.len() == 1 && req.from_node != self.routing.me();
-        if req.rules_version > mine {
-            if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
-                self.hints.hint(m, req.rules_version);
-            }
-        }
         let mut results = Vec::with_capacity(req.ops.len());
         let mut moved = Vec::new();
         let mut sent_on = Vec::new();
         let from: Arc<str> = Arc::from(req.from_node.as_str());
         let me = self.routing.me();
         let mut landing = Vec::new();
-        for (i, op) in req.ops.iter().enumerate() {
-            if alone && !op.sent_on {
-                results.push(Some(wire::not_ready(
-                    "this node has not heard of its cluster yet",
-                )));
-                continue;
+        // The ring is read, and the ops decided on it, inside one in-flight
+        // mark: a ring change's sweep copies the counters only once the
+        // ops routed here by the ring before it have decided
+        // (`Local::quiesce`). What waits below is decided after that, and
+        // goes with the next stray sweep if the key moved meanwhile.
+        self.local.guarded(|_| {
+            let ring = self.routing.ring();
+            // Alone on its ring, yet a member sends it ops: it has not heard of
+            // the cluster it joins yet (its seed's answer has not come). A
+            // gateway's ops, decided as the keys' only member, were admitted on
+            // nothing while their owners still counted them. One sent on by a
+            // key's old owner comes after that owner's handoff to this node:
+            // the count is here, and told "not the owner", the old owner
+            // decided it on what it kept (nothing).
+            let alone = self.seeded && ring.len() == 1 && req.from_node != self.routing.me();
+            if req.rules_version > mine {
+                if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
+                    self.hints.hint(m, req.rules_version);
+                }
             }
-            // The one ring lookup per op: the key's owner, when another
-            // member (the sender's ring differs from this node's).
-            let other = ring.owner(&op.key).filter(|o| o.id != me);
-            if let Some(owner) = other.filter(|_| op.asked_back && !self.local.is_leaving()) {
-                // Asked by a new process of the key's owner (restarted
-                // under its id) that this node's ring has not taken in:
-                // the old process's copy of the key is here, and the op is
-                // decided on it; the ring taking the new process in hands
-                // it the copy, this admission with it. Told to decide the
-                // op itself, the new process admitted on nothing.
-                if Self::restarted(op, owner, &req.from_node) && self.holds_copy(op, owner) {
-                    self.replicas.supersede(&op.rule, &op.key);
-                    let decided = self.decide_op(op, &from, &rules, false, Some(owner));
-                    results.push(decided.or_else(|| Some(wire::not_owner("leaving"))));
+            for (i, op) in req.ops.iter().enumerate() {
+                if alone && !op.sent_on {
+                    results.push(Some(wire::not_ready(
+                        "this node has not heard of its cluster yet",
+                    )));
                     continue;
                 }
-                // Asked by a joiner about a key this node's ring gives it.
-                // The count is here until the handoff of the ring change
-                // that took the key there has landed, then the joiner
-                // holds it; if no change took it from here, this node
-                // holds nothing the joiner lacks.
-                // The ring change that took the asker's process in hands
-                // it the copies of its old process (a restart) before its
-                // sweep lands: answered sooner, the asker decided on what
-                // it held without them.
-                let took = self.moves.took(&op.key, &owner.id);
-                let taking = self.moves.taking_in(&owner.id, op.asker_boot);
-                if took.is_none() && taking.is_none() {
-                    results.push(Some(wire::not_owner("not the key's previous owner")));
-                } else {
-                    landing.push((i, took, taking));
+                // The one ring lookup per op: the key's owner, when another
+                // member (the sender's ring differs from this node's).
+                let other = ring.owner(&op.key).filter(|o| o.id != me);
+                if let Some(owner) = other.filter(|_| op.asked_back && !self.local.is_leaving()) {
+                    // Asked by a new process of the key's owner (restarted
+                    // under its id) that this node's ring has not taken in:
+                    // the old process's copy of the key is here, and the op is
+                    // decided on it; the ring taking the new process in hands
+                    // it the copy, this admission with it. Told to decide the
+                    // op itself, the new process admitted on nothing.
+                    if Self::restarted(op, owner, &req.from_node) && self.holds_copy(op, owner) {
+                        self.replicas.supersede(&op.rule, &op.key);
+                        let decided = self.decide_op(op, &from, &rules, false, Some(owner));
+                        results.push(decided.or_else(|| Some(wire::not_owner("leaving"))));
+                        continue;
+                    }
+                    // Asked by a joiner about a key this node's ring gives it.
+                    // The count is here until the handoff of the ring change
+                    // that took the key there has landed, then the joiner
+                    // holds it; if no change took it from here, this node
+                    // holds nothing the joiner lacks.
+                    // The ring change that took the asker's process in hands
+                    // it the copies of its old process (a restart) before its
+                    // sweep lands: answered sooner, the asker decided on what
+                    // it held without them.
+                    let took = self.moves.took(&op.key, &owner.id);
+                    let taking = self.moves.taking_in(&owner.id, op.asker_boot);
+                    if took.is_none() && taking.is_none() {
+                        results.push(Some(wire::not_owner("not the key's previous owner")));
+                    } else {
+                        landing.push((i, took, taking));
+                        results.push(None);
+                    }
+                    continue;
+                }
+                let elsewhere = other.filter(|_| Self::sent_as_owner(op));
+                let copied = elsewhere.filter(|o| self.holds_copy(op, o));
+                if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
+                    sent_on.push((i, owner.clone(), Onward::Owner(taken)));
                     results.push(None);
+                    continue;
                 }
-                continue;
-            }
-            let elsewhere = other.filter(|_| Self::sent_as_owner(op));
-            let copied = elsewhere.filter(|o| self.holds_copy(op, o));
-            if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
-                sent_on.push((i, owner.clone(), Onward::Owner(taken)));
-                results.push(None);
-                continue;
-            }
-            // A key this node owns, whose count may still be on its way.
-            let previous = other
-                .is_none()
-                .then(|| previous_owner(&self.routing, &self.breakers, &ring, &op.key))
-                .flatten();
-            if let Some(previous) = previous.filter(|_| Self::asks_back(op)) {
-                sent_on.push((i, previous.clone(), Onward::Back));
-                results.push(None);
-                continue;
-            }
-            // A lease is granted from the key's count: none while that
-            // may still be on its way.
-            let owned = other.is_none() && !(op.kind() == OpKind::Lease && previous.is_some());
-            let result = self.decide_op(op, &from, &rules, owned, copied);
-            match result {
-                // Leaving, and sent on by a holder that has a copy to
-                // decide on: told at once, not after the handoff (by
-                // then the holder has stood in, and it would be decided
-                // twice). A refund is sent on with nobody waiting for
-                // the answer: it goes to the new owner with the rest.
-                None if op.sent_on && op.kind() == OpKind::Consume => {
-                    results.push(Some(wire::not_owner("this node is leaving")));
-                }
-                None => {
-                    moved.push(i);
+                // A key this node owns, whose count may still be on its way.
+                let previous = other
+                    .is_none()
+                    .then(|| previous_owner(&self.routing, &self.breakers, &ring, &op.key))
+                    .flatten();
+                if let Some(previous) = previous.filter(|_| Self::asks_back(op)) {
+                    sent_on.push((i, previous.clone(), Onward::Back));
                     results.push(None);
+                    continue;
                 }
-                Some(_) => results.push(result),
+                // A lease is granted from the key's count: none while that
+                // may still be on its way.
+                let owned = other.is_none() && !(op.kind() == OpKind::Lease && previous.is_some());
+                let result = self.decide_op(op, &from, &rules, owned, copied);
+                match result {
+                    // Leaving, and sent on by a holder that has a copy to
+                    // decide on: told at once, not after the handoff (by
+                    // then the holder has stood in, and it would be decided
+                    // twice). A refund is sent on with nobody waiting for
+                    // the answer: it goes to the new owner with the rest.
+                    None if op.sent_on && op.kind() == OpKind::Consume => {
+                        results.push(Some(wire::not_owner("this node is leaving")));
+                    }
+                    None => {
+                        moved.push(i);
+                        results.push(None);
+                    }
+                    Some(_) => results.push(result),
+                }
             }
-        }
+        });
         if !sent_on.is_empty() {
             let sends = sent_on
                 .iter()
