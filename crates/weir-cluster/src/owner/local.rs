@@ -1,4 +1,4 @@
-//! This node's own counters, guarded so that a graceful leave never takes them while a consume is under way.
+//! This node's own counters, guarded so that neither a graceful leave nor a ring change's sweep takes or copies them while a consume is under way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -57,7 +57,8 @@ pub struct Local {
     limiter: Arc<Limiter>,
     leaving: AtomicBool,
     /// Consumes under way; a leave waits for them before taking the
-    /// counters, so none lands after the take.
+    /// counters, so none lands after the take, and a ring change's sweep
+    /// before copying them ([`Local::quiesce`]).
     inflight: InFlight,
     /// Fires once a leaving node has handed its counters over; ops for its
     /// keys wait for it, so the new owner never decides a key before it
