@@ -46,10 +46,6 @@ impl InFlight {
         }
         &self.0[INDEX.with(|i| *i)].0
     }
-
-    fn any(&self) -> bool {
-        self.0.iter().any(|s| s.0.load(Ordering::SeqCst) > 0)
-    }
 }
 
 /// The counters this node owns, and the leave handshake around them.
@@ -182,13 +178,13 @@ impl Local {
     /// the consumes already under way have finished.
     pub async fn begin_leave(&self) {
         self.leaving.store(true, Ordering::SeqCst);
-        while self.inflight.any() {
-            YieldNow(false).await;
-        }
+        self.quiesce().await;
     }
 
     /// Resolves once every mark taken before the call has been dropped:
-    /// each slot is seen empty once. A sweep after a ring change waits
+    /// each slot is seen empty once (not all at one moment, which a busy
+    /// node might never show). A leave waits here after its store of
+    /// `leaving` ([`InFlight`]). A sweep after a ring change waits
     /// here before copying, and a check takes its mark before it reads
     /// the ring (`Gateway::placing`), all SeqCst (arc-swap's ring load and
     /// store are too): a check whose slot was seen empty reads the new

@@ -757,6 +757,9 @@ async fn what_was_spent_here_after_the_copy_reaches_the_owner_with_the_next_swee
     let limiter = h.local.limiter();
     let spend = || limiter.consume("r", &h.key, 1, limiter.now()).unwrap();
     assert!(spend().allowed && spend().allowed);
+    // Not a wait for a condition: on the paused clock, halfway through
+    // the 100 ms the handoff is held, so after the copy (taken before the
+    // call goes out) and before the owner has it.
     let meanwhile = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
         spend()
