@@ -706,3 +706,36 @@ async fn a_restarted_owners_old_copy_that_could_not_be_handed_over_reaches_it_la
     let admitted = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
     assert_eq!(SPENT + admitted, LIMIT, "{admitted} admitted");
 }
+
+/// Guard: until the holder can hand the old process's copy over, the
+/// restarted member's checks, asked of the holder while it waits for its
+/// word, are decided there on the copy; once a later sweep delivers it,
+/// they are the new process's, on the copy it now holds. Told the count
+/// was with the new process before it was, that process admitted the
+/// limit again; told the copy was still kept after it went, the holder
+/// decided on what was left of it (nothing) and admitted again.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_owners_checks_are_decided_on_the_copy_its_holder_could_not_hand_over_yet() {
+    let r = restarted_after(|net, node_3, _| net.refuse_handoffs_to(node_3)).await;
+    let holder = &r.nodes[r.holder];
+    wait_until("the holder could not hand the copy over", || {
+        holder.cluster.stats().handoffs_failed > 0
+    })
+    .await;
+    wait_until("node-3 knows the others", || r.node_3.ring_ids().len() == 3).await;
+    let kept = admitted_round_robin(&[&r.node_3], &r.key, LIMIT).await;
+    let moved_in = || r.node_3.cluster.stats().keys_moved_in;
+    assert_eq!(moved_in(), 0, "the copy is still kept");
+    assert_eq!(
+        SPENT + kept,
+        LIMIT,
+        "{kept} admitted while the copy was kept"
+    );
+    r.net.slow_handoffs_to(r.node_3.host(), Duration::ZERO);
+    wait_until("the old process's count reached node-3", || moved_in() > 0).await;
+    assert!(
+        !r.node_3.cluster.awaiting().is_empty(),
+        "node-3 still asks the holder"
+    );
+    assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 5).await, 0);
+}

@@ -14,7 +14,7 @@ use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
 
 use super::local::Local;
-use super::moves::{CounterId, Landing, Move, Moves};
+use super::moves::{counter_id, CounterId, Landing, Move, Moves};
 use super::replica::{Replicas, Sender};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
@@ -93,8 +93,7 @@ pub fn absorb(
 
 /// The counters kept here, named as a ring change's landing names them.
 fn kept_ids(undelivered: &[CounterSnapshot]) -> HashSet<CounterId> {
-    let id = |c: &CounterSnapshot| (c.rule.clone(), c.hash_part.clone(), c.carried.is_some());
-    undelivered.iter().map(id).collect()
+    undelivered.iter().map(counter_id).collect()
 }
 
 /// Hands counters to their owners.
@@ -233,6 +232,9 @@ impl Handoff {
             undelivered,
         } = self.hand_over(copies, ring).await;
         let moved = delivered.len();
+        // A key an earlier sweep kept is with its owner now: checks asked
+        // or sent here for it go there.
+        self.moves.delivered_later(&delivered);
         let limiter = self.local.limiter().clone();
         let spent_since = sweep(delivered.len(), move || {
             // `|` not `||`: every copy settles.

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use weir_core::CounterSnapshot;
 
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
@@ -23,6 +24,15 @@ const REMEMBERED: usize = 8;
 
 /// Names one counter: its rule (or carried limit), key, and which of the two.
 pub type CounterId = (String, String, bool);
+
+/// The id of the counter `snap` holds.
+pub fn counter_id(snap: &CounterSnapshot) -> CounterId {
+    (
+        snap.rule.clone(),
+        snap.hash_part.clone(),
+        snap.carried.is_some(),
+    )
+}
 
 /// The ring changes that may have taken keys from this node, newest last.
 pub struct Moves {
@@ -37,6 +47,10 @@ pub struct Move {
     after: Arc<Ring>,
     landed: OnceLock<Landed>,
     landing: Notify,
+    /// Counters its sweep kept that a later sweep delivered: a check for
+    /// one decided on what stayed here (what was spent since the copy)
+    /// would start the key over.
+    delivered_later: Mutex<HashSet<CounterId>>,
 }
 
 /// How the sweep after a ring change ended.
@@ -67,6 +81,7 @@ impl Moves {
             after,
             landed: OnceLock::new(),
             landing: Notify::new(),
+            delivered_later: Mutex::default(),
         };
         if change.joined().next().is_none() {
             return;
@@ -107,15 +122,36 @@ impl Moves {
     }
 
     /// The newest ring change that took in `id`'s process `boot` (a
-    /// member joining, or restarted), while its sweep has not landed.
+    /// member joining, or restarted), landed or not: what its sweep kept
+    /// here is still decided here.
     pub fn taking_in(&self, id: &str, boot: u64) -> Option<Arc<Move>> {
         let recent = self.recent.lock();
         recent
             .iter()
             .rev()
             .find(|m| m.joined().any(|j| j.id == id && j.boot == boot))
-            .filter(|m| m.landed.get().is_none())
             .cloned()
+    }
+
+    /// A sweep delivered `delivered`: the landed moves whose sweeps kept
+    /// any of them find them with their owners from now on.
+    pub fn delivered_later(&self, delivered: &[CounterSnapshot]) {
+        let recent = self.recent.lock();
+        let keeping: Vec<&Arc<Move>> = recent.iter().filter(|m| m.kept_any()).collect();
+        // Nothing kept, as nearly always: no id to build.
+        if keeping.is_empty() {
+            return;
+        }
+        for id in delivered.iter().map(counter_id) {
+            for m in &keeping {
+                if m.landed
+                    .get()
+                    .is_some_and(|l| !l.delivered(&id.0, &id.1, id.2))
+                {
+                    m.delivered_later.lock().insert(id.clone());
+                }
+            }
+        }
     }
 }
 
@@ -136,6 +172,29 @@ impl Move {
     pub fn land(&self, landed: Landed) {
         if self.landed.set(landed).is_ok() {
             self.landing.notify_waiters();
+        }
+    }
+
+    /// Whether the counter of `rule` (or the carried limit of that name)
+    /// and `key` is with its new owner: its sweep has landed and delivered
+    /// it, or a later sweep did.
+    pub fn delivered(&self, rule: &str, key: &str, carried: bool) -> bool {
+        match self.landed.get() {
+            None => false,
+            Some(l) if l.delivered(rule, key, carried) => true,
+            Some(_) => {
+                let id = (rule.to_string(), key.to_string(), carried);
+                self.delivered_later.lock().contains(&id)
+            }
+        }
+    }
+
+    /// Whether its sweep has landed keeping something here.
+    fn kept_any(&self) -> bool {
+        match self.landed.get() {
+            Some(Landed::Delivered { kept }) => !kept.is_empty(),
+            Some(Landed::Kept) => true,
+            None => false,
         }
     }
 

@@ -338,29 +338,30 @@ impl OwnerService {
     }
 
     /// Whether the count of the key of an asked `op` is with the asker:
-    /// once the ring change that took the asker's process in (`taking`)
-    /// has landed, if it had not, and the one that `took` the key from
-    /// here, if any, delivered it.
+    /// the ring change that took the asker's process in (`taking`) and
+    /// the one that `took` the key from here, if any, delivered it. A
+    /// restart moves no keys, but its sweep hands the new process the old
+    /// one's copy: kept here, it is decided on here until a later sweep
+    /// delivers it.
     async fn with_the_asker(
         op: &CounterOp,
         took: &Option<Arc<Move>>,
         taking: &Option<Arc<Move>>,
     ) -> bool {
-        if let Some(taking) = taking {
-            let _ = tokio::time::timeout(LATE_WINDOW, taking.landed()).await;
+        for m in [taking, took].into_iter().flatten() {
+            if !Self::handed(op, m).await {
+                return false;
+            }
         }
-        match took {
-            Some(took) => Self::handed(op, took).await,
-            None => true,
-        }
+        true
     }
 
     /// Whether the count of the key of `op` reached its new owner with the
-    /// handoff of the ring change that `took` it, waited for as long as a
-    /// late answer may take. False when it stayed here.
-    async fn handed(op: &CounterOp, took: &Move) -> bool {
-        let landed = tokio::time::timeout(LATE_WINDOW, took.landed()).await;
-        landed.is_ok_and(|l| l.delivered(&op.rule, &op.key, op.carried.is_some()))
+    /// handoff of the ring change `m` or a later sweep, its landing waited
+    /// for as long as a late answer may take. False when it stayed here.
+    async fn handed(op: &CounterOp, m: &Move) -> bool {
+        let landed = tokio::time::timeout(LATE_WINDOW, m.landed()).await;
+        landed.is_ok() && m.delivered(&op.rule, &op.key, op.carried.is_some())
     }
 
     /// One op on this node's counters (or, standing in for an owner, on

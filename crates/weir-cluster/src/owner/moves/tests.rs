@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::topology::membership::NodeIdentity;
+use weir_core::{FakeClock, Limiter, LimiterConfig, RuleSet};
 
 /// Members by id, each the same process in every ring built here.
 fn ring(ids: &[&str]) -> Arc<Ring> {
@@ -131,6 +132,54 @@ fn a_landing_names_the_counters_that_stayed_and_a_dropped_one_kept_them_all() {
         kept: HashSet::new(),
     });
     assert_eq!(taken.landed.get(), Some(&Landed::Kept));
+}
+
+/// The counter of rule `r` and `key`, one spent.
+fn counter(key: &str) -> CounterSnapshot {
+    let rules =
+        "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"60s\"\n";
+    let limiter = Limiter::new(
+        RuleSet::from_toml(rules).unwrap(),
+        Arc::new(FakeClock::at_secs(1_000.0)),
+        LimiterConfig::default(),
+    );
+    limiter.consume("r", key, 1, limiter.now()).unwrap();
+    limiter.snapshot("r", key).unwrap()
+}
+
+#[test]
+fn a_counter_its_sweep_kept_is_with_its_owner_once_a_later_sweep_delivers_it() {
+    let j = join();
+    let taken = j.moves.took(&j.taken, "n3").unwrap();
+    assert!(!taken.delivered("r", &j.taken, false), "not landed yet");
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id(&j.taken), id("other")]));
+    assert!(!taken.delivered("r", &j.taken, false), "kept");
+    j.moves.delivered_later(&[counter(&j.taken)]);
+    assert!(taken.delivered("r", &j.taken, false));
+    assert!(!taken.delivered("r", "other", false), "still kept");
+
+    // Kept whole (its sweep dropped): each counter as it is delivered.
+    let j = join();
+    let taken = j.moves.took(&j.taken, "n3").unwrap();
+    drop(Landing::new(j.moves.pending(&j.after)));
+    j.moves.delivered_later(&[counter(&j.taken)]);
+    assert!(taken.delivered("r", &j.taken, false));
+    assert!(!taken.delivered("r", "other", false));
+}
+
+#[test]
+fn the_change_that_took_a_process_in_is_found_after_its_sweep_landed() {
+    let j = join();
+    let n3 = j.after.members().iter().find(|m| m.id == "n3").unwrap();
+    let taking = j.moves.taking_in("n3", n3.boot).unwrap();
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id("stayed")]));
+    let landed = j.moves.taking_in("n3", n3.boot).unwrap();
+    assert!(Arc::ptr_eq(&taking, &landed));
+    assert!(!landed.delivered("r", "stayed", false));
+    assert!(
+        j.moves.taking_in("n3", n3.boot + 1).is_none(),
+        "another process"
+    );
 }
 
 #[tokio::test(start_paused = true)]
