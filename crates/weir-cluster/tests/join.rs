@@ -149,6 +149,35 @@ async fn a_check_for_a_key_whose_handoff_failed_is_decided_where_its_count_staye
     drop(net);
 }
 
+/// Guard: once a later sweep delivers the count the failed handoff kept,
+/// a check that reaches the old owner goes to the joiner, which decides
+/// it on that count. Still taken for kept there, it was decided on what
+/// the old owner had left of the key (nothing) and admitted on a fresh
+/// budget.
+#[tokio::test(start_paused = true)]
+async fn a_check_for_a_key_whose_kept_count_a_later_sweep_delivered_goes_to_the_joiner() {
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
+    net.refuse_handoffs_to(joiner.host());
+    wait_until("node-1's handoff failed", || {
+        nodes[0].cluster.stats().handoffs_failed > 0
+    })
+    .await;
+    net.slow_handoffs_to(joiner.host(), Duration::ZERO);
+    wait_until("a later sweep delivered the key's count", || {
+        joiner.engine.limiter().keys() == 1
+    })
+    .await;
+    let rule = per_client(&nodes[0]);
+    let op = wire::consume(&rule, &key, 1, false);
+    match wire::answer(sent_to_node_1(&net, &nodes, op).await, &rule, 1) {
+        Answer::Decided(d) => assert_eq!(d.remaining as usize, LIMIT - SPENT - 1, "{d:?}"),
+        other => panic!("decided: {other:?}"),
+    }
+    let remaining = joiner.engine.limiter().remaining(&rule.name, &key);
+    assert_eq!(remaining, Some((LIMIT - SPENT - 1) as u64), "decided there");
+    drop(net);
+}
+
 /// Guard: a refund that reaches the old owner after its handoff goes to
 /// the joiner, which holds the admission it gives back. Applied at the
 /// old owner, which holds nothing of the key by then, it was lost, and
