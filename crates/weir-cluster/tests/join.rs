@@ -738,11 +738,12 @@ async fn a_restarted_owners_old_copy_that_could_not_be_handed_over_reaches_it_la
 
 /// Guard: until the holder can hand the old process's copy over, the
 /// restarted member's checks, asked of the holder while it waits for its
-/// word, are decided there on the copy; once a later sweep delivers it,
-/// they are the new process's, on the copy it now holds. Told the count
-/// was with the new process before it was, that process admitted the
-/// limit again; told the copy was still kept after it went, the holder
-/// decided on what was left of it (nothing) and admitted again.
+/// word, are decided there on the copy: told the count was with the new
+/// process before it was, that process admitted the limit again. Later
+/// sweeps say the word the first ones withheld (the holder: it kept the
+/// copy) or could not deliver (the other member: the new process refused
+/// it with the handoffs); unsaid, the new process asked them about its
+/// keys' checks until its five-second wait ended.
 #[tokio::test(start_paused = true)]
 async fn a_restarted_owners_checks_are_decided_on_the_copy_its_holder_could_not_hand_over_yet() {
     let r = restarted_after(|net, node_3, _| net.refuse_handoffs_to(node_3)).await;
@@ -760,11 +761,18 @@ async fn a_restarted_owners_checks_are_decided_on_the_copy_its_holder_could_not_
         LIMIT,
         "{kept} admitted while the copy was kept"
     );
+    assert!(!r.node_3.cluster.awaiting().is_empty(), "no word yet");
     r.net.slow_handoffs_to(r.node_3.host(), Duration::ZERO);
-    wait_until("the old process's count reached node-3", || moved_in() > 0).await;
+    let allowed = tokio::time::Instant::now();
+    wait_until("node-3 heard the holder's word", || {
+        r.node_3.cluster.awaiting().is_empty()
+    })
+    .await;
+    let took = allowed.elapsed();
     assert!(
-        !r.node_3.cluster.awaiting().is_empty(),
-        "node-3 still asks the holder"
+        took < Duration::from_secs(1),
+        "the word came after {took:?}"
     );
+    assert!(moved_in() > 0, "the copy came first");
     assert_eq!(admitted_round_robin(&[&r.node_3], &r.key, 5).await, 0);
 }

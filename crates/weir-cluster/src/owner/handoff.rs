@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use prost::Message;
 use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
 use weir_proto::weir::v1::{CounterState, HandoffRequest};
@@ -96,6 +97,13 @@ fn kept_ids(undelivered: &[CounterSnapshot]) -> HashSet<CounterId> {
     undelivered.iter().map(counter_id).collect()
 }
 
+/// Whether any of `undelivered` is for member `id` on `ring`.
+fn kept_for(undelivered: &[CounterSnapshot], ring: &Ring, id: &str) -> bool {
+    undelivered
+        .iter()
+        .any(|c| ring.owner_id(&c.hash_part) == Some(id))
+}
+
 /// Hands counters to their owners.
 pub struct Handoff {
     local: Arc<Local>,
@@ -114,6 +122,11 @@ pub struct Handoff {
     /// sweep) would offer the same counters twice, and the owner would
     /// count them twice.
     rebalancing: AtomicBool,
+    /// Members that may still wait for this node's word that its sweeps
+    /// are over for them, which has not reached them (a counter of theirs
+    /// was kept here, or the call failed), with when each was first due
+    /// it: each later sweep tells them, until their wait has ended.
+    unsaid: Mutex<Vec<(NodeIdentity, tokio::time::Instant)>>,
 }
 
 /// Clears the rebalancing flag however the rebalance ends (a leave aborts
@@ -145,6 +158,7 @@ impl Handoff {
             boot,
             moves,
             rebalancing: AtomicBool::new(false),
+            unsaid: Mutex::default(),
         }
     }
 
@@ -218,8 +232,8 @@ impl Handoff {
             self.deliver(copies, &ring).await
         };
         landing.land(kept_ids(&undelivered));
-        self.say_swept(joiners, &undelivered, &ring).await;
-        if !undelivered.is_empty() {
+        let unsaid = self.say_swept(joiners, &undelivered, &ring).await;
+        if !undelivered.is_empty() || unsaid {
             self.local.mark_stray();
         }
     }
@@ -276,33 +290,60 @@ impl Handoff {
         joiners
     }
 
-    /// Tells each of `joiners` that this sweep is over for it, unless one
-    /// of its counters was not delivered (it still waits, then, and asks
-    /// this node, which decides on the count it kept, until its wait ends).
+    /// Tells each of `joiners`, and each member an earlier sweep could
+    /// not tell while it may still wait ([`arrivals::WAIT`]), that this
+    /// node's sweeps are over for it, unless one of its counters was not
+    /// delivered: it still waits, then, and asks this node, which decides
+    /// on the count it kept. Whether any of them is still untold: the next
+    /// sweep tries again. Untold, a member asked this node about each of
+    /// its keys' checks until its wait ended.
     async fn say_swept(
         &self,
         joiners: Vec<NodeIdentity>,
         undelivered: &[CounterSnapshot],
         ring: &Ring,
-    ) {
-        let kept_for = |j: &NodeIdentity| {
-            undelivered
-                .iter()
-                .any(|c| ring.owner_id(&c.hash_part) == Some(&*j.id))
-        };
-        let says = joiners.iter().filter(|j| !kept_for(j)).map(|j| async move {
-            let req = HandoffRequest {
-                from_node: self.routing.me().to_string(),
-                boot: self.boot,
-                at: self.local.limiter().now(),
-                swept: true,
-                ..Default::default()
-            };
-            if let Err(e) = self.link.handoff(j, req, HANDOFF_DEADLINE).await {
-                tracing::debug!(to = %j.id, error = %e, "could not say a sweep was over");
-            }
+    ) -> bool {
+        let now = tokio::time::Instant::now();
+        // Only one sweep runs at a time: nothing else takes or adds to it.
+        let mut due = std::mem::take(&mut *self.unsaid.lock());
+        due.retain(|(j, since)| {
+            now.duration_since(*since) < arrivals::WAIT && ring.members().contains(j)
         });
-        futures::future::join_all(says).await;
+        for j in joiners {
+            if !due.iter().any(|(d, _)| *d == j) {
+                due.push((j, now));
+            }
+        }
+        let says = due.into_iter().map(|(j, since)| async move {
+            let told = !kept_for(undelivered, ring, &j.id) && self.tell_swept(&j).await;
+            (!told).then_some((j, since))
+        });
+        let unsaid: Vec<_> = futures::future::join_all(says)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let any = !unsaid.is_empty();
+        *self.unsaid.lock() = unsaid;
+        any
+    }
+
+    /// Tells `joiner` that this node's sweeps are over for it; whether it heard.
+    async fn tell_swept(&self, joiner: &NodeIdentity) -> bool {
+        let req = HandoffRequest {
+            from_node: self.routing.me().to_string(),
+            boot: self.boot,
+            at: self.local.limiter().now(),
+            swept: true,
+            ..Default::default()
+        };
+        match self.link.handoff(joiner, req, HANDOFF_DEADLINE).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(to = %joiner.id, error = %e, "could not say a sweep was over");
+                false
+            }
+        }
     }
 
     /// A graceful leave's handover: no consume lands here from now on, and
