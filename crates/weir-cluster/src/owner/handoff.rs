@@ -305,12 +305,20 @@ impl Handoff {
     ) -> bool {
         let now = tokio::time::Instant::now();
         // Only one sweep runs at a time: nothing else takes or adds to it.
-        let mut due = std::mem::take(&mut *self.unsaid.lock());
-        due.retain(|(j, since)| {
-            now.duration_since(*since) < arrivals::WAIT && ring.members().contains(j)
-        });
+        // The same process (id and boot) as the ring lists it now: its
+        // incarnation moves with every rejoin, and its wait does not.
+        let same = |a: &NodeIdentity, b: &NodeIdentity| a.id == b.id && a.boot == b.boot;
+        let earlier = std::mem::take(&mut *self.unsaid.lock());
+        let mut due: Vec<_> = earlier
+            .into_iter()
+            .filter(|(_, since)| now.duration_since(*since) < arrivals::WAIT)
+            .filter_map(|(j, since)| {
+                let listed = ring.members().iter().find(|m| same(m, &j))?;
+                Some((listed.clone(), since))
+            })
+            .collect();
         for j in joiners {
-            if !due.iter().any(|(d, _)| *d == j) {
+            if !due.iter().any(|(d, _)| same(d, &j)) {
                 due.push((j, now));
             }
         }

@@ -810,3 +810,37 @@ async fn a_sweep_waits_for_the_checks_under_way_before_it_copies() {
     assert_eq!(admits(&owner_limiter, &h.key), 4, "the owner has the one");
     assert!(!h.local.limiter().holds("r", &h.key));
 }
+
+/// Guard: a member this node could not tell that its sweeps were over is
+/// told by the next sweep that can, under whatever incarnation the ring
+/// lists its process by then (a rejoin moves it, and its wait goes on),
+/// and not once its wait has ended. Matched by whole identity, a member
+/// that had rejoined was dropped untold.
+#[tokio::test(start_paused = true)]
+async fn an_untold_member_is_told_by_a_later_sweep_while_it_may_wait() {
+    let net = crate::memory::MemoryNet::new();
+    let (owner, _, h) = owner_and_holder(&net).await;
+    let joiner = owner.identity();
+    let ring_with = |j: &NodeIdentity| Ring::with_default_vnodes(&[node(ME), j.clone()]);
+    net.refuse_handoffs_to(joiner.grpc.ip());
+    let ring = ring_with(&joiner);
+    assert!(h.handoff.say_swept(vec![joiner.clone()], &[], &ring).await);
+    let rejoined = NodeIdentity {
+        incarnation: joiner.incarnation + 1,
+        ..joiner.clone()
+    };
+    let ring = ring_with(&rejoined);
+    assert!(h.handoff.say_swept(Vec::new(), &[], &ring).await);
+    assert_eq!(h.handoff.unsaid.lock()[0].0, rejoined, "still due it");
+    net.slow_handoffs_to(joiner.grpc.ip(), Duration::ZERO);
+    assert!(!h.handoff.say_swept(Vec::new(), &[], &ring).await, "told");
+    assert!(h.handoff.unsaid.lock().is_empty());
+
+    net.refuse_handoffs_to(joiner.grpc.ip());
+    assert!(h.handoff.say_swept(vec![rejoined], &[], &ring).await);
+    tokio::time::sleep(arrivals::WAIT).await;
+    assert!(
+        !h.handoff.say_swept(Vec::new(), &[], &ring).await,
+        "its wait is over"
+    );
+}
