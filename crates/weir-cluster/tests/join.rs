@@ -124,21 +124,24 @@ async fn a_check_reaching_the_old_owner_during_its_handoff_waits_for_it() {
     a_check_from_behind_the_join(sent, |_| {}).await;
 }
 
+/// [`joining`] at once, with every handoff to the joiner refused: returns
+/// once node-1's has failed, the key's count still there.
+async fn joined_with_handoffs_refused() -> (MemoryNet, Vec<TestNode>, TestNode, String) {
+    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
+    net.refuse_handoffs_to(joiner.host());
+    wait_until("node-1's handoff failed", || {
+        nodes[0].cluster.stats().handoffs_failed > 0
+    })
+    .await;
+    (net, nodes, joiner, key)
+}
+
 /// Guard: a check for a key whose handoff to the joiner failed is decided
 /// on the count that stayed with the old owner. Sent on, the joiner
 /// decided it on nothing.
 #[tokio::test(start_paused = true)]
 async fn a_check_for_a_key_whose_handoff_failed_is_decided_where_its_count_stayed() {
-    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
-    net.refuse_handoffs_to(joiner.host());
-    wait_until("node-1's ring holds node-3", || {
-        nodes[0].ring_ids().len() == 3
-    })
-    .await;
-    wait_until("node-1's handoff failed", || {
-        nodes[0].cluster.stats().handoffs_failed > 0
-    })
-    .await;
+    let (net, nodes, joiner, key) = joined_with_handoffs_refused().await;
     let rule = per_client(&nodes[0]);
     let op = wire::consume(&rule, &key, 1, false);
     match wire::answer(sent_to_node_1(&net, &nodes, op).await, &rule, 1) {
@@ -156,12 +159,7 @@ async fn a_check_for_a_key_whose_handoff_failed_is_decided_where_its_count_staye
 /// budget.
 #[tokio::test(start_paused = true)]
 async fn a_check_for_a_key_whose_kept_count_a_later_sweep_delivered_goes_to_the_joiner() {
-    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
-    net.refuse_handoffs_to(joiner.host());
-    wait_until("node-1's handoff failed", || {
-        nodes[0].cluster.stats().handoffs_failed > 0
-    })
-    .await;
+    let (net, nodes, joiner, key) = joined_with_handoffs_refused().await;
     net.slow_handoffs_to(joiner.host(), Duration::ZERO);
     wait_until("a later sweep delivered the key's count", || {
         joiner.engine.limiter().keys() == 1
@@ -415,12 +413,7 @@ async fn a_restarted_member_hears_from_the_others_within_a_moment() {
 /// itself, the joiner decided it on nothing.
 #[tokio::test(start_paused = true)]
 async fn a_joiners_check_of_a_key_whose_handoff_failed_is_decided_where_its_count_stayed() {
-    let (net, nodes, joiner, key) = joining(Duration::ZERO, |_| {}).await;
-    net.refuse_handoffs_to(joiner.host());
-    wait_until("node-1's handoff failed", || {
-        nodes[0].cluster.stats().handoffs_failed > 0
-    })
-    .await;
+    let (net, nodes, joiner, key) = joined_with_handoffs_refused().await;
     let verdict = joiner.check(&key).await.unwrap();
     let decided = &verdict.applied[0].decision;
     assert_eq!(decided.remaining as usize, LIMIT - SPENT - 1, "{decided:?}");
