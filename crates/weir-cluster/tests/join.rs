@@ -413,7 +413,7 @@ async fn a_restarted_member_hears_from_the_others_within_a_moment() {
 /// itself, the joiner decided it on nothing.
 #[tokio::test(start_paused = true)]
 async fn a_joiners_check_of_a_key_whose_handoff_failed_is_decided_where_its_count_stayed() {
-    let (net, nodes, joiner, key) = joined_with_handoffs_refused().await;
+    let (net, _nodes, joiner, key) = joined_with_handoffs_refused().await;
     let verdict = joiner.check(&key).await.unwrap();
     let decided = &verdict.applied[0].decision;
     assert_eq!(decided.remaining as usize, LIMIT - SPENT - 1, "{decided:?}");
