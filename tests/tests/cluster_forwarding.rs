@@ -31,8 +31,10 @@ fn member_failing(
     c.admin_token = Some(ADMIN.to_string());
 }
 
-/// Three nodes at the defaults joined through the first; returns once
-/// every node lists all three as alive.
+/// Three nodes at the defaults but the harness's 1 s owner deadline
+/// ([`cluster_member`]; `weir-node/tests/owner_accuracy.rs` holds the
+/// counts at the binary's own 5 ms), joined through the first; returns
+/// once every node lists all three as alive.
 async fn three_nodes() -> Vec<TestNode> {
     let defaults = weir_cluster::ClusterConfig::default();
     three_nodes_failing(defaults.on_owner_failure, defaults.replicas).await
