@@ -232,10 +232,30 @@ impl Handoff {
             self.deliver(copies, &ring).await
         };
         landing.land(kept_ids(&undelivered));
-        let unsaid = self.say_swept(joiners, &undelivered, &ring).await;
-        if !undelivered.is_empty() || unsaid {
+        self.say_swept(joiners, &undelivered, &ring).await;
+        if !undelivered.is_empty() {
             self.local.mark_stray();
         }
+    }
+
+    /// Tells the members still due this node's word ([`Self::say_swept`])
+    /// without a sweep, when no stray waits for one: nothing is kept here
+    /// for anyone then, and the word is all they lack. Run by the
+    /// maintenance tick (every 250 ms) when it has no strays to sweep: a
+    /// sweep copies every counter this node holds, too much to repeat for
+    /// a word that did not get through.
+    pub async fn retell(&self) {
+        if self.unsaid.lock().is_empty() || self.rebalancing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _running = Rebalancing(&self.rebalancing);
+        // A sweep that kept counters marks strays before it clears the
+        // flag taken above: the next sweep tells their owners, not this.
+        if self.local.has_strays() {
+            return;
+        }
+        let ring = self.routing.ring();
+        self.say_swept(Vec::new(), &[], &ring).await;
     }
 
     /// Offers `copies` to their owners on `ring`, and settles those
@@ -294,15 +314,16 @@ impl Handoff {
     /// not tell while it may still wait ([`arrivals::WAIT`]), that this
     /// node's sweeps are over for it, unless one of its counters was not
     /// delivered: it still waits, then, and asks this node, which decides
-    /// on the count it kept. Whether any of them is still untold: the next
-    /// sweep tries again. Untold, a member asked this node about each of
-    /// its keys' checks until its wait ended.
+    /// on the count it kept. Those still untold are told by the sweep
+    /// that delivers what was kept for them, or by [`Self::retell`].
+    /// Untold, a member asked this node about each of its keys' checks
+    /// until its wait ended.
     async fn say_swept(
         &self,
         joiners: Vec<NodeIdentity>,
         undelivered: &[CounterSnapshot],
         ring: &Ring,
-    ) -> bool {
+    ) {
         let now = tokio::time::Instant::now();
         // Only one sweep runs at a time: nothing else takes or adds to it.
         // The same process (id and boot) as the ring lists it now: its
@@ -331,9 +352,7 @@ impl Handoff {
             .into_iter()
             .flatten()
             .collect();
-        let any = !unsaid.is_empty();
         *self.unsaid.lock() = unsaid;
-        any
     }
 
     /// Tells `joiner` that this node's sweeps are over for it; whether it heard.

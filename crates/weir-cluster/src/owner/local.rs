@@ -169,6 +169,12 @@ impl Local {
         self.strays.store(true, Ordering::Relaxed);
     }
 
+    /// Whether strays were noted since [`Self::take_strays`] last ran,
+    /// leaving them for it.
+    pub fn has_strays(&self) -> bool {
+        self.strays.load(Ordering::Relaxed)
+    }
+
     /// Whether strays were noted since the last call.
     pub fn take_strays(&self) -> bool {
         self.strays.swap(false, Ordering::Relaxed)

@@ -228,6 +228,8 @@ impl Strategy for OwnerStrategy {
             self.gateway.maintain().await;
             if self.local.take_strays() {
                 self.handoff.rebalance().await;
+            } else {
+                self.handoff.retell().await;
             }
         })
     }
