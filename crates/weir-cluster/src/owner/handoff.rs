@@ -29,6 +29,11 @@ use crate::wire;
 /// so a large handoff is several calls rather than one refused one.
 const CHUNK_BYTES: usize = 1 << 20;
 const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a word said again by the maintenance tick waits for its
+/// answer: it holds off the sweeps meanwhile (a ring change's among
+/// them), and a member that does not answer a call this small in that
+/// time is asked again at the next tick.
+const RETELL_DEADLINE: Duration = Duration::from_millis(100);
 /// Sweeps over at most this many counters run in place (well under a
 /// millisecond); larger ones go to the blocking pool, off the workers that
 /// answer checks.
@@ -232,7 +237,8 @@ impl Handoff {
             self.deliver(copies, &ring).await
         };
         landing.land(kept_ids(&undelivered));
-        self.say_swept(joiners, &undelivered, &ring).await;
+        self.say_swept(joiners, &undelivered, &ring, HANDOFF_DEADLINE)
+            .await;
         if !undelivered.is_empty() {
             self.local.mark_stray();
         }
@@ -255,7 +261,8 @@ impl Handoff {
             return;
         }
         let ring = self.routing.ring();
-        self.say_swept(Vec::new(), &[], &ring).await;
+        self.say_swept(Vec::new(), &[], &ring, RETELL_DEADLINE)
+            .await;
     }
 
     /// Offers `copies` to their owners on `ring`, and settles those
@@ -323,6 +330,7 @@ impl Handoff {
         joiners: Vec<NodeIdentity>,
         undelivered: &[CounterSnapshot],
         ring: &Ring,
+        deadline: Duration,
     ) {
         let now = tokio::time::Instant::now();
         // Only one sweep runs at a time: nothing else takes or adds to it.
@@ -344,7 +352,7 @@ impl Handoff {
             }
         }
         let says = due.into_iter().map(|(j, since)| async move {
-            let told = !kept_for(undelivered, ring, &j.id) && self.tell_swept(&j).await;
+            let told = !kept_for(undelivered, ring, &j.id) && self.tell_swept(&j, deadline).await;
             (!told).then_some((j, since))
         });
         let unsaid: Vec<_> = futures::future::join_all(says)
@@ -356,7 +364,7 @@ impl Handoff {
     }
 
     /// Tells `joiner` that this node's sweeps are over for it; whether it heard.
-    async fn tell_swept(&self, joiner: &NodeIdentity) -> bool {
+    async fn tell_swept(&self, joiner: &NodeIdentity, deadline: Duration) -> bool {
         let req = HandoffRequest {
             from_node: self.routing.me().to_string(),
             boot: self.boot,
@@ -364,7 +372,7 @@ impl Handoff {
             swept: true,
             ..Default::default()
         };
-        match self.link.handoff(joiner, req, HANDOFF_DEADLINE).await {
+        match self.link.handoff(joiner, req, deadline).await {
             Ok(_) => true,
             Err(e) => {
                 tracing::debug!(to = %joiner.id, error = %e, "could not say a sweep was over");
