@@ -143,13 +143,8 @@ impl Moves {
             return;
         }
         for id in delivered.iter().map(counter_id) {
-            for m in &keeping {
-                if m.landed
-                    .get()
-                    .is_some_and(|l| !l.delivered(&id.0, &id.1, id.2))
-                {
-                    m.delivered_later.lock().insert(id.clone());
-                }
+            for m in keeping.iter().filter(|m| m.kept(&id)) {
+                m.delivered_later.lock().insert(id.clone());
             }
         }
     }
@@ -186,6 +181,20 @@ impl Move {
                 let id = (rule.to_string(), key.to_string(), carried);
                 self.delivered_later.lock().contains(&id)
             }
+        }
+    }
+
+    /// Whether its sweep kept counter `id` here: named among those it
+    /// kept, or, dropped before it landed, a key it gave a member it took
+    /// in (it kept them all; the others were never its to name).
+    fn kept(&self, id: &CounterId) -> bool {
+        match self.landed.get() {
+            Some(l @ Landed::Delivered { .. }) => !l.delivered(&id.0, &id.1, id.2),
+            Some(Landed::Kept) => {
+                let owner = self.after.owner_id(&id.1);
+                self.joined().any(|j| Some(&*j.id) == owner)
+            }
+            None => false,
         }
     }
 

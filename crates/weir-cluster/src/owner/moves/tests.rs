@@ -158,13 +158,18 @@ fn a_counter_its_sweep_kept_is_with_its_owner_once_a_later_sweep_delivers_it() {
     assert!(taken.delivered("r", &j.taken, false));
     assert!(!taken.delivered("r", "other", false), "still kept");
 
-    // Kept whole (its sweep dropped): each counter as it is delivered.
+    // Kept whole (its sweep dropped): each counter it gave the joiner as
+    // it is delivered, and no other (a key it left with n1, delivered
+    // after a later change moved it, is not the move's to record).
     let j = join();
     let taken = j.moves.took(&j.taken, "n3").unwrap();
     drop(Landing::new(j.moves.pending(&j.after)));
-    j.moves.delivered_later(&[counter(&j.taken)]);
+    j.moves
+        .delivered_later(&[counter(&j.taken), counter(&j.kept)]);
     assert!(taken.delivered("r", &j.taken, false));
     assert!(!taken.delivered("r", "other", false));
+    assert!(!taken.delivered("r", &j.kept, false));
+    assert_eq!(taken.delivered_later.lock().len(), 1);
 }
 
 #[test]
