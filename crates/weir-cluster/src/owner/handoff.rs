@@ -333,8 +333,9 @@ impl Handoff {
         deadline: Duration,
     ) {
         let now = tokio::time::Instant::now();
-        // Only one sweep runs at a time: nothing else takes or adds to it.
-        // The same process (id and boot) as the ring lists it now: its
+        // Only one sweep or retell runs at a time (the rebalancing flag):
+        // nothing else takes `unsaid` or adds to it meanwhile. A member is
+        // the same process (id and boot) as the ring lists it now: its
         // incarnation moves with every rejoin, and its wait does not.
         let same = |a: &NodeIdentity, b: &NodeIdentity| a.id == b.id && a.boot == b.boot;
         let earlier = std::mem::take(&mut *self.unsaid.lock());

@@ -117,7 +117,8 @@ impl OwnerService {
                     // The ring change that took the asker's process in hands
                     // it the copies of its old process (a restart) before its
                     // sweep lands: answered sooner, the asker decided on what
-                    // it held without them.
+                    // it held without them. One that sweep kept is decided
+                    // on here until a later sweep delivers it.
                     let took = self.moves.took(&op.key, &owner.id);
                     let taking = self.moves.taking_in(&owner.id, op.asker_boot);
                     if took.is_none() && taking.is_none() {
