@@ -863,14 +863,13 @@ async fn an_untold_member_is_told_later_while_it_may_wait() {
     assert!(untold().is_empty(), "its wait is over");
 }
 
-/// Guard: with a stray waiting for the next sweep, the word is left to
-/// that sweep, which knows whether the stray is the member's. Told
-/// without it, a member stopped asking about a key whose count was
-/// still kept here, and decided it on nothing.
-#[tokio::test(start_paused = true)]
-async fn a_stray_leaves_the_word_to_the_next_sweep() {
-    let net = crate::memory::MemoryNet::new();
-    let (owner, _, h) = owner_and_holder(&net).await;
+/// A holder ([`owner_and_holder`]) whose ring holds the owner as a
+/// member waiting for its word, which it could not say (the member
+/// refused it): the member (kept running) and its identity.
+async fn holder_with_an_untold_member(
+    net: &crate::memory::MemoryNet,
+) -> (crate::Cluster, Holder, NodeIdentity) {
+    let (owner, _, h) = owner_and_holder(net).await;
     let joiner = owner.identity();
     let ring = Ring::with_default_vnodes(&[node(ME), joiner.clone()]);
     h.handoff.routing.install(Arc::new(ring));
@@ -879,6 +878,18 @@ async fn a_stray_leaves_the_word_to_the_next_sweep() {
     h.handoff
         .say_swept(vec![joiner.clone()], &[], &ring, HANDOFF_DEADLINE)
         .await;
+    assert_eq!(h.handoff.unsaid.lock().len(), 1, "untold");
+    (owner, h, joiner)
+}
+
+/// Guard: with a stray waiting for the next sweep, the word is left to
+/// that sweep, which knows whether the stray is the member's. Told
+/// without it, a member stopped asking about a key whose count was
+/// still kept here, and decided it on nothing.
+#[tokio::test(start_paused = true)]
+async fn a_stray_leaves_the_word_to_the_next_sweep() {
+    let net = crate::memory::MemoryNet::new();
+    let (_owner, h, joiner) = holder_with_an_untold_member(&net).await;
     net.slow_handoffs_to(joiner.grpc.ip(), Duration::ZERO);
     h.local.mark_stray();
     h.handoff.retell().await;
@@ -895,15 +906,7 @@ async fn a_stray_leaves_the_word_to_the_next_sweep() {
 #[tokio::test(start_paused = true)]
 async fn a_word_said_again_to_a_silent_member_holds_the_sweeps_off_briefly() {
     let net = crate::memory::MemoryNet::new();
-    let (owner, _, h) = owner_and_holder(&net).await;
-    let joiner = owner.identity();
-    let ring = Ring::with_default_vnodes(&[node(ME), joiner.clone()]);
-    h.handoff.routing.install(Arc::new(ring));
-    net.refuse_handoffs_to(joiner.grpc.ip());
-    let ring = h.handoff.routing.ring();
-    h.handoff
-        .say_swept(vec![joiner.clone()], &[], &ring, HANDOFF_DEADLINE)
-        .await;
+    let (_owner, h, joiner) = holder_with_an_untold_member(&net).await;
     net.slow_handoffs_to(joiner.grpc.ip(), HANDOFF_DEADLINE);
     let started = tokio::time::Instant::now();
     h.handoff.retell().await;
