@@ -142,9 +142,13 @@ impl Moves {
         if keeping.is_empty() {
             return;
         }
-        for id in delivered.iter().map(counter_id) {
-            for m in keeping.iter().filter(|m| m.kept(&id)) {
-                m.delivered_later.lock().insert(id.clone());
+        for snap in delivered {
+            let carried = snap.carried.is_some();
+            for m in keeping
+                .iter()
+                .filter(|m| m.kept(&snap.rule, &snap.hash_part, carried))
+            {
+                m.delivered_later.lock().insert(counter_id(snap));
             }
         }
     }
@@ -184,24 +188,27 @@ impl Move {
         }
     }
 
-    /// Whether its sweep kept counter `id` here: named among those it
-    /// kept, or, dropped before it landed, a key it gave a member it took
-    /// in (it kept them all; the others were never its to name).
-    fn kept(&self, id: &CounterId) -> bool {
+    /// Whether its sweep kept the counter of `rule` (or the carried limit
+    /// of that name) and `key` here: named among those it kept, or,
+    /// dropped before it landed, a key it gave a member it took in (it
+    /// kept them all; the others were never its to name).
+    fn kept(&self, rule: &str, key: &str, carried: bool) -> bool {
         match self.landed.get() {
-            Some(l @ Landed::Delivered { .. }) => !l.delivered(&id.0, &id.1, id.2),
+            Some(l @ Landed::Delivered { .. }) => !l.delivered(rule, key, carried),
             Some(Landed::Kept) => {
-                let owner = self.after.owner_id(&id.1);
+                let owner = self.after.owner_id(key);
                 self.joined().any(|j| Some(&*j.id) == owner)
             }
             None => false,
         }
     }
 
-    /// Whether its sweep has landed keeping something here.
+    /// Whether its sweep has landed keeping something here that no later
+    /// sweep has delivered yet (as far as it can tell: one dropped before
+    /// it landed named nothing).
     fn kept_any(&self) -> bool {
         match self.landed.get() {
-            Some(Landed::Delivered { kept }) => !kept.is_empty(),
+            Some(Landed::Delivered { kept }) => kept.len() > self.delivered_later.lock().len(),
             Some(Landed::Kept) => true,
             None => false,
         }

@@ -157,6 +157,10 @@ fn a_counter_its_sweep_kept_is_with_its_owner_once_a_later_sweep_delivers_it() {
     j.moves.delivered_later(&[counter(&j.taken)]);
     assert!(taken.delivered("r", &j.taken, false));
     assert!(!taken.delivered("r", "other", false), "still kept");
+    assert!(taken.kept_any());
+    j.moves.delivered_later(&[counter("other")]);
+    assert!(taken.delivered("r", "other", false));
+    assert!(!taken.kept_any(), "every kept counter delivered since");
 
     // Kept whole (its sweep dropped): each counter it gave the joiner as
     // it is delivered, and no other (a key it left with n1, delivered
