@@ -757,7 +757,7 @@ async fn a_restarted_owners_checks_are_decided_on_the_copy_its_holder_could_not_
     assert!(!r.node_3.cluster.awaiting().is_empty(), "no word yet");
     r.net.slow_handoffs_to(r.node_3.host(), Duration::ZERO);
     let allowed = tokio::time::Instant::now();
-    wait_until("node-3 heard the holder's word", || {
+    wait_until("node-3 heard every older member's word", || {
         r.node_3.cluster.awaiting().is_empty()
     })
     .await;

@@ -811,58 +811,6 @@ async fn a_sweep_waits_for_the_checks_under_way_before_it_copies() {
     assert!(!h.local.limiter().holds("r", &h.key));
 }
 
-/// Guard: a member this node could not tell that its sweeps were over is
-/// told by the next maintenance tick without a sweep ([`Handoff::retell`]),
-/// under whatever incarnation the ring lists its process by then (a
-/// rejoin moves it, and its wait goes on), and not once its wait has
-/// ended. Matched by whole identity, a member that had rejoined was
-/// dropped untold; untold, it asked this node about its keys' checks
-/// until its wait ended.
-#[tokio::test(start_paused = true)]
-async fn an_untold_member_is_told_later_while_it_may_wait() {
-    let net = crate::memory::MemoryNet::new();
-    let (owner, _, h) = owner_and_holder(&net).await;
-    let joiner = owner.identity();
-    let install = |j: &NodeIdentity| {
-        let ring = Ring::with_default_vnodes(&[node(ME), j.clone()]);
-        h.handoff.routing.install(Arc::new(ring));
-    };
-    let untold = || {
-        h.handoff
-            .unsaid
-            .lock()
-            .iter()
-            .map(|(j, _)| j.clone())
-            .collect::<Vec<_>>()
-    };
-    net.refuse_handoffs_to(joiner.grpc.ip());
-    install(&joiner);
-    let ring = h.handoff.routing.ring();
-    h.handoff
-        .say_swept(vec![joiner.clone()], &[], &ring, HANDOFF_DEADLINE)
-        .await;
-    assert_eq!(untold(), std::slice::from_ref(&joiner));
-    let rejoined = NodeIdentity {
-        incarnation: joiner.incarnation + 1,
-        ..joiner.clone()
-    };
-    install(&rejoined);
-    h.handoff.retell().await;
-    assert_eq!(untold(), std::slice::from_ref(&rejoined), "still due it");
-    net.slow_handoffs_to(joiner.grpc.ip(), Duration::ZERO);
-    h.handoff.retell().await;
-    assert!(untold().is_empty(), "told");
-
-    net.refuse_handoffs_to(joiner.grpc.ip());
-    let ring = h.handoff.routing.ring();
-    h.handoff
-        .say_swept(vec![rejoined], &[], &ring, HANDOFF_DEADLINE)
-        .await;
-    tokio::time::sleep(arrivals::WAIT).await;
-    h.handoff.retell().await;
-    assert!(untold().is_empty(), "its wait is over");
-}
-
 /// A holder ([`owner_and_holder`]) whose ring holds the owner as a
 /// member waiting for its word, which it could not say (the member
 /// refused it): the member (kept running) and its identity.
@@ -880,6 +828,49 @@ async fn holder_with_an_untold_member(
         .await;
     assert_eq!(h.handoff.unsaid.lock().len(), 1, "untold");
     (owner, h, joiner)
+}
+
+/// Guard: a member this node could not tell that its sweeps were over is
+/// told by the next maintenance tick without a sweep ([`Handoff::retell`]),
+/// under whatever incarnation the ring lists its process by then (a
+/// rejoin moves it, and its wait goes on), and not once its wait has
+/// ended. Matched by whole identity, a member that had rejoined was
+/// dropped untold; untold, it asked this node about its keys' checks
+/// until its wait ended.
+#[tokio::test(start_paused = true)]
+async fn an_untold_member_is_told_later_while_it_may_wait() {
+    let net = crate::memory::MemoryNet::new();
+    let (_owner, h, joiner) = holder_with_an_untold_member(&net).await;
+    let untold = || {
+        h.handoff
+            .unsaid
+            .lock()
+            .iter()
+            .map(|(j, _)| j.clone())
+            .collect::<Vec<_>>()
+    };
+    let rejoined = NodeIdentity {
+        incarnation: joiner.incarnation + 1,
+        ..joiner.clone()
+    };
+    let ring = Ring::with_default_vnodes(&[node(ME), rejoined.clone()]);
+    h.handoff.routing.install(Arc::new(ring));
+    h.handoff.retell().await;
+    assert_eq!(untold(), std::slice::from_ref(&rejoined), "still due it");
+    net.slow_handoffs_to(joiner.grpc.ip(), Duration::ZERO);
+    h.handoff.retell().await;
+    assert!(untold().is_empty(), "told");
+
+    net.refuse_handoffs_to(joiner.grpc.ip());
+    let ring = h.handoff.routing.ring();
+    h.handoff
+        .say_swept(vec![rejoined], &[], &ring, HANDOFF_DEADLINE)
+        .await;
+    // Not a wait for a condition: the member's wait, on the paused clock,
+    // runs out.
+    tokio::time::sleep(arrivals::WAIT).await;
+    h.handoff.retell().await;
+    assert!(untold().is_empty(), "its wait is over");
 }
 
 /// Guard: with a stray waiting for the next sweep, the word is left to
