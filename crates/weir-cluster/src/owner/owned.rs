@@ -51,7 +51,32 @@ impl Remote {
                 return Some(decided);
             }
         }
-        self.decide_here(rule, hash_part, cost, carried)
+        self.decide_if_still_owned(rule, hash_part, cost, carried)
+    }
+
+    /// [`Remote::decide_here`] for a key this node's ring gave it when the
+    /// check began, with the ring read again inside the in-flight mark
+    /// the decision takes. A ring change since (during the ask, above)
+    /// that moved the key on has had its sweep copy the counters already:
+    /// it waits only for the marks taken before it. An admission here is
+    /// then a stray, for the next sweep to carry to the key's owner; taken
+    /// for owned, it stayed here and that owner never counted it.
+    fn decide_if_still_owned(
+        &self,
+        rule: &Arc<Rule>,
+        hash_part: &str,
+        cost: u64,
+        carried: bool,
+    ) -> Option<Result<(Decision, Via), CheckError>> {
+        self.local.guarded(|_| {
+            let owned = self.routing.owns(hash_part);
+            let decided = self.decide_here(rule, hash_part, cost, carried);
+            if !owned && matches!(decided, Some(Ok(_))) {
+                bump(&self.stats.strays, 1);
+                self.local.mark_stray();
+            }
+            decided
+        })
     }
 
     /// Asks `previous` to decide the limit, waiting as long as a late

@@ -179,11 +179,13 @@ impl OwnerService {
                 // node's count. Asked back, the previous owner did not
                 // hold the count: decided here.
                 let op = &req.ops[*i];
-                let (owned, copied) = match how {
-                    Onward::Owner(taken) => (false, taken.is_none().then_some(to)),
-                    Onward::Back => (true, None),
-                };
-                results[*i] = answer.or_else(|| self.decide_op(op, &from, &rules, owned, copied));
+                results[*i] = answer.or_else(|| match how {
+                    Onward::Owner(taken) => {
+                        let copied = taken.is_none().then_some(to);
+                        self.decide_op(op, &from, &rules, false, copied)
+                    }
+                    Onward::Back => self.decide_if_still_owned(op, &from, &rules),
+                });
                 if results[*i].is_none() {
                     moved.push(*i);
                 }
@@ -363,6 +365,24 @@ impl OwnerService {
     async fn handed(op: &CounterOp, m: &Move) -> bool {
         let landed = tokio::time::timeout(LATE_WINDOW, m.landed()).await;
         landed.is_ok() && m.delivered(&op.rule, &op.key, op.carried.is_some())
+    }
+
+    /// An op for a key this node's ring gave it before it asked the key's
+    /// previous owner, decided with the ring read again inside the
+    /// in-flight mark the decision takes: a ring change during the ask
+    /// that moved the key on has had its sweep copy the counters already,
+    /// so an admission here is a stray for the next sweep. Taken for owned,
+    /// it stayed here and the key's owner never counted it.
+    fn decide_if_still_owned(
+        &self,
+        op: &CounterOp,
+        from: &Arc<str>,
+        rules: &RuleSet,
+    ) -> Option<OpResult> {
+        self.local.guarded(|_| {
+            let owned = self.routing.owns(&op.key);
+            self.decide_op(op, from, rules, owned, None)
+        })
     }
 
     /// One op on this node's counters (or, standing in for an owner, on

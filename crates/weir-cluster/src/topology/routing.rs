@@ -52,6 +52,12 @@ impl Routing {
         &self.me
     }
 
+    /// Whether this node's ring gives it `hash_part` (on an empty ring,
+    /// every key: nothing else can take it).
+    pub fn owns(&self, hash_part: &str) -> bool {
+        self.ring.load().owned_by(&self.me)(hash_part)
+    }
+
     /// This process's boot: a member asked about a key names it, so the
     /// member can tell a restart of the key's owner from the owner itself.
     pub fn boot(&self) -> u64 {
