@@ -46,6 +46,11 @@ async fn pair_and_an_empty_address(net: &MemoryNet) -> (Cluster, Cluster, Socket
     (a, b, SocketAddr::new(host, 1))
 }
 
+/// [`RULES`]' one rule, as `c` has it.
+fn rule_r(c: &Cluster) -> Arc<Rule> {
+    c.limiter().rules().get("r").unwrap().1.clone()
+}
+
 fn remote_of(c: &Cluster) -> &Remote {
     c.strategy()
         .as_any()
@@ -67,8 +72,7 @@ async fn an_op_whose_owner_left_the_ring_goes_to_the_keys_owner_now() {
     net.crash(dead.ip());
     let gone = NodeIdentity::new("gone", dead, dead);
     let remote = remote_of(&a);
-    let rules = a.limiter().rules();
-    let (_, rule) = rules.get("r").unwrap();
+    let rule = &rule_r(&a);
     for (owner, counts) in [("a", &a), ("b", &b)] {
         let key = (0..)
             .map(|i| format!("{owner}-{i}"))
@@ -106,8 +110,7 @@ async fn a_refund_for_an_owner_that_left_goes_to_the_keys_owner_now() {
     net.partition(&[a.identity().grpc.ip()], &[vanished.ip()]);
     let gone = NodeIdentity::new("gone", vanished, vanished);
     let remote = remote_of(&a);
-    let rules = a.limiter().rules();
-    let (_, rule) = rules.get("r").unwrap();
+    let rule = &rule_r(&a);
     for (owner, counts) in [("a", &a), ("b", &b)] {
         let key = (0..)
             .map(|i| format!("refund-{owner}-{i}"))
@@ -145,8 +148,7 @@ async fn a_refund_its_owner_did_not_take_goes_to_the_keys_owner_now() {
     let (a, _b, dead) = pair_and_an_empty_address(&net).await;
     net.crash(dead.ip());
     let remote = remote_of(&a);
-    let rules = a.limiter().rules();
-    let (_, rule) = rules.get("r").unwrap();
+    let rule = &rule_r(&a);
     let key = (0..)
         .map(|i| format!("untaken-{i}"))
         .find(|k| a.ring().owner_id(k) == Some("a"))
@@ -211,6 +213,13 @@ async fn taken_by_d_while_asking(c: &Cluster, with_d: Ring) {
     remote_of(c).routing.install(Arc::new(with_d));
 }
 
+/// The check of `key` was counted at `c`, as a stray for the next sweep
+/// to carry to the key's owner now.
+fn counted_at_c_as_a_stray(c: &Cluster, key: &str) {
+    assert_eq!(c.limiter().remaining("r", key), Some(4), "counted at c");
+    assert_eq!(c.stats().strays, 1, "to be swept to d");
+}
+
 /// Guard: a gateway's own check of a key its ring gave it, decided here
 /// after asking the key's previous owner went unanswered, is a stray when
 /// a ring change during the asking moved the key on: that change's sweep
@@ -222,16 +231,14 @@ async fn a_check_whose_key_moved_on_while_its_previous_owner_was_asked_is_a_stra
     let net = MemoryNet::new();
     let (nodes, key, with_d) = a_joiner_asking_back(&net).await;
     let c = &nodes[2];
-    let rules = c.limiter().rules();
-    let (_, rule) = rules.get("r").unwrap();
+    let rule = &rule_r(c);
     let (decided, ()) = tokio::join!(
         remote_of(c).decide_owned(rule, &key, 1, false),
         taken_by_d_while_asking(c, with_d)
     );
     let (d, via) = decided.expect("c is not leaving").unwrap();
     assert!(d.allowed && matches!(via, Via::Local), "{d:?} via {via:?}");
-    assert_eq!(c.limiter().remaining("r", &key), Some(4), "counted at c");
-    assert_eq!(c.stats().strays, 1, "to be swept to d");
+    counted_at_c_as_a_stray(c, &key);
 }
 
 /// Guard: the same for an op a peer sent c as the key's owner.
@@ -240,8 +247,7 @@ async fn an_op_whose_key_moved_on_while_its_previous_owner_was_asked_is_a_stray(
     let net = MemoryNet::new();
     let (nodes, key, with_d) = a_joiner_asking_back(&net).await;
     let c = &nodes[2];
-    let rules = c.limiter().rules();
-    let (_, rule) = rules.get("r").unwrap();
+    let rule = &rule_r(c);
     let req = DecideRequest {
         ops: vec![wire::consume(rule, &key, 1, false)],
         rules_version: 0,
@@ -257,6 +263,5 @@ async fn an_op_whose_key_moved_on_while_its_previous_owner_was_asked_is_a_stray(
         Answer::Decided(d) => assert!(d.allowed, "{d:?}"),
         other => panic!("decided: {other:?}"),
     }
-    assert_eq!(c.limiter().remaining("r", &key), Some(4), "counted at c");
-    assert_eq!(c.stats().strays, 1, "to be swept to d");
+    counted_at_c_as_a_stray(c, &key);
 }
