@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use weir_core::Limiter;
-use weir_proto::weir::v1::ReplicateRequest;
+use weir_core::{Limiter, Nanos};
+use weir_proto::weir::v1::{CounterState, ReplicateRequest};
 
 use crate::link::Link;
-use crate::owner::replicate::Replicator;
+use crate::owner::replicate::{Key, Replicator};
 use crate::stats::{bump, Stats};
 use crate::strategy::Strategy;
 use crate::topology::membership::{MemberView, Membership, NodeIdentity};
@@ -155,11 +155,23 @@ const REPLICATE_BACKOFF: Duration = Duration::from_millis(50);
 /// most this much to the replication lag (docs/performance.md, "Two
 /// copies against one", for what two copies cost).
 const REPLICATE_LINGER: Duration = Duration::from_millis(1);
+/// Most keys one replication round takes; the rest wait for the next
+/// round, which follows at once. A ring change marks every counter a node
+/// owns (a million, say), and a round reads each state on a worker that
+/// also answers checks: taken whole, a million counters made one call far
+/// over the peer message ceiling, refused at every retry, so no counter
+/// was copied again, and each retry read them all anew.
+const REPLICATE_KEYS_PER_ROUND: usize = 4096;
+/// Bytes of counter state per Replicate call: a round's keys for one
+/// holder go in as many calls as they fill (a sliding log's state holds
+/// up to its limit's timestamps).
+const REPLICATE_CHUNK_BYTES: usize = 1 << 20;
 
 /// Copies the counters this node owns to their replica holders as they
-/// change. One call per holder at a time: changes made while a call is in
-/// flight ride the next one, so the batches grow with the load and the lag
-/// stays about one round trip.
+/// change. One round at a time, of one call per holder unless its states
+/// fill more: changes made while a round is in flight ride the next one,
+/// so the batches grow with the load and the lag stays about one round
+/// trip.
 pub async fn replicate(
     replicator: Arc<Replicator>,
     limiter: Arc<Limiter>,
@@ -175,7 +187,7 @@ pub async fn replicate(
             return;
         };
         tokio::time::sleep(REPLICATE_LINGER).await;
-        let changed = replicator.take();
+        let changed = replicator.take(REPLICATE_KEYS_PER_ROUND);
         if changed.is_empty() {
             continue;
         }
@@ -199,21 +211,24 @@ pub async fn replicate(
         replicator.copied(no_copy);
         // Read before any state: a charge applied by then is in every state.
         let at = limiter.now();
-        let calls = by_holder.into_iter().map(|(holder, keys)| {
-            let states = keys
-                .iter()
-                .filter_map(|((rule, key), _)| limiter.snapshot(rule, key))
-                .filter_map(|s| wire::snapshot_to_wire(&s))
-                .collect();
-            let req = ReplicateRequest {
-                from_node: me.to_string(),
-                states,
-                boot,
-                at,
-            };
-            let call = link.replicate(&holder, req, REPLICATE_DEADLINE);
-            async move { (call.await.is_ok(), keys) }
-        });
+        let mut calls = Vec::new();
+        for (holder, keys) in by_holder {
+            for (keys, states) in chunked(&limiter, keys, REPLICATE_CHUNK_BYTES) {
+                if states.is_empty() {
+                    // Gone since they were marked: nothing to copy.
+                    replicator.copied(keys.len());
+                    continue;
+                }
+                let req = ReplicateRequest {
+                    from_node: me.to_string(),
+                    states,
+                    boot,
+                    at,
+                };
+                let call = link.replicate(&holder, req, REPLICATE_DEADLINE);
+                calls.push(async move { (call.await.is_ok(), keys) });
+            }
+        }
         let mut failed = false;
         for (ok, keys) in futures::future::join_all(calls).await {
             if ok {
@@ -235,6 +250,35 @@ pub async fn replicate(
             tokio::time::sleep(REPLICATE_BACKOFF).await;
         }
     }
+}
+
+/// Keys taken for a copy, each with when it first changed, and the
+/// states of those that still have one: one Replicate call.
+type Run = (Vec<(Key, Nanos)>, Vec<CounterState>);
+
+/// The states of `keys`, read now, in runs of at most `max_bytes` (a
+/// state larger than that alone), each with the keys it copies: a key
+/// with no state any more rides with the run it falls in.
+fn chunked(limiter: &Limiter, keys: Vec<(Key, Nanos)>, max_bytes: usize) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let (mut run, mut states, mut bytes) = (Vec::new(), Vec::new(), 0);
+    for (key, since) in keys {
+        let snapshot = limiter.snapshot(&key.0, &key.1);
+        if let Some(state) = snapshot.as_ref().and_then(wire::snapshot_to_wire) {
+            let size = state.state.len() + state.key.len() + state.rule.len();
+            if bytes + size > max_bytes && !states.is_empty() {
+                runs.push((std::mem::take(&mut run), std::mem::take(&mut states)));
+                bytes = 0;
+            }
+            bytes += size;
+            states.push(state);
+        }
+        run.push((key, since));
+    }
+    if !run.is_empty() {
+        runs.push((run, states));
+    }
+    runs
 }
 
 /// Region rounds: every `round`, this node's reports to each home region

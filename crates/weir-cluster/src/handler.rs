@@ -85,6 +85,7 @@ impl PeerHandler {
         }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
+        let replicator = self.owner.replicator.clone();
         let (counters, from, boot, at) = (req.counters, req.from_node.clone(), req.boot, req.at);
         let absorbed = handoff::sweep(n, move || {
             let from = Sender {
@@ -92,7 +93,7 @@ impl PeerHandler {
                 boot,
                 at,
             };
-            handoff::absorb(&limiter, &replicas, &from, counters)
+            handoff::absorb(&limiter, &replicas, &replicator, &from, counters)
         })
         .await
         .unwrap_or_default();

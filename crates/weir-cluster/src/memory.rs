@@ -27,6 +27,7 @@ use crate::cluster::{Cluster, ClusterError, Transport};
 use crate::config::ClusterConfig;
 use crate::handler::PeerHandler;
 use crate::link::{Link, PeerFailure};
+use crate::net::grpc::MAX_PEER_MESSAGE;
 use crate::topology::membership::{Datagrams, NodeIdentity};
 use crate::topology::seeds::SeedResolver;
 
@@ -51,6 +52,10 @@ struct State {
     slow_answers: HashMap<IpAddr, Duration>,
     /// Hosts that hear no gossip, while their peer calls pass.
     deaf: HashSet<IpAddr>,
+    /// The most counters one Replicate call has carried.
+    largest_replicate: usize,
+    /// The largest peer request delivered; larger ones are refused.
+    ceiling: usize,
     latency: Duration,
     loss: f64,
     hosts: u32,
@@ -98,7 +103,11 @@ impl MemoryNet {
             state: Arc::default(),
             clock: Arc::new(VirtualClock::new()),
         };
-        net.state.lock().latency = Duration::from_micros(100);
+        {
+            let mut s = net.state.lock();
+            s.latency = Duration::from_micros(100);
+            s.ceiling = MAX_PEER_MESSAGE;
+        }
         net
     }
 
@@ -273,6 +282,18 @@ impl MemoryNet {
         self.state.lock().slow_answers.insert(host, extra);
     }
 
+    /// Peer requests over `bytes` are refused from now on, as the real
+    /// transports refuse those over [`MAX_PEER_MESSAGE`] (the default):
+    /// a test's few thousand counters stand for a node's million.
+    pub fn set_message_ceiling(&self, bytes: usize) {
+        self.state.lock().ceiling = bytes;
+    }
+
+    /// The most counters one Replicate call has carried so far.
+    pub fn largest_replicate_call(&self) -> usize {
+        self.state.lock().largest_replicate
+    }
+
     /// The one-way latency of every delivery.
     pub fn set_latency(&self, latency: Duration) {
         self.state.lock().latency = latency;
@@ -397,6 +418,18 @@ impl Datagrams for MemorySocket {
     }
 }
 
+/// Refuses a request the real transports would: one over the peer
+/// message ceiling.
+fn within_ceiling(req: &impl prost::Message, ceiling: usize) -> Result<(), PeerFailure> {
+    let len = req.encoded_len();
+    if len > ceiling {
+        return Err(PeerFailure::Refused(format!(
+            "a message of {len} bytes is over the {ceiling}-byte limit"
+        )));
+    }
+    Ok(())
+}
+
 struct MemoryLink {
     net: MemoryNet,
     from: IpAddr,
@@ -477,6 +510,10 @@ impl Link for MemoryLink {
         req: HandoffRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<HandoffResponse, PeerFailure>> {
+        let ceiling = self.net.state.lock().ceiling;
+        if let Err(too_large) = within_ceiling(&req, ceiling) {
+            return Box::pin(async move { Err(too_large) });
+        }
         let fault = self.net.state.lock().handoffs.get(&to.grpc.ip()).copied();
         self.call(to, deadline, move |h| async move {
             match fault {
@@ -539,6 +576,14 @@ impl Link for MemoryLink {
         req: ReplicateRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<ReplicateResponse, PeerFailure>> {
+        let ceiling = {
+            let mut s = self.net.state.lock();
+            s.largest_replicate = s.largest_replicate.max(req.states.len());
+            s.ceiling
+        };
+        if let Err(too_large) = within_ceiling(&req, ceiling) {
+            return Box::pin(async move { Err(too_large) });
+        }
         self.call(to, deadline, |h| async move { Ok(h.replicate(req)) })
     }
 

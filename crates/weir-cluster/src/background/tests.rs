@@ -1,10 +1,10 @@
-//! The order in which a member follows a new view.
+//! The order in which a member follows a new view, and how a replication round's copies are cut into calls.
 
 use std::net::SocketAddr;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use weir_core::{CheckRequest, LimiterConfig, RuleSet, SystemClock, Verdict};
+use weir_core::{CheckRequest, FakeClock, LimiterConfig, RuleSet, SystemClock, Verdict};
 
 use super::*;
 use crate::memory::MemoryNet;
@@ -95,4 +95,48 @@ async fn the_strategy_prepares_for_a_ring_before_checks_are_routed_by_it() {
     }
     following.abort();
     assert_eq!(*recorder.seen.lock(), [("before", 2), ("on", 1)]);
+}
+
+/// Guard: a round's states go in runs of at most the given bytes, a
+/// state larger than that alone, and every key in exactly one run, in
+/// order; a key with no state any more rides with the run it falls in.
+/// In one run, a round over a large store made one call over the peer
+/// message ceiling.
+#[test]
+fn a_rounds_states_are_cut_into_runs_under_the_byte_bound() {
+    let rules = RuleSet::from_toml(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"60s\"\n",
+    )
+    .unwrap();
+    let clock = Arc::new(FakeClock::at_secs(1000.0));
+    let limiter = Limiter::new(rules, clock, LimiterConfig::default());
+    let rule: Arc<str> = "r".into();
+    let mut keys = Vec::new();
+    for i in 0..50 {
+        let key = format!("key-{i}");
+        // Every tenth key was dropped since it was marked.
+        if i % 10 != 3 {
+            limiter.consume("r", &key, 1, limiter.now()).unwrap();
+        }
+        keys.push(((rule.clone(), key.as_str().into()), i as Nanos));
+    }
+    let one = wire::snapshot_to_wire(&limiter.snapshot("r", "key-10").unwrap()).unwrap();
+    let size = one.state.len() + one.key.len() + one.rule.len();
+    let bound = size * 4;
+    let runs = chunked(&limiter, keys.clone(), bound);
+    assert_eq!(runs.len(), 12, "45 states, 4 a run");
+    for (run, states) in &runs {
+        let bytes: usize = states
+            .iter()
+            .map(|s| s.state.len() + s.key.len() + s.rule.len())
+            .sum();
+        assert!(bytes <= bound, "{bytes} bytes in a run");
+        assert!(run.len() >= states.len());
+    }
+    let all: Vec<_> = runs.iter().flat_map(|(run, _)| run.clone()).collect();
+    assert_eq!(all, keys, "every key once, in order");
+    let states: usize = runs.iter().map(|(_, s)| s.len()).sum();
+    assert_eq!(states, 45);
+    let whole = chunked(&limiter, keys, size / 2);
+    assert_eq!(whole.len(), 45, "a state over the bound goes alone");
 }

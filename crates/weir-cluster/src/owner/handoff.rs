@@ -17,6 +17,7 @@ use weir_proto::weir::v1::{CounterState, HandoffRequest};
 use super::local::Local;
 use super::moves::{counter_id, CounterId, Landing, Move, Moves};
 use super::replica::{Replicas, Sender};
+use super::replicate::Replicator;
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::arrivals;
@@ -69,11 +70,13 @@ pub struct Absorbed {
 pub fn absorb(
     limiter: &Limiter,
     replicas: &Replicas,
+    replicator: &Replicator,
     from: &Sender,
     counters: Vec<CounterState>,
 ) -> Absorbed {
     let mut out = Absorbed::default();
     replicas.handoff_from(from);
+    let (rules, now) = (limiter.rules(), limiter.now());
     for c in counters {
         let Some(snap) = wire::snapshot_from_wire(c) else {
             out.refused += 1;
@@ -83,7 +86,17 @@ pub fn absorb(
         let taken = if snap.carried.is_some() {
             limiter.absorb(snap)
         } else {
-            replicas.handed_over(limiter, snap, from)
+            // Copied to this node's holder of it, as if it changed here:
+            // the sender, often that holder, keeps no copy of a counter it
+            // handed over, so none was left anywhere until the key's next
+            // check, and a crash before it lost the key's count.
+            let name = rules.get(&snap.rule).map(|(_, r)| r.name.clone());
+            let key = name.map(|name| (name, snap.hash_part.clone()));
+            let taken = replicas.handed_over(limiter, snap, from);
+            if let (Ok(()), Some((name, key))) = (&taken, key) {
+                replicator.mark(&name, &key, now);
+            }
+            taken
         };
         match taken {
             Ok(()) => out.accepted += 1,

@@ -14,7 +14,8 @@ use dashmap::DashMap;
 use tokio::sync::Notify;
 use weir_core::Nanos;
 
-type Key = (Arc<str>, CompactString);
+/// A counter: its rule's name and its hash part.
+pub type Key = (Arc<str>, CompactString);
 
 pub struct Replicator {
     /// Off when each counter has one copy (`--replicas 1`).
@@ -73,10 +74,16 @@ impl Replicator {
         }
     }
 
-    /// Takes every marked key with the time it first changed; they count
-    /// as in flight until [`Replicator::copied`] or [`Replicator::retry`].
-    pub fn take(&self) -> Vec<(Key, Nanos)> {
-        let keys: Vec<Key> = self.dirty.iter().map(|e| e.key().clone()).collect();
+    /// Takes up to `max` marked keys with the time each first changed;
+    /// they count as in flight until [`Replicator::copied`] or
+    /// [`Replicator::retry`]. The rest stay marked for the next round.
+    pub fn take(&self, max: usize) -> Vec<(Key, Nanos)> {
+        let keys: Vec<Key> = self
+            .dirty
+            .iter()
+            .take(max)
+            .map(|e| e.key().clone())
+            .collect();
         keys.into_iter()
             .filter_map(|k| {
                 // In flight before it leaves the marked set, so that
@@ -156,7 +163,7 @@ mod tests {
                 r.wake.notified().now_or_never().is_none(),
                 "the second change of a marked key left no wake-up behind"
             );
-            assert_eq!(r.take(), [((rule.clone(), "k".into()), round)]);
+            assert_eq!(r.take(10), [((rule.clone(), "k".into()), round)]);
             r.copied(1);
         }
     }
@@ -168,7 +175,7 @@ mod tests {
         r.mark(&rule, "k", 5);
         r.mark(&rule, "k", 9);
         r.mark(&rule, "j", 7);
-        let mut taken = r.take();
+        let mut taken = r.take(10);
         taken.sort();
         assert_eq!(taken.len(), 2);
         assert_eq!(taken[1], ((rule.clone(), "k".into()), 5));
@@ -176,11 +183,39 @@ mod tests {
         r.copied(1);
         r.retry(vec![((rule.clone(), "k".into()), 5)]);
         assert_eq!(r.pending(), 1);
-        assert_eq!(r.take(), [((rule, "k".into()), 5)]);
+        assert_eq!(r.take(10), [((rule, "k".into()), 5)]);
         r.copied(1);
         assert_eq!(r.pending(), 0);
         let off = Replicator::new(false);
         off.mark(&"r".into(), "k", 1);
         assert_eq!(off.pending(), 0, "one copy: nothing to stream");
+    }
+
+    /// Guard: a round takes at most its share of the marked keys and
+    /// leaves the rest marked, so the loop comes straight back for them.
+    /// Taken whole, a ring change's marks (every counter a node owns)
+    /// made one call over the peer message ceiling.
+    #[tokio::test]
+    async fn a_round_takes_at_most_its_share_and_leaves_the_rest_marked() {
+        let r = Replicator::new(true);
+        let rule: Arc<str> = "r".into();
+        for i in 0..10 {
+            r.mark(&rule, &format!("k{i}"), i);
+        }
+        let mut taken = Vec::new();
+        for expected in [4, 4, 2] {
+            let wait = std::time::Duration::from_secs(5);
+            tokio::time::timeout(wait, r.changed())
+                .await
+                .expect("marks remain: the loop is not put to sleep");
+            let round = r.take(4);
+            assert_eq!(round.len(), expected);
+            r.copied(round.len());
+            taken.extend(round);
+        }
+        taken.sort();
+        taken.dedup();
+        assert_eq!(taken.len(), 10, "every key once");
+        assert_eq!(r.pending(), 0);
     }
 }

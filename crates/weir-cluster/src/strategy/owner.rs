@@ -9,7 +9,7 @@ use weir_core::{CheckError, CheckRequest, CounterSnapshot, Limiter, Placed, Rule
 
 use super::{Decided, Strategy};
 use crate::owner::gateway::Gateway;
-use crate::owner::handoff::Handoff;
+use crate::owner::handoff::{sweep, Handoff};
 use crate::owner::local::Local;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
@@ -84,11 +84,20 @@ impl OwnerStrategy {
             self.handoff.hand_to_owners(orphans).await;
         }
         if self.replicator.is_on() {
-            let me = self.gateway.remote().me();
-            let now = self.limiter().now();
-            for (rule, key) in self.limiter().keys_where(|k| ring.owner_id(k) == Some(me)) {
-                self.replicator.mark(&rule, &key, now);
-            }
+            let me = self.gateway.remote().me().to_string();
+            let limiter = self.limiter().clone();
+            let now = limiter.now();
+            let replicator = self.replicator.clone();
+            let ring = ring.clone();
+            // Every counter this node holds is read: a large store goes to
+            // the blocking pool, as a sweep does, off the workers that
+            // answer checks and gossip.
+            sweep(limiter.keys(), move || {
+                for (rule, key) in limiter.keys_where(|k| ring.owner_id(k) == Some(&me)) {
+                    replicator.mark(&rule, &key, now);
+                }
+            })
+            .await;
         }
     }
 }

@@ -22,10 +22,20 @@ fn a_handed_over_counter_keeps_its_spent_budget() {
     // The new owner already admitted one on a fresh counter.
     assert!(new.consume("r", "k", 1, new.now()).unwrap().allowed);
     let copies = Replicas::new(&new);
+    let replicator = Replicator::new(true);
     assert_eq!(
-        absorb(&new, &copies, &sender("old", 1, &new), sent(&old)).accepted,
+        absorb(
+            &new,
+            &copies,
+            &replicator,
+            &sender("old", 1, &new),
+            sent(&old)
+        )
+        .accepted,
         1
     );
+    // Its sender keeps no copy of it: it is copied from here.
+    assert_eq!(replicator.pending(), 1, "marked for its holder's copy");
     let d = new.consume("r", "k", 1, new.now()).unwrap();
     assert!(d.allowed);
     assert_eq!(d.remaining, 0, "3 + 1 + this one = 5");
@@ -46,6 +56,7 @@ fn counters_of_unknown_rules_and_garbage_are_dropped() {
         absorb(
             &l,
             &Replicas::new(&l),
+            &Replicator::new(true),
             &sender("peer", 1, &l),
             vec![garbage]
         ),
@@ -186,7 +197,14 @@ impl Scene {
         let counters = sent(&self.owner);
         let from = sender(OWNER, boot, &self.owner);
         assert_eq!(
-            absorb(&self.main, &self.copies, &from, counters).accepted,
+            absorb(
+                &self.main,
+                &self.copies,
+                &Replicator::new(true),
+                &from,
+                counters
+            )
+            .accepted,
             1
         );
     }
