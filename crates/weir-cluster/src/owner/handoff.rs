@@ -192,7 +192,7 @@ impl Handoff {
     /// whose first handoff failed never had its old process's count.
     pub async fn hand_to_owners(&self, snaps: Vec<CounterSnapshot>) {
         let ring = self.routing.ring();
-        let undelivered = self.hand_over(snaps, &ring).await.undelivered;
+        let undelivered = self.hand_over(snaps, &ring, None).await.undelivered;
         if undelivered.is_empty() {
             return;
         }
@@ -284,7 +284,7 @@ impl Handoff {
         let Handed {
             delivered,
             undelivered,
-        } = self.hand_over(copies, ring).await;
+        } = self.hand_over(copies, ring, None).await;
         let moved = delivered.len();
         // A key an earlier sweep kept is with its owner now: checks asked
         // or sent here for it go there.
@@ -404,10 +404,13 @@ impl Handoff {
         let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
-        let lost = match tokio::time::timeout_at(give_up, self.hand_over(snaps, &after)).await {
-            Ok(handed) => handed.undelivered.len() as u64,
-            Err(_) => n,
-        };
+        // Each call waits no later than `give_up`, and none starts after
+        // it: what was delivered by then is with its owner, not lost.
+        // Cut off whole at `give_up`, a leave over half a million
+        // counters (more than three seconds' handing over here) counted
+        // every one of them lost, delivered or not.
+        let handed = self.hand_over(snaps, &after, Some(give_up)).await;
+        let lost = handed.undelivered.len() as u64;
         bump(&self.stats.keys_lost, lost);
         self.local.handed_over();
         tracing::info!(counters = n, lost, "handed every counter over");
@@ -417,8 +420,14 @@ impl Handoff {
     /// Sends every snapshot to its owner on `ring`, each as its owner gets
     /// it ([`Replicas::hand_back`]), encoded a chunk at a time: the
     /// snapshots themselves are moved, never copied, so a large handoff
-    /// holds them once.
-    async fn hand_over(&self, snaps: Vec<CounterSnapshot>, ring: &Ring) -> Handed {
+    /// holds them once. With `until`, no call waits past it and none
+    /// starts after it: the rest stay undelivered.
+    async fn hand_over(
+        &self,
+        snaps: Vec<CounterSnapshot>,
+        ring: &Ring,
+        until: Option<tokio::time::Instant>,
+    ) -> Handed {
         let me = self.routing.me();
         let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
         let mut handed = Handed::default();
@@ -430,7 +439,7 @@ impl Handoff {
         }
         let sends = by_owner
             .into_iter()
-            .map(|(owner, snaps)| async move { self.send_to(owner, snaps).await });
+            .map(|(owner, snaps)| async move { self.send_to(owner, snaps, until).await });
         for sent in futures::future::join_all(sends).await {
             handed.delivered.extend(sent.delivered);
             handed.undelivered.extend(sent.undelivered);
@@ -438,8 +447,14 @@ impl Handoff {
         handed
     }
 
-    /// Sends `snaps` to one owner in chunks.
-    async fn send_to(&self, owner: &NodeIdentity, snaps: Vec<CounterSnapshot>) -> Handed {
+    /// Sends `snaps` to one owner in chunks, each call given until
+    /// `until` at most.
+    async fn send_to(
+        &self,
+        owner: &NodeIdentity,
+        snaps: Vec<CounterSnapshot>,
+        until: Option<tokio::time::Instant>,
+    ) -> Handed {
         let mut handed = Handed::default();
         let mut chunk: Vec<(CounterSnapshot, CounterState)> = Vec::new();
         let mut bytes = 0;
@@ -463,6 +478,13 @@ impl Handoff {
             if counters.is_empty() {
                 continue;
             }
+            let left = until.map(|t| t.saturating_duration_since(tokio::time::Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                handed.undelivered.extend(originals);
+                handed.undelivered.extend(snaps);
+                break;
+            }
+            let deadline = left.map_or(HANDOFF_DEADLINE, |left| left.min(HANDOFF_DEADLINE));
             let n = counters.len() as u64;
             let req = HandoffRequest {
                 counters,
@@ -474,7 +496,7 @@ impl Handoff {
                 swept: false,
             };
             let encoded = req.encoded_len() as u64;
-            match self.link.handoff(owner, req, HANDOFF_DEADLINE).await {
+            match self.link.handoff(owner, req, deadline).await {
                 Ok(_) => {
                     bump(&self.stats.handoffs_sent, 1);
                     bump(&self.stats.handoff_bytes, encoded);
