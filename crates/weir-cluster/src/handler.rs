@@ -83,6 +83,9 @@ impl PeerHandler {
             self.owner.routing.arrivals().arrived(&req.from_node);
             return Ok(HandoffResponse::default());
         }
+        if !req.swept {
+            self.owner.routing.arrivals().heard_from(&req.from_node);
+        }
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let replicator = self.owner.replicator.clone();

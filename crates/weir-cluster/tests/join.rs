@@ -362,6 +362,44 @@ async fn once_the_old_owners_say_their_sweeps_are_over_the_joiner_decides_alone(
     drop(net);
 }
 
+/// Guard: a joiner keeps asking an old owner whose sweep is still coming
+/// after the five-second wait: each of its handoff calls starts the wait
+/// again. Here node-1 holds enough counters for several calls to node-3,
+/// each held 1.9 s on its way, so its sweep runs past the wait. Ended at
+/// five seconds, the keys of the calls still to come were decided by the
+/// joiner on nothing until their counts arrived.
+#[tokio::test(start_paused = true)]
+async fn a_joiner_waits_out_a_sweep_longer_than_the_wait() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let limiter = nodes[0].engine.limiter();
+    for i in 0..MANY {
+        let key = format!("many-{i}");
+        limiter
+            .consume("per-client", &key, 1, limiter.now())
+            .unwrap();
+    }
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
+    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1900));
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    tokio::time::sleep(arrivals::WAIT + Duration::from_millis(100)).await;
+    let stats = joiner.cluster.stats();
+    assert!(stats.handoffs_received >= 2, "{stats:?}");
+    assert!(
+        joiner.cluster.awaiting().contains(&"node-1".to_string()),
+        "node-1's sweep is still coming after {} calls",
+        stats.handoffs_received
+    );
+    drop(net);
+}
+
+/// Counters node-1 holds in [`a_joiner_waits_out_a_sweep_longer_than_the_wait`]:
+/// node-3's share of them fills more than two handoff calls (about a
+/// megabyte each), so the third lands after the wait.
+const MANY: usize = 300_000;
+
 /// Guard: a member asked about a key that its ring gives another member
 /// it does not send ops to (here one it suspects), and that it did not
 /// just hand over, says it is not the previous owner, and the asker

@@ -89,6 +89,20 @@ impl Arrivals {
         }
     }
 
+    /// `from`, still waited for, handed this node counters without saying
+    /// its sweep is over: the wait starts again from now, so a sweep that
+    /// takes longer than [`WAIT`] (a million counters, several seconds)
+    /// is waited out while its calls keep coming. Ended at [`WAIT`] from
+    /// the join, the keys of its last calls were decided here on nothing
+    /// until their counts arrived.
+    pub fn heard_from(&self, from: &str) {
+        let now = Instant::now();
+        let mut w = self.current();
+        for (_, since) in w.awaited.iter_mut().filter(|(id, _)| id == from) {
+            *since = now;
+        }
+    }
+
     /// `from` cannot be heard from (an op asked of it got no answer in the
     /// late window, or could not be sent): asked no more. A member this
     /// node's SWIM does not suspect can still be cut off from it alone.

@@ -105,6 +105,29 @@ async fn a_member_is_asked_for_the_wait_at_most() {
     assert!(arrivals.asks(&both, &key).is_none(), "after it");
 }
 
+/// Guard: each handoff call from a member still waited for starts the
+/// wait again, so a sweep longer than [`WAIT`] is waited out; once its
+/// calls stop, the wait ends [`WAIT`] after the last.
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_sweep_is_still_coming_is_asked_past_the_wait() {
+    let (arrivals, _, both, key) = waiting();
+    tokio::time::sleep(WAIT - Duration::from_secs(1)).await;
+    arrivals.heard_from("node-1");
+    arrivals.heard_from("node-2");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(arrivals.asks(&both, &key).is_some(), "its sweep still came");
+    tokio::time::sleep(WAIT - Duration::from_secs(2)).await;
+    assert!(
+        arrivals.asks(&both, &key).is_none(),
+        "a wait after its last call"
+    );
+    arrivals.heard_from("node-1");
+    assert!(
+        arrivals.asks(&both, &key).is_none(),
+        "an ended wait stays ended"
+    );
+}
+
 /// Guard: a member that leaves the ring is no longer waited for (a
 /// leaving member hands its counters over before it goes).
 #[tokio::test(start_paused = true)]
