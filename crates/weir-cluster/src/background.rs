@@ -39,7 +39,7 @@ pub async fn follow_view(
         let ring = Arc::new(ring);
         // Before the ring is routed by: a dead owner's copies become this
         // node's counters first, so no check finds a key it now owns empty.
-        strategy.before_ring(&ring);
+        strategy.before_ring(&ring).await;
         let old = routing.install(ring.clone());
         let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
         tracing::info!(epoch = view.epoch, members = ?ids, "ring rebuilt");

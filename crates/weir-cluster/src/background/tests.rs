@@ -29,9 +29,10 @@ impl Strategy for Recorder {
         unreachable!("no check is sent")
     }
 
-    fn before_ring(&self, _: &Arc<Ring>) {
+    fn before_ring<'a>(&'a self, _: &'a Arc<Ring>) -> BoxFuture<'a, ()> {
         let routed = self.routing.routing_ring().len();
         self.seen.lock().push(("before", routed));
+        Box::pin(async {})
     }
 
     fn on_ring<'a>(&'a self, _: &'a Ring, _: &'a Ring) -> BoxFuture<'a, ()> {

@@ -70,7 +70,9 @@ pub trait Strategy: Send + Sync + 'static {
 
     /// The live members are about to change to `ring`: what must be in
     /// place before a check is routed by it.
-    fn before_ring(&self, _ring: &std::sync::Arc<Ring>) {}
+    fn before_ring<'a>(&'a self, _ring: &'a std::sync::Arc<Ring>) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 
     /// The live members changed from `old` to `ring`.
     fn on_ring<'a>(&'a self, _old: &'a Ring, _ring: &'a Ring) -> BoxFuture<'a, ()> {

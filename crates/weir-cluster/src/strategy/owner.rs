@@ -204,18 +204,31 @@ impl Strategy for OwnerStrategy {
     /// The change is recorded as taking keys from here (`Moves::begin`)
     /// before it too, so that no check a peer sends here for one of them
     /// is decided on the count that is about to leave.
-    fn before_ring(&self, ring: &Arc<Ring>) {
+    ///
+    /// Every copy held is looked at (half a million took 0.6 s here, 1.7 s
+    /// when each was promoted): many go to the blocking pool, off the
+    /// workers that answer checks and gossip.
+    fn before_ring<'a>(&'a self, ring: &'a Arc<Ring>) -> BoxFuture<'a, ()> {
         let routing = &self.gateway.remote().routing;
         self.handoff.moves().begin(routing.ring(), ring.clone());
-        let me = self.gateway.remote().me();
-        let (promoted, orphans) = self.replicas.on_ring(ring, me, self.limiter());
-        if promoted > 0 {
-            tracing::info!(
-                counters = promoted,
-                "took over a lost owner's counters from their copies"
-            );
-        }
-        self.orphans.lock().extend(orphans);
+        let me = self.gateway.remote().me().to_string();
+        let (replicas, limiter, ring) =
+            (self.replicas.clone(), self.limiter().clone(), ring.clone());
+        Box::pin(async move {
+            let held = replicas.len();
+            let copies = sweep(held, move || replicas.on_ring(&ring, &me, &limiter)).await;
+            let Some((promoted, orphans)) = copies else {
+                tracing::error!(copies = held, "the copies' pass for a new ring failed");
+                return;
+            };
+            if promoted > 0 {
+                tracing::info!(
+                    counters = promoted,
+                    "took over a lost owner's counters from their copies"
+                );
+            }
+            self.orphans.lock().extend(orphans);
+        })
     }
 
     fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
