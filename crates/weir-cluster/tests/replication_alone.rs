@@ -4,24 +4,16 @@ mod common;
 
 use common::*;
 
-const RULES: &str = r#"
-[[rule]]
-name = "r"
-algorithm = "fixed_window"
-limit = 1000
-window = "60s"
-"#;
-
 // One thread: nothing runs between a check and the reading of the pending
 // count, so the replication loop cannot take a mark before it is counted.
 #[tokio::test]
 async fn a_lone_member_marks_nothing_and_marks_again_once_joined() {
-    let lone = cluster(1, RULES, |_| {}).await;
+    let lone = cluster(1, ROOMY_RULES, |_| {}).await;
     lone[0].check("k").await.expect("a verdict");
     assert_eq!(lone[0].cluster.stats().replication_pending, 0);
 
     // node-1 starts alone here too, then node-2 joins it.
-    let two = cluster(2, RULES, |_| {}).await;
+    let two = cluster(2, ROOMY_RULES, |_| {}).await;
     let key = key_owned_by(&two[0], "node-1", "mine");
     two[0].check(&key).await.expect("a verdict");
     assert_eq!(

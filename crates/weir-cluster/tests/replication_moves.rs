@@ -6,14 +6,6 @@ use std::time::Duration;
 
 use common::*;
 
-const RULES: &str = r#"
-[[rule]]
-name = "r"
-algorithm = "fixed_window"
-limit = 1000
-window = "60s"
-"#;
-
 /// Counters node-1 holds before node-2 joins it.
 const KEYS: usize = 200_000;
 
@@ -25,7 +17,7 @@ const KEYS: usize = 200_000;
 /// 16 MiB), refused at every retry, and no counter was copied again.
 #[tokio::test(start_paused = true)]
 async fn a_join_over_more_counters_than_one_message_holds_copies_them_all() {
-    let (net, mut nodes) = paused_members(1, RULES, |_| {}).await;
+    let (net, mut nodes) = paused_members(1, ROOMY_RULES, |_| {}).await;
     net.set_message_ceiling(2 << 20);
     let first = &nodes[0];
     let limiter = first.engine.limiter();
@@ -37,7 +29,7 @@ async fn a_join_over_more_counters_than_one_message_holds_copies_them_all() {
                 .allowed
         );
     }
-    let joiner = TestNode::start_in(&net, "node-2", &[first.gossip()], RULES, defaults).await;
+    let joiner = TestNode::start_in(&net, "node-2", &[first.gossip()], ROOMY_RULES, defaults).await;
     nodes.push(joiner);
     wait_until("node-1 has handed node-2 its keys", || {
         nodes[1].engine.limiter().keys() > 0 && nodes[0].engine.limiter().keys() < KEYS
@@ -82,7 +74,7 @@ const SPENT: u64 = 7;
 /// over, with its whole limit.
 #[tokio::test(start_paused = true)]
 async fn counters_a_joiner_took_over_outlive_its_crash() {
-    let (net, mut nodes) = paused_members(1, RULES, |_| {}).await;
+    let (net, mut nodes) = paused_members(1, ROOMY_RULES, |_| {}).await;
     let limiter = nodes[0].engine.limiter().clone();
     let keys: Vec<String> = (0..200).map(|i| format!("k-{i}")).collect();
     for key in &keys {
@@ -90,7 +82,8 @@ async fn counters_a_joiner_took_over_outlive_its_crash() {
             assert!(limiter.consume("r", key, 1, limiter.now()).unwrap().allowed);
         }
     }
-    let joiner = TestNode::start_in(&net, "node-2", &[nodes[0].gossip()], RULES, defaults).await;
+    let joiner =
+        TestNode::start_in(&net, "node-2", &[nodes[0].gossip()], ROOMY_RULES, defaults).await;
     // The handoff lands after the joiner's own ring took node-1 in, as
     // it does between processes: the joiner's ring change marked what it
     // held then (nothing).

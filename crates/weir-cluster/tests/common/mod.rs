@@ -29,6 +29,16 @@ window = "60s"
 "#;
 pub const LIMIT: usize = 20;
 
+/// One limit of 1000 per 60 s (fixed window): room for every check a
+/// replication test sends.
+pub const ROOMY_RULES: &str = r#"
+[[rule]]
+name = "r"
+algorithm = "fixed_window"
+limit = 1000
+window = "60s"
+"#;
+
 /// Longest any awaited condition may take. A passing condition returns at
 /// once; this is only how long a failing test hangs.
 pub const DEADLINE: Duration = Duration::from_secs(20);
