@@ -23,6 +23,7 @@ use weir_core::{
 };
 
 use super::deny_cache::DenyCache;
+use super::handoff::sweep;
 use super::local::Local;
 use super::owned::previous_owner;
 use super::remote::{Remote, Via};
@@ -326,7 +327,11 @@ impl Gateway {
         let now = self.local.limiter().now();
         self.deny.purge(now);
         self.remote.fallback().sweep();
-        self.remote.replicas.sweep();
+        // A pass over every copy held, at every tick: many go to the
+        // blocking pool, off the workers, as the node's own counters'
+        // sweep does.
+        let replicas = self.remote.replicas.clone();
+        sweep(replicas.len(), move || replicas.sweep()).await;
         self.remote.return_ended_leases();
         let routing = &self.routing;
         self.remote
