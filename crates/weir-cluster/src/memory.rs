@@ -52,7 +52,7 @@ struct State {
     slow_answers: HashMap<IpAddr, Duration>,
     /// Hosts that hear no gossip, while their peer calls pass.
     deaf: HashSet<IpAddr>,
-    /// The most counters one Replicate call has carried.
+    /// The most counters one Replicate call was given, refused or not.
     largest_replicate: usize,
     /// The largest peer request delivered; larger ones are refused.
     ceiling: usize,
@@ -289,7 +289,8 @@ impl MemoryNet {
         self.state.lock().ceiling = bytes;
     }
 
-    /// The most counters one Replicate call has carried so far.
+    /// The most counters one Replicate call was given so far, refused
+    /// over the ceiling or not.
     pub fn largest_replicate_call(&self) -> usize {
         self.state.lock().largest_replicate
     }

@@ -384,6 +384,8 @@ async fn a_joiner_waits_out_a_sweep_longer_than_the_wait() {
         joiner.ring_ids().len() == 3
     })
     .await;
+    // Not a wait for a condition: the wait from node-1's entry runs out
+    // on the paused clock, while its third call is still on its way.
     tokio::time::sleep(arrivals::WAIT + Duration::from_millis(100)).await;
     let stats = joiner.cluster.stats();
     assert!(stats.handoffs_received >= 2, "{stats:?}");

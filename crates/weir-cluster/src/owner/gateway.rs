@@ -327,14 +327,13 @@ impl Gateway {
         let now = self.local.limiter().now();
         self.deny.purge(now);
         self.remote.fallback().sweep();
-        // A pass over every copy held (at most once a second): many go to
-        // the blocking pool, off the workers, as the node's own counters'
+        // A pass over every copy held, once a second: many go to the
+        // blocking pool, off the workers, as the node's own counters'
         // sweep does.
-        let replicas = self.remote.replicas.clone();
-        sweep(replicas.len(), move || {
-            replicas.sweep();
-        })
-        .await;
+        if self.remote.replicas.sweep_due() {
+            let replicas = self.remote.replicas.clone();
+            sweep(replicas.len(), move || replicas.sweep()).await;
+        }
         self.remote.return_ended_leases();
         let routing = &self.routing;
         self.remote

@@ -90,7 +90,10 @@ pub fn absorb(
             // the sender, often that holder, keeps no copy of a counter it
             // handed over, so none was left anywhere until the key's next
             // check, and a crash before it lost the key's count.
-            let name = rules.get(&snap.rule).map(|(_, r)| r.name.clone());
+            let name = replicator
+                .is_on()
+                .then(|| rules.get(&snap.rule).map(|(_, r)| r.name.clone()))
+                .flatten();
             let key = name.map(|name| (name, snap.hash_part.clone()));
             let taken = replicas.handed_over(limiter, snap, from);
             if let (Ok(()), Some((name, key))) = (&taken, key) {

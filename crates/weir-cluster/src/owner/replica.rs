@@ -164,6 +164,10 @@ pub struct Replicas {
     swept_at: AtomicU64,
 }
 
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn key(rule: &str, hash_part: &str) -> Key {
     (Arc::from(rule), CompactString::new(hash_part))
 }
@@ -629,16 +633,22 @@ impl Replicas {
         charged.then_some(since)
     }
 
-    /// Drops idle copies and old bases, at most once per [`SWEEP_EVERY`];
-    /// whether it ran.
-    pub fn sweep(&self) -> bool {
+    /// Whether a sweep is due ([`SWEEP_EVERY`] since the last), claiming
+    /// it when it is: asked before the pass is sent off to the blocking
+    /// pool, so the ticks it is not due cost no hop there.
+    pub fn sweep_due(&self) -> bool {
         let now = self.store.now();
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let last = self.swept_at.load(Ordering::Relaxed);
         if last != 0 && now.saturating_sub(last) < nanos(SWEEP_EVERY) {
             return false;
         }
         self.swept_at.store(now.max(1), Ordering::Relaxed);
+        true
+    }
+
+    /// Drops idle copies and old bases: a pass over every copy held.
+    pub fn sweep(&self) {
+        let now = self.store.now();
         self.store.sweep();
         let kept = nanos(BASE_KEPT);
         self.bases.retain(|_, b| now.saturating_sub(b.at) < kept);
@@ -646,7 +656,6 @@ impl Replicas {
         self.handed
             .retain(|_, h| now.saturating_sub(h.kept_from) < kept);
         self.handoffs.retain(|_, at| now.saturating_sub(*at) < kept);
-        true
     }
 
     /// Copies held.
@@ -750,6 +759,16 @@ mod tests {
         replicas.take("owner-1", 1, main.now(), vec![copy], &ring)
     }
 
+    /// A maintenance tick's sweep of the copies, as `Gateway::maintain`
+    /// runs it: whether it ran.
+    fn swept(replicas: &Replicas) -> bool {
+        let due = replicas.sweep_due();
+        if due {
+            replicas.sweep();
+        }
+        due
+    }
+
     /// Guard: the copies are swept at most once a second, however often
     /// the maintenance tick asks: each pass reads every copy held, and at
     /// the tick's four a second half a million copies cost 3% of a core.
@@ -765,21 +784,21 @@ mod tests {
         );
         let replicas = Replicas::new(&main);
         copy_of_owner_1(&main, &replicas, "r", "k");
-        assert!(replicas.sweep(), "the first sweep runs");
+        assert!(swept(&replicas), "the first sweep runs");
         assert_eq!(replicas.len(), 1, "a live copy stays");
         // k at rest once its window is over; j live in the next window.
         clock.advance(Duration::from_millis(1_500));
         copy_of_owner_1(&main, &replicas, "r", "j");
-        assert!(replicas.sweep());
+        assert!(swept(&replicas));
         assert_eq!(replicas.len(), 1, "k dropped at rest, j kept");
         // j at rest from here on, kept until a second after that pass.
         clock.advance(Duration::from_millis(600));
         for _ in 0..2 {
-            assert!(!replicas.sweep(), "within a second of the last pass");
+            assert!(!swept(&replicas), "within a second of the last pass");
             clock.advance(Duration::from_millis(250));
         }
         assert_eq!(replicas.len(), 1, "kept until the next pass");
-        assert!(replicas.sweep(), "a second after the last pass");
+        assert!(swept(&replicas), "a second after the last pass");
         assert_eq!(replicas.len(), 0);
     }
 
