@@ -160,7 +160,9 @@ pub struct ClusterConfig {
     pub rules_sync_interval: Duration,
     /// While an owner is in fallback, how often one check probes it.
     pub fallback_probe: Duration,
-    /// Graceful leave: the longest wait for peers to drop this node.
+    /// Graceful leave (`--leave-timeout`): the bound on handing every
+    /// counter over and waiting for peers to drop this node. Counters not
+    /// handed over by then cost what a crash costs.
     pub leave_timeout: Duration,
     /// Denials cached at most (distinct hash parts).
     pub deny_cache_keys: usize,
@@ -205,7 +207,10 @@ impl Default for ClusterConfig {
             secret: None,
             rules_sync_interval: Duration::from_secs(5),
             fallback_probe: Duration::from_millis(200),
-            leave_timeout: Duration::from_secs(3),
+            // About 1.5 million counters handed over on the 2-vCPU host
+            // (docs/cluster.md, "Graceful leave"), and with the drain
+            // timeout still inside every deploy file's stop timeout.
+            leave_timeout: Duration::from_secs(10),
             deny_cache_keys: 100_000,
             replicas: 2,
             insecure_open: false,

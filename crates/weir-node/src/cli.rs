@@ -103,6 +103,16 @@ pub struct ServeArgs {
     pub owner_deadline: Option<Duration>,
     #[arg(
         long,
+        value_name = "DUR",
+        value_parser = humantime::parse_duration,
+        help = with_default(
+            "On shutdown, the longest time spent handing counters over and waiting for peers to drop this node; counters not handed over by then cost what a crash costs",
+            |c| duration(c.leave_timeout)
+        )
+    )]
+    pub leave_timeout: Option<Duration>,
+    #[arg(
+        long,
         value_name = "N",
         value_parser = clap::value_parser!(u8).range(1..=2),
         help = with_default(
@@ -310,6 +320,7 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             sync_interval: nonzero("--sync-interval", args.sync_interval, c.sync_interval)?,
             on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
+            leave_timeout: nonzero("--leave-timeout", args.leave_timeout, c.leave_timeout)?,
             replicas: args.replicas.map_or(c.replicas, usize::from),
             hot_key_rate: args.hot_key_rate.unwrap_or(c.hot_key_rate),
             fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),

@@ -146,6 +146,12 @@ impl NodeBuilder {
         self
     }
 
+    /// `--leave-timeout`
+    pub fn leave_timeout(mut self, timeout: Duration) -> Self {
+        self.config.cluster.leave_timeout = timeout;
+        self
+    }
+
     /// `--replicas`: copies of each counter in all (1 or 2).
     pub fn replicas(mut self, n: usize) -> Self {
         self.config.cluster.replicas = n;
@@ -242,6 +248,7 @@ mod tests {
             .sync_interval(Duration::from_millis(250))
             .on_owner_failure(OwnerFailure::Closed)
             .owner_deadline(Duration::from_millis(7))
+            .leave_timeout(Duration::from_secs(20))
             .replicas(1)
             .admin_token("admin")
             .cluster_secret("secret")
@@ -259,6 +266,7 @@ mod tests {
         assert_eq!(c.cluster.sync_interval, Duration::from_millis(250));
         assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
         assert_eq!(c.cluster.owner_deadline, Duration::from_millis(7));
+        assert_eq!(c.cluster.leave_timeout, Duration::from_secs(20));
         assert_eq!(c.cluster.replicas, 1);
         assert_eq!(c.admin_token.as_deref(), Some("admin"));
         assert_eq!(c.cluster.secret.as_deref(), Some("secret"));

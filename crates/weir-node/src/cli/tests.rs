@@ -34,6 +34,7 @@ fn the_help_shows_the_defaults_the_library_runs_with() {
             "[default: {}]",
             humantime::format_duration(c.owner_deadline)
         ),
+        format!("[default: {}]", humantime::format_duration(c.leave_timeout)),
         format!("GET /ui [default: {}]", ServeConfig::default().ui),
     ] {
         assert!(help.contains(&shown), "help lacks {shown}:\n{help}");
@@ -57,6 +58,7 @@ fn every_serve_flag_lands_in_the_config() {
         "--sync-interval=250ms",
         "--on-owner-failure=closed",
         "--owner-deadline=20ms",
+        "--leave-timeout=25s",
         "--replicas=1",
         "--hot-key-rate=50",
         "--fallback-cap=0",
@@ -86,6 +88,7 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.cluster.sync_interval, Duration::from_millis(250));
     assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
     assert_eq!(c.cluster.owner_deadline, Duration::from_millis(20));
+    assert_eq!(c.cluster.leave_timeout, Duration::from_secs(25));
     assert_eq!(c.cluster.replicas, 1);
     assert_eq!((c.cluster.hot_key_rate, c.cluster.fallback_cap), (50, 0));
     assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
@@ -111,6 +114,9 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--owner-deadline=0s"])
         .unwrap_err()
         .contains("--owner-deadline"));
+    assert!(parse(&["weir", "serve", "--leave-timeout=0s"])
+        .unwrap_err()
+        .contains("--leave-timeout"));
     assert!(parse(&["weir", "serve", "--admin-token="])
         .unwrap_err()
         .contains("--admin-token"));
