@@ -25,7 +25,7 @@ pub struct OwnerStrategy {
     /// The ring holds this node alone: a change has no holder to be copied
     /// to, so it is not marked (marking is a map write per admitted
     /// check, for nothing). When a member joins,
-    /// `follow_ring` marks every counter owned here.
+    /// `mark_owned` marks every counter owned here.
     alone: AtomicBool,
     /// Copies of a dead owner's counters that another member owns now,
     /// taken off the copies by `before_ring` and handed over by `on_ring`.
@@ -76,13 +76,16 @@ impl OwnerStrategy {
 
     /// A new ring: copies of a dead owner's counters this node was sent
     /// but does not own go to their new owners (the ones it owns became
-    /// its own in `before_ring`), and every counter owned here is copied
-    /// to its holder on the new ring.
-    async fn follow_ring(&self, ring: &Ring) {
+    /// its own in `before_ring`).
+    async fn hand_orphans(&self) {
         let orphans = std::mem::take(&mut *self.orphans.lock());
         if !orphans.is_empty() {
             self.handoff.hand_to_owners(orphans).await;
         }
+    }
+
+    /// A new ring: every counter owned here is copied to its holder on it.
+    async fn mark_owned(&self, ring: &Ring) {
         if self.replicator.is_on() {
             let me = self.gateway.remote().me().to_string();
             let limiter = self.limiter().clone();
@@ -232,12 +235,31 @@ impl Strategy for OwnerStrategy {
     }
 
     fn on_ring<'a>(&'a self, old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
-        // Before `follow_ring`, so a change made after it is marked as it happens.
+        // Before `mark_owned`, so a change made after it is marked as it happens.
         self.alone.store(ring.len() <= 1, Ordering::Relaxed);
         self.gateway.on_ring(old, ring, &self.limiter().rules());
+        let took_in = ring.members().iter().any(|m| {
+            !old.members()
+                .iter()
+                .any(|o| o.id == m.id && o.boot == m.boot)
+        });
         Box::pin(async move {
-            self.follow_ring(ring).await;
-            self.handoff.rebalance().await;
+            self.hand_orphans().await;
+            if took_in {
+                // The handoff first: the checks of the keys a joiner took
+                // wait for it, and the gateways sending them give up at the
+                // owner deadline. Marked first, a million counters held put
+                // 0.6 s of reading every key before the first handoff call
+                // (2-vCPU host); after it, the marking reads only what the
+                // handoff left here.
+                self.handoff.rebalance().await;
+                self.mark_owned(ring).await;
+            } else {
+                // A member lost or gone moves no key from here: what this
+                // node took over is copied to its new holders first.
+                self.mark_owned(ring).await;
+                self.handoff.rebalance().await;
+            }
         })
     }
 
