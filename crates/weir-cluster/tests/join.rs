@@ -334,6 +334,44 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
     a_check_reaching_the_joiner_first(First::Own).await;
 }
 
+/// Guard: an old owner asked about a key whose handoff is still on its
+/// way answers within the asker's deadline, deciding on the count it
+/// holds when the handoff has not landed by then. It waited the whole
+/// late window for the landing, the asker's deadline too, so its answer
+/// came too late; the joiner then stopped asking it for the rest of its
+/// wait and decided the key on nothing: with a million counters on the
+/// 2-vCPU host, whose handoff takes seconds, about a thousand checks of
+/// keys already at their limit were admitted. Here each handoff to the
+/// joiner is held 1.5 s and every delivery takes 5 ms; the key is spent
+/// to its limit before the join, so every check of it is refused.
+#[tokio::test(start_paused = true)]
+async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = taken_from_node_1_by_node_3("full");
+    let both: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&both, &key, LIMIT).await, LIMIT);
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
+    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
+    net.set_latency(Duration::from_millis(5));
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
+    let mut admitted = 0;
+    for _ in 0..4 {
+        let v = joiner.check(&key).await.expect("a verdict");
+        admitted += usize::from(v.allowed);
+    }
+    let stats = joiner.cluster.stats();
+    assert_eq!(admitted, 0, "admitted over the limit ({stats:?})");
+    assert!(
+        stats.asked_back >= 2,
+        "node-1 was asked throughout: {stats:?}"
+    );
+    drop(net);
+}
+
 /// Waits until `node`, just started, holds the other two members on its
 /// ring and waits for neither's word; that took under half the wait.
 async fn hears_from_the_others_within_a_moment(node: &TestNode) {

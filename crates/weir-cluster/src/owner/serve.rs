@@ -12,6 +12,15 @@ use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::owned::previous_owner;
 use super::peers::{Peers, Reply, LATE_WINDOW};
+
+/// How long an op a joiner asked about waits for the landing of the
+/// handoff that took its key: half the asker's deadline (the late
+/// window), so the answer, the op decided here on the count still held
+/// if the handoff has not landed, reaches the asker in time. Waited the
+/// whole late window, it came after the asker's deadline, and the asker
+/// stopped asking this node and decided the key on nothing (a handoff of
+/// half a million counters takes seconds).
+const ASKED_LANDING_WAIT: Duration = Duration::from_millis(LATE_WINDOW.as_millis() as u64 / 2);
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
@@ -351,8 +360,9 @@ impl OwnerService {
         took: &Option<Arc<Move>>,
         taking: &Option<Arc<Move>>,
     ) -> bool {
+        let until = tokio::time::Instant::now() + ASKED_LANDING_WAIT;
         for m in [taking, took].into_iter().flatten() {
-            if !Self::handed(op, m).await {
+            if !Self::handed_by(op, m, until).await {
                 return false;
             }
         }
@@ -363,7 +373,12 @@ impl OwnerService {
     /// handoff of the ring change `m` or a later sweep, its landing waited
     /// for as long as a late answer may take. False when it stayed here.
     async fn handed(op: &CounterOp, m: &Move) -> bool {
-        let landed = tokio::time::timeout(LATE_WINDOW, m.landed()).await;
+        Self::handed_by(op, m, tokio::time::Instant::now() + LATE_WINDOW).await
+    }
+
+    /// [`Self::handed`], the landing waited for until `until`.
+    async fn handed_by(op: &CounterOp, m: &Move, until: tokio::time::Instant) -> bool {
+        let landed = tokio::time::timeout_at(until, m.landed()).await;
         landed.is_ok() && m.delivered(&op.rule, &op.key, op.carried.is_some())
     }
 
