@@ -12,6 +12,13 @@ use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::owned::previous_owner;
 use super::peers::{Peers, Reply, LATE_WINDOW};
+use super::replica::{Admitted, Replicas, StandIn};
+use super::replicate::Replicator;
+use crate::stats::{bump, Stats};
+use crate::topology::membership::NodeIdentity;
+use crate::topology::routing::Routing;
+use crate::topology::rules_sync::RulesHints;
+use crate::wire;
 
 /// How long an op a joiner asked about waits for the landing of the
 /// handoff that took its key: half the asker's deadline (the late
@@ -21,13 +28,6 @@ use super::peers::{Peers, Reply, LATE_WINDOW};
 /// stopped asking this node and decided the key on nothing (a handoff of
 /// half a million counters takes seconds).
 const ASKED_LANDING_WAIT: Duration = Duration::from_millis(LATE_WINDOW.as_millis() as u64 / 2);
-use super::replica::{Admitted, Replicas, StandIn};
-use super::replicate::Replicator;
-use crate::stats::{bump, Stats};
-use crate::topology::membership::NodeIdentity;
-use crate::topology::routing::Routing;
-use crate::topology::rules_sync::RulesHints;
-use crate::wire;
 
 /// Where an op goes instead of being decided here.
 enum Onward {
