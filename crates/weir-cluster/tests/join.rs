@@ -372,6 +372,39 @@ async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
     drop(net);
 }
 
+/// A known gap, not yet a guard: what an old owner admitted on the count
+/// it still held while its handoff was on its way (a check the joiner
+/// asked it about, past half the late window) stays there as spent since
+/// the copy, and reaches the joiner only with the next stray sweep, after
+/// the old owner's word: the joiner decides alone meanwhile on a count
+/// without it. Delivering it before the word is not enough: between the
+/// settling and the landing, an asked check is decided on what was spent
+/// since the copy alone. Here each handoff to the joiner is held 1.5 s,
+/// and the window reads 22 of 20.
+#[tokio::test(start_paused = true)]
+#[ignore = "known gap: an old owner's admissions during a long handoff reach the joiner after its word (22 of 20)"]
+async fn what_an_old_owner_admitted_during_its_handoff_reaches_the_joiner_before_its_word() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = taken_from_node_1_by_node_3("spending");
+    let both: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&both, &key, SPENT).await, SPENT);
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
+    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
+    net.set_latency(Duration::from_millis(5));
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    let admitted = admitted_round_robin(&[&joiner], &key, 2 * LIMIT).await;
+    let stats = joiner.cluster.stats();
+    assert_eq!(
+        SPENT + admitted,
+        LIMIT,
+        "{admitted} admitted after {SPENT}: {stats:?}"
+    );
+    drop(net);
+}
+
 /// Waits until `node`, just started, holds the other two members on its
 /// ring and waits for neither's word; that took under half the wait.
 async fn hears_from_the_others_within_a_moment(node: &TestNode) {
