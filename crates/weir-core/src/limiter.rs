@@ -745,6 +745,32 @@ impl Limiter {
         }
     }
 
+    /// What `hash_part`'s counter of `rule` spent here beyond `base`, an
+    /// earlier state of it already sent to the key's owner, as a state of
+    /// its own (what [`Limiter::settle`] against `base` would leave, left
+    /// in place here), with the counter as it is now. None when nothing was
+    /// spent beyond `base`, or the rule or the key is unknown here.
+    pub fn spent_beyond(
+        &self,
+        rule: &str,
+        hash_part: &str,
+        base: &State,
+    ) -> Option<(CounterSnapshot, CounterSnapshot)> {
+        let c = self.counters(rule).ok()?;
+        let (policy, now) = (c.policy(), self.clock.now());
+        let current = c.get(hash_part)?;
+        let past = policy.since(&current, base, now)?;
+        let mut spent = policy.fresh();
+        policy.merge(&mut spent, past, now);
+        if policy.is_idle(&spent, now) {
+            return None;
+        }
+        Some((
+            CounterSnapshot::of_rule(rule, hash_part, current),
+            CounterSnapshot::of_rule(rule, hash_part, spent),
+        ))
+    }
+
     /// Folds in a counter handed over by another node, after checking it:
     /// a key no check could name, a state that breaks its algorithm's
     /// invariants, or a new key past the ceiling is refused, and a refused

@@ -146,6 +146,49 @@ mod tests {
         }
     }
 
+    /// What a counter spent beyond a copy already sent is what settling
+    /// against that copy would leave, read without settling: the owner gets
+    /// it while the key still decides here on its whole count.
+    #[test]
+    fn what_was_spent_beyond_a_copy_is_what_settling_would_leave() {
+        for kind in crate::AlgorithmKind::ALL {
+            let burst = if kind == crate::AlgorithmKind::LeakyBucket {
+                "burst = 5\n"
+            } else {
+                ""
+            };
+            let toml = format!(
+                "[[rule]]\nname = \"r\"\nalgorithm = \"{}\"\nlimit = 5\nwindow = \"60s\"\n{burst}",
+                kind.as_str()
+            );
+            let clock = Arc::new(FakeClock::at_secs(1_000.0));
+            let l = Limiter::new(
+                RuleSet::from_toml(&toml).unwrap(),
+                clock.clone(),
+                LimiterConfig::default(),
+            );
+            assert!(l.consume("r", "k", 1, l.now()).unwrap().allowed);
+            let copy = l.copy_unless(|_| false).remove(0);
+            assert!(l.spent_beyond("r", "k", &copy.state).is_none(), "{kind:?}");
+            clock.advance(Duration::from_millis(1));
+            assert!(l.consume("r", "k", 2, l.now()).unwrap().allowed);
+            let (now, spent) = l.spent_beyond("r", "k", &copy.state).expect("2 spent");
+            assert_eq!(
+                l.remaining("r", "k"),
+                Some(2),
+                "{kind:?}: the whole count here"
+            );
+            let owner = Limiter::new(
+                RuleSet::from_toml(&toml).unwrap(),
+                clock.clone(),
+                LimiterConfig::default(),
+            );
+            owner.absorb(spent).unwrap();
+            assert_eq!(admits(&owner, "r", "k"), 3, "{kind:?}: the 2 spent beyond");
+            assert!(!l.settle(&now), "{kind:?}: nothing beyond the whole one");
+        }
+    }
+
     #[test]
     fn a_copied_carried_counter_settles_the_same_way() {
         let clock = Arc::new(FakeClock::at_secs(1_000.0));

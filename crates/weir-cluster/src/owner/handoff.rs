@@ -248,11 +248,11 @@ impl Handoff {
             return;
         };
         let undelivered = if copies.is_empty() {
+            landing.land(HashSet::new());
             Vec::new()
         } else {
-            self.deliver(copies, &ring).await
+            self.deliver(copies, &ring, landing).await
         };
-        landing.land(kept_ids(&undelivered));
         self.say_swept(joiners, &undelivered, &ring, HANDOFF_DEADLINE)
             .await;
         if !undelivered.is_empty() {
@@ -281,9 +281,14 @@ impl Handoff {
             .await;
     }
 
-    /// Offers `copies` to their owners on `ring`, and settles those
-    /// delivered; returns the others, still whole here.
-    async fn deliver(&self, copies: Vec<CounterSnapshot>, ring: &Ring) -> Vec<CounterSnapshot> {
+    /// Offers `copies` to their owners on `ring`, lands `landing`, and
+    /// settles those delivered; returns the others, still whole here.
+    async fn deliver(
+        &self,
+        copies: Vec<CounterSnapshot>,
+        ring: &Ring,
+        landing: Landing,
+    ) -> Vec<CounterSnapshot> {
         let Handed {
             delivered,
             undelivered,
@@ -292,6 +297,11 @@ impl Handoff {
         // A key an earlier sweep kept is with its owner now: checks asked
         // or sent here for it go there.
         self.moves.delivered_later(&delivered);
+        let delivered = self.hand_spent_meanwhile(delivered, ring, &landing).await;
+        // Landed before the copies settle: an op for one of the keys,
+        // decided here once its copy had settled but before the landing,
+        // was decided on what was spent since the copy alone.
+        landing.land(kept_ids(&undelivered));
         let limiter = self.local.limiter().clone();
         let spent_since = sweep(delivered.len(), move || {
             // `|` not `||`: every copy settles.
@@ -526,5 +536,6 @@ struct Handed {
     undelivered: Vec<CounterSnapshot>,
 }
 
+mod meanwhile;
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,11 @@ pub struct Move {
     /// one decided on what stayed here (what was spent since the copy)
     /// would start the key over.
     delivered_later: Mutex<HashSet<CounterId>>,
+    /// Keys decided here on their whole count before its sweep landed (an
+    /// op a joiner asked about, or one sent on to the new owner that got
+    /// no answer): what they spent since the copy goes to the new owner
+    /// before the landing ([`Landing::decided_here`]).
+    decided_here: Mutex<HashSet<CounterId>>,
 }
 
 /// How the sweep after a ring change ended.
@@ -82,6 +87,7 @@ impl Moves {
             landed: OnceLock::new(),
             landing: Notify::new(),
             delivered_later: Mutex::default(),
+            decided_here: Mutex::default(),
         };
         if change.joined().next().is_none() {
             return;
@@ -166,6 +172,16 @@ impl Move {
             .filter(move |m| !before.iter().any(|b| b.id == m.id && b.boot == m.boot))
     }
 
+    /// An op for the counter of `rule` (or the carried limit of that
+    /// name) and `key` was decided here on its whole count: before its
+    /// sweep has landed, what it spent goes to the new owner with it.
+    pub fn decided_here(&self, rule: &str, key: &str, carried: bool) {
+        if self.landed.get().is_none() {
+            let id = (rule.to_string(), key.to_string(), carried);
+            self.decided_here.lock().insert(id);
+        }
+    }
+
     /// Records how its sweep ended and wakes the checks waiting on it.
     /// The first call counts.
     pub fn land(&self, landed: Landed) {
@@ -248,6 +264,16 @@ pub struct Landing(Vec<Arc<Move>>);
 impl Landing {
     pub fn new(moves: Vec<Arc<Move>>) -> Self {
         Landing(moves)
+    }
+
+    /// The keys decided here on their whole count since the last call,
+    /// over every move it lands.
+    pub fn decided_here(&self) -> HashSet<CounterId> {
+        let mut all = HashSet::new();
+        for m in &self.0 {
+            all.extend(m.decided_here.lock().drain());
+        }
+        all
     }
 
     pub fn land(mut self, kept: HashSet<CounterId>) {

@@ -190,6 +190,9 @@ impl OwnerService {
                 let op = &req.ops[*i];
                 results[*i] = answer.or_else(|| match how {
                     Onward::Owner(taken) => {
+                        if let Some(m) = taken {
+                            m.decided_here(&op.rule, &op.key, op.carried.is_some());
+                        }
                         let copied = taken.is_none().then_some(to);
                         self.decide_op(op, &from, &rules, false, copied)
                     }
@@ -205,13 +208,19 @@ impl OwnerService {
                 .iter()
                 .map(|(i, took, taking)| Self::with_the_asker(&req.ops[*i], took, taking));
             let handed = futures::future::join_all(waits).await;
-            for ((i, _, _), handed) in landing.iter().zip(handed) {
+            for ((i, took, taking), handed) in landing.iter().zip(handed) {
                 // Handed over: the joiner decides on the count it holds.
                 // Kept here: decided on it, and swept to the joiner later.
+                // Not landed yet: decided on it, and what it spent goes to
+                // the joiner before the landing.
+                let op = &req.ops[*i];
                 results[*i] = if handed {
                     Some(wire::not_owner("the key's count was handed to the sender"))
                 } else {
-                    self.decide_op(&req.ops[*i], &from, &rules, false, None)
+                    for m in [took, taking].into_iter().flatten() {
+                        m.decided_here(&op.rule, &op.key, op.carried.is_some());
+                    }
+                    self.decide_op(op, &from, &rules, false, None)
                 };
                 if results[*i].is_none() {
                     moved.push(*i);

@@ -1,0 +1,97 @@
+//! What a ring change's old owner decided on a key it handed over while the
+//! handoff was on its way: sent after the handoff, before the sweep lands.
+//!
+//! The joiner asks the old owner about its keys until that owner's sweep is
+//! over, and an op asked about while the handoff is still on its way is
+//! decided on the count the old owner still holds, whole. Settled with the
+//! rest, what it spent stayed there as a stray for the next sweep, after
+//! the landing and the word: the joiner decided the key alone meanwhile
+//! on a count without it, and the window admitted over its limit.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use weir_core::CounterSnapshot;
+
+use super::{sweep, Handed, Handoff};
+use crate::owner::moves::{CounterId, Landing};
+use crate::topology::ring::Ring;
+
+/// Passes after the handoff, each for the keys decided here during the one
+/// before: each is a call over a few keys, so fewer ops come in during it.
+/// What is decided after the last goes with the next stray sweep.
+const PASSES: usize = 3;
+
+impl Handoff {
+    /// Hands each key's owner what was spent here on the keys of
+    /// `delivered` since their copies were read ([`Landing::decided_here`]);
+    /// returns `delivered` with each key handed again as it was read for it,
+    /// which is what the owner now counts.
+    pub(super) async fn hand_spent_meanwhile(
+        &self,
+        mut delivered: Vec<CounterSnapshot>,
+        ring: &Ring,
+        landing: &Landing,
+    ) -> Vec<CounterSnapshot> {
+        for _ in 0..PASSES {
+            let ids = landing.decided_here();
+            if ids.is_empty() {
+                break;
+            }
+            let shared = Arc::new(std::mem::take(&mut delivered));
+            let scan = Arc::clone(&shared);
+            let at = sweep(shared.len(), move || positions(&scan, &ids)).await;
+            delivered = Arc::try_unwrap(shared).unwrap_or_else(|a| (*a).clone());
+            // An op in flight on one of them decides before it is read.
+            self.local.quiesce().await;
+            let limiter = self.local.limiter();
+            let mut read = Vec::new();
+            let mut spent = Vec::new();
+            for i in at.unwrap_or_default() {
+                let sent = &delivered[i];
+                // A carried limit's counter is read by none but its sweep.
+                if sent.carried.is_some() {
+                    continue;
+                }
+                if let Some((now, beyond)) =
+                    limiter.spent_beyond(&sent.rule, &sent.hash_part, &sent.state)
+                {
+                    read.push((i, now));
+                    spent.push(beyond);
+                }
+            }
+            if spent.is_empty() {
+                continue;
+            }
+            let Handed { delivered: got, .. } = self.hand_over(spent, ring, None).await;
+            let got: HashSet<(&str, &str)> = got
+                .iter()
+                .map(|s| (s.rule.as_str(), s.hash_part.as_str()))
+                .collect();
+            for (i, now) in read {
+                // Not delivered: what was spent since stays here when the
+                // copy settles, a stray for the next sweep.
+                if got.contains(&(now.rule.as_str(), now.hash_part.as_str())) {
+                    delivered[i] = now;
+                }
+            }
+        }
+        delivered
+    }
+}
+
+/// Where each of `ids` is among `copies`.
+fn positions(copies: &[CounterSnapshot], ids: &HashSet<CounterId>) -> Vec<usize> {
+    let wanted: HashSet<(&str, &str, bool)> = ids
+        .iter()
+        .map(|(rule, key, carried)| (rule.as_str(), key.as_str(), *carried))
+        .collect();
+    copies
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            wanted.contains(&(c.rule.as_str(), c.hash_part.as_str(), c.carried.is_some()))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
