@@ -57,6 +57,22 @@ struct Sent {
     landed: bool,
 }
 
+/// `answer` admitted a check of the key on its whole count: [`SPENT`] and
+/// this one spent.
+fn admitted_on_the_whole_count(answer: OpResult, rule: &weir_core::Rule) {
+    match wire::answer(answer, rule, 1) {
+        Answer::Decided(d) => {
+            assert!(d.allowed, "{d:?}");
+            assert_eq!(
+                d.remaining as usize,
+                LIMIT - SPENT - 1,
+                "on the whole count"
+            );
+        }
+        other => panic!("decided: {other:?}"),
+    }
+}
+
 /// A check of `key` sent to node-1 by node-2 while node-2's ring lacks
 /// node-3, as `sent` says: decided on the key's whole count, then the
 /// rest of the window through node-3 alone, once node-3 holds the count.
@@ -79,17 +95,7 @@ async fn a_check_from_behind_the_join(sent: Sent, tweak: fn(&mut ClusterConfig))
             joiner.engine.limiter().keys() == 1
         })
     );
-    match wire::answer(answer, &rule, 1) {
-        Answer::Decided(d) => {
-            assert!(d.allowed, "{d:?}");
-            assert_eq!(
-                d.remaining as usize,
-                LIMIT - SPENT - 1,
-                "on the whole count"
-            );
-        }
-        other => panic!("decided: {other:?}"),
-    }
+    admitted_on_the_whole_count(answer, &rule);
     let after = admitted_round_robin(&[&joiner], &key, LIMIT).await;
     assert_eq!(SPENT + 1 + after, LIMIT, "{after} admitted after it");
     drop(net);
@@ -139,17 +145,8 @@ async fn a_check_the_old_owner_decided_during_a_long_handoff_reaches_the_joiner(
     .await;
     let rule = per_client(&nodes[0]);
     let op = wire::consume(&rule, &key, 1, false);
-    match wire::answer(sent_to_node_1(&net, &nodes, op).await, &rule, 1) {
-        Answer::Decided(d) => {
-            assert!(d.allowed, "{d:?}");
-            assert_eq!(
-                d.remaining as usize,
-                LIMIT - SPENT - 1,
-                "on the whole count"
-            );
-        }
-        other => panic!("decided: {other:?}"),
-    }
+    let answer = sent_to_node_1(&net, &nodes, op).await;
+    admitted_on_the_whole_count(answer, &rule);
     assert_eq!(
         joiner.engine.limiter().keys(),
         0,
@@ -374,6 +371,24 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
     a_check_reaching_the_joiner_first(First::Own).await;
 }
 
+/// Two members with `spent` of a key spent, then node-3 joining through
+/// node-1, each handoff to it held 1.5 s (more than the late window) and
+/// every delivery taking 5 ms: returns once node-3's ring holds node-1.
+async fn joining_with_a_long_handoff(spent: usize) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = taken_from_node_1_by_node_3("held");
+    let both: Vec<&TestNode> = nodes.iter().collect();
+    assert_eq!(admitted_round_robin(&both, &key, spent).await, spent);
+    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
+    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
+    net.set_latency(Duration::from_millis(5));
+    wait_until("node-3's ring holds node-1", || {
+        joiner.ring_ids().len() == 3
+    })
+    .await;
+    (net, nodes, joiner, key)
+}
+
 /// Guard: an old owner asked about a key whose handoff is still on its
 /// way answers within the asker's deadline, deciding on the count it
 /// holds when the handoff has not landed by then. It waited the whole
@@ -386,17 +401,7 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
 /// to its limit before the join, so every check of it is refused.
 #[tokio::test(start_paused = true)]
 async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
-    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
-    let key = taken_from_node_1_by_node_3("full");
-    let both: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted_round_robin(&both, &key, LIMIT).await, LIMIT);
-    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
-    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
-    net.set_latency(Duration::from_millis(5));
-    wait_until("node-3's ring holds node-1", || {
-        joiner.ring_ids().len() == 3
-    })
-    .await;
+    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(LIMIT).await;
     assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
     let mut admitted = 0;
     for _ in 0..4 {
@@ -421,17 +426,7 @@ async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
 /// joiner is held 1.5 s.
 #[tokio::test(start_paused = true)]
 async fn what_an_old_owner_admitted_during_its_handoff_reaches_the_joiner_before_its_word() {
-    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
-    let key = taken_from_node_1_by_node_3("spending");
-    let both: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted_round_robin(&both, &key, SPENT).await, SPENT);
-    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
-    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
-    net.set_latency(Duration::from_millis(5));
-    wait_until("node-3's ring holds node-1", || {
-        joiner.ring_ids().len() == 3
-    })
-    .await;
+    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT).await;
     let admitted = admitted_round_robin(&[&joiner], &key, 2 * LIMIT).await;
     let stats = joiner.cluster.stats();
     assert_eq!(

@@ -95,6 +95,21 @@ mod tests {
     }
 
     /// What the limiter still admits for `key` under `rule`, up to 10.
+    /// A limiter whose one rule, "r", is 5 a minute under `kind`.
+    fn five_a_minute(kind: crate::AlgorithmKind, clock: &Arc<FakeClock>) -> Limiter {
+        let burst = if kind == crate::AlgorithmKind::LeakyBucket {
+            "burst = 5\n"
+        } else {
+            ""
+        };
+        let toml = format!(
+            "[[rule]]\nname = \"r\"\nalgorithm = \"{}\"\nlimit = 5\nwindow = \"60s\"\n{burst}",
+            kind.as_str()
+        );
+        let rules = RuleSet::from_toml(&toml).unwrap();
+        Limiter::new(rules, clock.clone(), LimiterConfig::default())
+    }
+
     fn admits(l: &Limiter, rule: &str, key: &str) -> usize {
         (0..10)
             .take_while(|_| l.consume(rule, key, 1, l.now()).unwrap().allowed)
@@ -108,21 +123,8 @@ mod tests {
     #[test]
     fn a_copied_counter_decides_until_settled_then_keeps_what_was_spent_since() {
         for kind in crate::AlgorithmKind::ALL {
-            let burst = if kind == crate::AlgorithmKind::LeakyBucket {
-                "burst = 5\n"
-            } else {
-                ""
-            };
-            let toml = format!(
-                "[[rule]]\nname = \"r\"\nalgorithm = \"{}\"\nlimit = 5\nwindow = \"60s\"\n{burst}",
-                kind.as_str()
-            );
             let clock = Arc::new(FakeClock::at_secs(1_000.0));
-            let l = Limiter::new(
-                RuleSet::from_toml(&toml).unwrap(),
-                clock.clone(),
-                LimiterConfig::default(),
-            );
+            let l = five_a_minute(kind, &clock);
             for key in ["moving", "staying"] {
                 assert!(l.consume("r", key, 1, l.now()).unwrap().allowed);
             }
@@ -152,21 +154,8 @@ mod tests {
     #[test]
     fn what_was_spent_beyond_a_copy_is_what_settling_would_leave() {
         for kind in crate::AlgorithmKind::ALL {
-            let burst = if kind == crate::AlgorithmKind::LeakyBucket {
-                "burst = 5\n"
-            } else {
-                ""
-            };
-            let toml = format!(
-                "[[rule]]\nname = \"r\"\nalgorithm = \"{}\"\nlimit = 5\nwindow = \"60s\"\n{burst}",
-                kind.as_str()
-            );
             let clock = Arc::new(FakeClock::at_secs(1_000.0));
-            let l = Limiter::new(
-                RuleSet::from_toml(&toml).unwrap(),
-                clock.clone(),
-                LimiterConfig::default(),
-            );
+            let l = five_a_minute(kind, &clock);
             assert!(l.consume("r", "k", 1, l.now()).unwrap().allowed);
             let copy = l.copy_unless(|_| false).remove(0);
             assert!(l.spent_beyond("r", "k", &copy.state).is_none(), "{kind:?}");
@@ -178,11 +167,7 @@ mod tests {
                 Some(2),
                 "{kind:?}: the whole count here"
             );
-            let owner = Limiter::new(
-                RuleSet::from_toml(&toml).unwrap(),
-                clock.clone(),
-                LimiterConfig::default(),
-            );
+            let owner = five_a_minute(kind, &clock);
             owner.absorb(spent).unwrap();
             assert_eq!(admits(&owner, "r", "k"), 3, "{kind:?}: the 2 spent beyond");
             assert!(!l.settle(&now), "{kind:?}: nothing beyond the whole one");
