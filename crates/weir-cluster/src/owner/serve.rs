@@ -190,11 +190,14 @@ impl OwnerService {
                 let op = &req.ops[*i];
                 results[*i] = answer.or_else(|| match how {
                     Onward::Owner(taken) => {
+                        let copied = taken.is_none().then_some(to);
+                        let decided = self.decide_op(op, &from, &rules, false, copied);
+                        // Named once decided: a pass that reads the key
+                        // before finds nothing spent yet, and forgets it.
                         if let Some(m) = taken {
                             m.decided_here(&op.rule, &op.key, op.carried.is_some());
                         }
-                        let copied = taken.is_none().then_some(to);
-                        self.decide_op(op, &from, &rules, false, copied)
+                        decided
                     }
                     Onward::Back => self.decide_if_still_owned(op, &from, &rules),
                 });
@@ -217,10 +220,11 @@ impl OwnerService {
                 results[*i] = if handed {
                     Some(wire::not_owner("the key's count was handed to the sender"))
                 } else {
+                    let decided = self.decide_op(op, &from, &rules, false, None);
                     for m in [took, taking].into_iter().flatten() {
                         m.decided_here(&op.rule, &op.key, op.carried.is_some());
                     }
-                    self.decide_op(op, &from, &rules, false, None)
+                    decided
                 };
                 if results[*i].is_none() {
                     moved.push(*i);
