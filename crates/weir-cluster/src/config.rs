@@ -207,9 +207,10 @@ impl Default for ClusterConfig {
             secret: None,
             rules_sync_interval: Duration::from_secs(5),
             fallback_probe: Duration::from_millis(200),
-            // About 1.5 million counters handed over on the 2-vCPU host
-            // (docs/cluster.md, "Graceful leave"), and with the drain
-            // timeout still inside every deploy file's stop timeout.
+            // Half a million counters took 3.3-3.4 s to hand over on the
+            // 2-vCPU host (docs/cluster.md, "Graceful leave"), so at that
+            // rate about three times as many fit; with the drain timeout it
+            // stays inside every deploy file's stop timeout.
             leave_timeout: Duration::from_secs(10),
             deny_cache_keys: 100_000,
             replicas: 2,

@@ -165,11 +165,7 @@ impl Move {
     /// restart under the same id moves no keys, but the new process waits
     /// for word that this node's sweep is over, as a joiner does).
     pub fn joined(&self) -> impl Iterator<Item = &NodeIdentity> {
-        let before = self.before.members();
-        self.after
-            .members()
-            .iter()
-            .filter(move |m| !before.iter().any(|b| b.id == m.id && b.boot == m.boot))
+        self.after.taken_in(&self.before)
     }
 
     /// An op for the counter of `rule` (or the carried limit of that

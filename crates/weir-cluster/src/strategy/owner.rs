@@ -238,11 +238,7 @@ impl Strategy for OwnerStrategy {
         // Before `mark_owned`, so a change made after it is marked as it happens.
         self.alone.store(ring.len() <= 1, Ordering::Relaxed);
         self.gateway.on_ring(old, ring, &self.limiter().rules());
-        let took_in = ring.members().iter().any(|m| {
-            !old.members()
-                .iter()
-                .any(|o| o.id == m.id && o.boot == m.boot)
-        });
+        let took_in = ring.taken_in(old).next().is_some();
         Box::pin(async move {
             self.hand_orphans().await;
             if took_in {

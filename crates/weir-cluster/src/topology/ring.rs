@@ -172,6 +172,17 @@ impl Ring {
         &self.members
     }
 
+    /// Its members that `before` lacks: new ones, and new processes of
+    /// members (the same id with another boot).
+    pub fn taken_in<'a>(&'a self, before: &'a Ring) -> impl Iterator<Item = &'a NodeIdentity> {
+        self.members.iter().filter(move |m| {
+            !before
+                .members
+                .iter()
+                .any(|b| b.id == m.id && b.boot == m.boot)
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.members.len()
     }
