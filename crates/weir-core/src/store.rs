@@ -180,6 +180,37 @@ impl Ceiling {
     }
 }
 
+/// The most keys one shard should hold at a store's ceiling. Every pass
+/// over the keys (the idle sweep each second, a sweep at the ceiling, a
+/// shard's table growing) write-locks one shard at a time for the whole of
+/// it, and each check on that shard waits it out: 13-18 ns a key here, so
+/// about 0.1 ms at this size. DashMap's default, four shards a core, put
+/// 125,000 keys under one lock at the default ceiling of a million on two
+/// cores, and a check that met the sweep waited up to 2.7 ms
+/// (docs/performance.md, "The idle sweep and a check").
+const KEYS_PER_SHARD: usize = 8192;
+
+/// More shards cost every lookup a little: each shard's lock sits on a
+/// padded line pair of its own, and the more of them there are the fewer
+/// stay in the core's cache (a 100-item batch in one process over 128
+/// shards took 5-10% longer than over 8 on two cores, where a server of
+/// 32 cores has 128 by DashMap's default anyway). Past this many, half a
+/// megabyte of locks a rule, a bigger ceiling holds more keys a shard.
+const MAX_SHARDS: usize = 4096;
+
+/// How many shards a store of at most `max_keys` keys gets: enough to keep
+/// each near `KEYS_PER_SHARD`, and never fewer than DashMap would use on
+/// this machine, so a small store keeps its spread across cores.
+pub(crate) fn shards_for(max_keys: usize) -> usize {
+    static BY_CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let by_cores = *BY_CORES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores * 4).next_power_of_two()
+    });
+    let by_keys = max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two();
+    by_keys.clamp(by_cores.max(2), MAX_SHARDS.max(by_cores))
+}
+
 struct KeyedStore<A: Algorithm> {
     algo: A,
     map: Map<A::State>,
@@ -194,7 +225,7 @@ where
     fn new(algo: A, max_keys: usize) -> Self {
         KeyedStore {
             algo,
-            map: Map::default(),
+            map: Map::with_hasher_and_shard_amount(Default::default(), shards_for(max_keys)),
             ceiling: Ceiling::new(max_keys),
         }
     }
@@ -618,6 +649,12 @@ impl Counters {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many locks the keys are spread over.
+    #[cfg(test)]
+    fn shard_count(&self) -> usize {
+        each_store!(&self.inner, s => s.map.shards().len())
     }
 
     /// This table under `policy`, a policy of the same algorithm and window

@@ -11,7 +11,7 @@ use compact_str::CompactString;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
-use super::{AbsorbError, Ceiling, Full, StoreCounts};
+use super::{shards_for, AbsorbError, Ceiling, Full, StoreCounts};
 use crate::algorithm::{Policy, State};
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -32,7 +32,7 @@ pub struct Carried {
 impl Carried {
     pub fn new(max_keys: usize) -> Self {
         Carried {
-            map: DashMap::default(),
+            map: DashMap::with_hasher_and_shard_amount(Default::default(), shards_for(max_keys)),
             ceiling: Ceiling::new(max_keys),
         }
     }
@@ -231,5 +231,11 @@ impl Carried {
 
     pub fn counts(&self) -> StoreCounts {
         self.ceiling.counts()
+    }
+
+    /// How many locks the keys are spread over.
+    #[cfg(test)]
+    pub(crate) fn shard_count(&self) -> usize {
+        self.map.shards().len()
     }
 }

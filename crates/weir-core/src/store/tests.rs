@@ -282,3 +282,42 @@ fn warming_finds_every_held_key_in_every_shard() {
     assert_eq!(c.warm(keys.iter().map(String::as_str)), keys.len());
     assert_eq!(c.warm(["nobody"].into_iter()), 0);
 }
+
+/// A pass over the keys (the idle sweep, a shard's table growing)
+/// write-locks a shard for the whole of it, and a check on that shard
+/// waits. At the default ceiling of a million keys, DashMap's default of
+/// four shards a core put 125,000 keys under one lock on two cores.
+#[test]
+fn a_store_at_a_million_keys_holds_no_more_than_its_share_under_one_lock() {
+    for max_keys in [1_000_000, 3_000_000] {
+        for kind in AlgorithmKind::ALL {
+            let shards = counters(kind, 10, max_keys).shard_count();
+            assert!(
+                max_keys.div_ceil(shards) <= KEYS_PER_SHARD,
+                "{kind} at {max_keys}: {shards} shards"
+            );
+        }
+        let shards = Carried::new(max_keys).shard_count();
+        assert!(
+            max_keys.div_ceil(shards) <= KEYS_PER_SHARD,
+            "carried: {shards}"
+        );
+    }
+}
+
+#[test]
+fn shards_are_a_power_of_two_between_the_cores_and_the_cap() {
+    let least = shards_for(1);
+    assert!(least >= 2 && least.is_power_of_two(), "{least}");
+    assert_eq!(
+        shards_for(10),
+        least,
+        "a small store keeps the cores' spread"
+    );
+    assert_eq!(shards_for(1_000_000), least.max(128));
+    assert_eq!(shards_for(usize::MAX), least.max(MAX_SHARDS), "capped");
+    assert_eq!(
+        counters(AlgorithmKind::TokenBucket, 10, 10).shard_count(),
+        least
+    );
+}
