@@ -282,7 +282,11 @@ where
     /// the core's cache, so each lookup is a miss; here they are read one
     /// shard at a time under one read lock, with no locked instruction
     /// between two lookups, so the processor overlaps their misses instead
-    /// of waiting out each in turn. Returns how many of `keys` it holds.
+    /// of waiting out each in turn. That pays where a shard holds several
+    /// of a batch's keys; over the 128 shards of a million-key ceiling a
+    /// 100-item batch meets most shards once, and over 256 a batch took
+    /// as long without warming (docs/performance.md, "The idle sweep and
+    /// a check"). Returns how many of `keys` it holds.
     fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) -> usize {
         let shards = self.map.shards();
         // Hashed and sharded as the map itself does for a lookup.
