@@ -759,12 +759,7 @@ impl Limiter {
         let c = self.counters(rule).ok()?;
         let (policy, now) = (c.policy(), self.clock.now());
         let current = c.get(hash_part)?;
-        let past = policy.since(&current, base, now)?;
-        let mut spent = policy.fresh();
-        policy.merge(&mut spent, past, now);
-        if policy.is_idle(&spent, now) {
-            return None;
-        }
+        let spent = policy.beyond(&current, base, now)?;
         Some((
             CounterSnapshot::of_rule(rule, hash_part, current),
             CounterSnapshot::of_rule(rule, hash_part, spent),

@@ -94,7 +94,6 @@ mod tests {
         assert!(!new.check_adhoc(&rule, "k", 1).unwrap().allowed);
     }
 
-    /// What the limiter still admits for `key` under `rule`, up to 10.
     /// A limiter whose one rule, "r", is 5 a minute under `kind`.
     fn five_a_minute(kind: crate::AlgorithmKind, clock: &Arc<FakeClock>) -> Limiter {
         let burst = if kind == crate::AlgorithmKind::LeakyBucket {
@@ -110,6 +109,7 @@ mod tests {
         Limiter::new(rules, clock.clone(), LimiterConfig::default())
     }
 
+    /// What the limiter still admits for `key` under `rule`, up to 10.
     fn admits(l: &Limiter, rule: &str, key: &str) -> usize {
         (0..10)
             .take_while(|_| l.consume(rule, key, 1, l.now()).unwrap().allowed)

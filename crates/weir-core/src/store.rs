@@ -386,15 +386,11 @@ where
         let Entry::Occupied(mut o) = self.map.entry(CompactString::new(key)) else {
             return false;
         };
-        let past = self.algo.since(o.get(), sent, now);
-        // Merged into a fresh state, as a handed-over state is (`absorb`).
-        let mut kept = self.algo.fresh();
-        self.algo.merge(&mut kept, past, now);
-        if self.algo.is_idle(&kept, now) {
+        let Some(kept) = self.algo.beyond(o.get(), sent, now) else {
             o.remove();
             self.ceiling.removed(1);
             return false;
-        }
+        };
         self.ceiling.rests_at(self.algo.rest_at(&kept));
         *o.get_mut() = kept;
         true

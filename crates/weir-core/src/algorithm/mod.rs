@@ -64,6 +64,14 @@ pub(crate) trait Algorithm {
     /// the part a node that stood in for an owner hands back to it, so the
     /// owner does not count `base` twice.
     fn since(&self, s: &Self::State, base: &Self::State, now: Nanos) -> Self::State;
+    /// What `s` spent beyond `base` as a state of its own, merged into a
+    /// fresh one as a handed-over state is: what settling `s` against
+    /// `base` leaves. None when nothing was spent beyond it.
+    fn beyond(&self, s: &Self::State, base: &Self::State, now: Nanos) -> Option<Self::State> {
+        let mut kept = self.fresh();
+        self.merge(&mut kept, self.since(s, base, now), now);
+        (!self.is_idle(&kept, now)).then_some(kept)
+    }
     /// A state received from a peer, checked against the invariants this
     /// algorithm keeps: None when no honest node could hold it (a count
     /// above the limit, a log whose total is not the sum of its entries,
@@ -344,6 +352,16 @@ impl Policy {
             }
             _ => return None,
         })
+    }
+
+    /// [`Policy::since`] as a state of its own, merged into a fresh one as
+    /// a handed-over state is: what settling `s` against `base` leaves.
+    /// None when nothing was spent beyond it, or either state is of
+    /// another algorithm.
+    pub fn beyond(&self, s: &State, base: &State, now: Nanos) -> Option<State> {
+        let mut kept = self.fresh();
+        self.merge(&mut kept, self.since(s, base, now)?, now);
+        (!self.is_idle(&kept, now)).then_some(kept)
     }
 
     /// Decides one request against a state; for tests, simulators and any
