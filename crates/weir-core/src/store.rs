@@ -186,14 +186,14 @@ impl Ceiling {
 /// it, and each check on that shard waits it out: 13-18 ns a key here, so
 /// about 0.1 ms at this size. DashMap's default, four shards a core, put
 /// 125,000 keys under one lock at the default ceiling of a million on two
-/// cores, and a check that met the sweep waited up to 2.7 ms
+/// cores, and a check that met the sweep waited up to 2-3 ms
 /// (docs/performance.md, "The idle sweep and a check").
 const KEYS_PER_SHARD: usize = 8192;
 
 /// More shards cost every lookup a little: each shard's lock sits on a
 /// padded line pair of its own, and the more of them there are the fewer
 /// stay in the core's cache (a 100-item batch in one process over 128
-/// shards took 5-10% longer than over 8 on two cores, where a server of
+/// shards took 3-10% longer than over 8 on two cores, where a server of
 /// 32 cores has 128 by DashMap's default anyway). Past this many, half a
 /// megabyte of locks a rule, a bigger ceiling holds more keys a shard.
 const MAX_SHARDS: usize = 4096;
