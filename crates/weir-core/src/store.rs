@@ -208,7 +208,7 @@ pub(crate) fn shards_for(max_keys: usize) -> usize {
         (cores * 4).next_power_of_two()
     });
     let by_keys = max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two();
-    by_keys.clamp(by_cores.max(2), MAX_SHARDS.max(by_cores))
+    by_keys.clamp(by_cores, MAX_SHARDS.max(by_cores))
 }
 
 struct KeyedStore<A: Algorithm> {
