@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
-    Breaker, BreakerState, Breakers, DecideRequest, DecideResponse, FallbackSummary,
+    Breaker, BreakerState, Breakers, CallFate, DecideRequest, DecideResponse, FallbackSummary,
     HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
     PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
     SyncRequest, SyncResponse,
@@ -36,6 +36,8 @@ pub struct PeerHandler {
     stats: Arc<Stats>,
     /// The embedding node's per-second activity, once it reports it.
     activity: OnceLock<Arc<dyn ActivitySource>>,
+    /// The named handoff calls received.
+    calls: Arc<handoff::Calls>,
 }
 
 impl PeerHandler {
@@ -57,6 +59,7 @@ impl PeerHandler {
             membership,
             stats,
             activity: OnceLock::new(),
+            calls: Arc::default(),
         }
     }
 
@@ -74,6 +77,18 @@ impl PeerHandler {
     /// these): the sender keeps them and tries again once its ring has
     /// dropped this node.
     pub async fn handoff(&self, req: HandoffRequest) -> Result<HandoffResponse, Leaving> {
+        if req.ask_about != 0 {
+            // Answered while leaving too: a call taken before went on with
+            // this node's own handover, and one never taken is refused.
+            let fate = self
+                .calls
+                .ask(&req.from_node, req.boot, req.ask_about)
+                .await;
+            return Ok(HandoffResponse {
+                accepted: 0,
+                fate: fate.into(),
+            });
+        }
         if self.owner.local.is_leaving() {
             return Err(Leaving);
         }
@@ -86,6 +101,17 @@ impl PeerHandler {
         if !req.swept {
             self.owner.routing.arrivals().heard_from(&req.from_node);
         }
+        let taking = match self.calls.arrive(&req.from_node, req.boot, req.call) {
+            handoff::Arrival::Unnamed => None,
+            handoff::Arrival::Take(taking) => Some(taking),
+            handoff::Arrival::Seen(seen) => {
+                return Ok(HandoffResponse {
+                    accepted: 0,
+                    fate: seen.fate().await.into(),
+                })
+            }
+        };
+        let named = taking.is_some();
         let n = req.counters.len();
         let (limiter, replicas) = (self.limiter.clone(), self.replicas.clone());
         let replicator = self.owner.replicator.clone();
@@ -96,10 +122,21 @@ impl PeerHandler {
                 boot,
                 at,
             };
-            handoff::absorb(&limiter, &replicas, &replicator, &from, counters)
+            let absorbed = handoff::absorb(&limiter, &replicas, &replicator, &from, counters);
+            // Said from the sweep itself, which runs to its end even when
+            // the call's own task is dropped (its caller gave up on it).
+            if let Some(taking) = taking {
+                taking.landed();
+            }
+            absorbed
         })
-        .await
-        .unwrap_or_default();
+        .await;
+        let fate = match (&absorbed, named) {
+            (_, false) => CallFate::Unspecified,
+            (Some(_), true) => CallFate::Landed,
+            (None, true) => CallFate::Never,
+        };
+        let absorbed = absorbed.unwrap_or_default();
         bump(&self.stats.handoffs_received, 1);
         bump(&self.stats.keys_moved_in, u64::from(absorbed.accepted));
         bump(&self.stats.handoff_refused, u64::from(absorbed.refused));
@@ -109,6 +146,7 @@ impl PeerHandler {
         }
         Ok(HandoffResponse {
             accepted: absorbed.accepted,
+            fate: fate.into(),
         })
     }
 

@@ -249,7 +249,7 @@ proptest! {
             from_node: "peer".into(),
             boot,
             at,
-            swept: false,
+            ..Default::default()
         };
         let _ = n.within(handler.handoff(req));
         // Every state taken decides like one this node made: within bounds

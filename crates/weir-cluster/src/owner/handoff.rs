@@ -5,20 +5,20 @@
 //! a key that has used 15 of 20 stays at 15 or more on its new owner.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use prost::Message;
 use weir_core::{Absorb, AbsorbError, CounterSnapshot, Limiter};
-use weir_proto::weir::v1::{CounterState, HandoffRequest};
+use weir_proto::weir::v1::{CallFate, CounterState, HandoffRequest};
 
 use super::local::Local;
 use super::moves::{counter_id, CounterId, Landing, Move, Moves};
 use super::replica::{Replicas, Sender};
 use super::replicate::Replicator;
-use crate::link::Link;
+use crate::link::{Link, PeerFailure};
 use crate::stats::{bump, Stats};
 use crate::topology::arrivals;
 use crate::topology::membership::NodeIdentity;
@@ -148,6 +148,12 @@ pub struct Handoff {
     /// was kept here, or the call failed), with when each was first due
     /// it: each later sweep tells them, until their wait has ended.
     unsaid: Mutex<Vec<(NodeIdentity, tokio::time::Instant)>>,
+    /// The last name given to a handoff call ([`HandoffRequest::call`]).
+    calls_named: AtomicU64,
+    /// Calls that got no answer in time, and may have landed: their
+    /// counters stay here, and are not offered again, until the receiver
+    /// says what became of the call ([`Self::settle_doubts`]).
+    doubts: Mutex<Vec<Doubt>>,
 }
 
 /// Clears the rebalancing flag however the rebalance ends (a leave aborts
@@ -180,6 +186,8 @@ impl Handoff {
             moves,
             rebalancing: AtomicBool::new(false),
             unsaid: Mutex::default(),
+            calls_named: AtomicU64::new(0),
+            doubts: Mutex::default(),
         }
     }
 
@@ -195,7 +203,7 @@ impl Handoff {
     /// whose first handoff failed never had its old process's count.
     pub async fn hand_to_owners(&self, snaps: Vec<CounterSnapshot>) {
         let ring = self.routing.ring();
-        let undelivered = self.hand_over(snaps, &ring, None).await.undelivered;
+        let undelivered = self.hand_over(snaps, &ring, None).await.keep_doubts(self);
         if undelivered.is_empty() {
             return;
         }
@@ -230,6 +238,9 @@ impl Handoff {
         }
         let _running = Rebalancing(&self.rebalancing);
         let ring = self.routing.ring();
+        // Before the copy below: a call that landed leaves here only what
+        // was spent since, and one still in doubt is not offered again.
+        self.settle_doubts(&ring, ASK_DEADLINE).await;
         let pending = self.moves.pending(&ring);
         let joiners = self.waiting_for_me(&pending, &ring);
         let landing = Landing::new(pending);
@@ -289,10 +300,10 @@ impl Handoff {
         ring: &Ring,
         landing: Landing,
     ) -> Vec<CounterSnapshot> {
-        let Handed {
-            delivered,
-            undelivered,
-        } = self.hand_over(copies, ring, None).await;
+        let mut handed = self.hand_over(copies, ring, None).await;
+        let delivered = std::mem::take(&mut handed.delivered);
+        // Kept here whole, and landed as kept, like those not delivered.
+        let undelivered = handed.keep_doubts(self);
         let moved = delivered.len();
         // A key an earlier sweep kept is with its owner now: checks asked
         // or sent here for it go there.
@@ -415,6 +426,11 @@ impl Handoff {
     pub async fn leave(&self, give_up: tokio::time::Instant) -> u64 {
         let after = self.routing.leave();
         let _ = tokio::time::timeout_at(give_up, self.local.begin_leave()).await;
+        self.settle_doubts(&after, ASK_DEADLINE.min(until(give_up)))
+            .await;
+        // Still in doubt, they go with the rest: counted twice if they
+        // landed, rather than lost if they did not.
+        self.doubts.lock().clear();
         let snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
         // Each call waits no later than `give_up`, and none starts after
@@ -422,8 +438,12 @@ impl Handoff {
         // Cut off whole at `give_up`, a leave over half a million
         // counters (more than three seconds' handing over here) counted
         // every one of them lost, delivered or not.
-        let handed = self.hand_over(snaps, &after, Some(give_up)).await;
-        let lost = handed.undelivered.len() as u64;
+        let mut handed = self.hand_over(snaps, &after, Some(give_up)).await;
+        // A call that timed out may have landed: asked until `give_up`.
+        self.doubts.lock().append(&mut handed.doubtful);
+        let asked = self.settle_doubts(&after, until(give_up)).await;
+        self.doubts.lock().clear();
+        let lost = (handed.undelivered.len() + asked.not_landed) as u64;
         bump(&self.stats.keys_lost, lost);
         self.local.handed_over();
         tracing::info!(counters = n, lost, "handed every counter over");
@@ -444,8 +464,10 @@ impl Handoff {
         let me = self.routing.me();
         let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
         let mut handed = Handed::default();
+        let doubted = self.doubted();
         for snap in snaps {
-            match ring.owner(&snap.hash_part).filter(|o| o.id != me) {
+            let owner = ring.owner(&snap.hash_part).filter(|o| o.id != me);
+            match owner.filter(|_| !doubted.contains(&counter_id(&snap))) {
                 Some(owner) => by_owner.entry(owner).or_default().push(snap),
                 None => handed.undelivered.push(snap),
             }
@@ -456,6 +478,7 @@ impl Handoff {
         for sent in futures::future::join_all(sends).await {
             handed.delivered.extend(sent.delivered);
             handed.undelivered.extend(sent.undelivered);
+            handed.doubtful.extend(sent.doubtful);
         }
         handed
     }
@@ -499,6 +522,7 @@ impl Handoff {
             }
             let deadline = left.map_or(HANDOFF_DEADLINE, |left| left.min(HANDOFF_DEADLINE));
             let n = counters.len() as u64;
+            let call = self.calls_named.fetch_add(1, Ordering::Relaxed) + 1;
             let req = HandoffRequest {
                 counters,
                 from_node: self.routing.me().to_string(),
@@ -507,9 +531,14 @@ impl Handoff {
                 // a copy of one of them taken before is older than this.
                 at: self.local.limiter().now(),
                 swept: false,
+                call,
+                ask_about: 0,
             };
             let encoded = req.encoded_len() as u64;
             match self.link.handoff(owner, req, deadline).await {
+                // Only a receiver that names calls says never: it was
+                // asked about this call first, by a sweep that gave up on it.
+                Ok(r) if r.fate() == CallFate::Never => handed.undelivered.extend(originals),
                 Ok(_) => {
                     bump(&self.stats.handoffs_sent, 1);
                     bump(&self.stats.handoff_bytes, encoded);
@@ -519,7 +548,18 @@ impl Handoff {
                 Err(e) => {
                     bump(&self.stats.handoffs_failed, 1);
                     tracing::warn!(owner = %owner.id, counters = n, error = %e, "handoff failed");
-                    handed.undelivered.extend(originals);
+                    match e {
+                        // Sent, and perhaps taken: asked about before the
+                        // counters are offered again.
+                        PeerFailure::Timeout(_) | PeerFailure::Unreachable(_) => {
+                            handed.doubtful.push(Doubt {
+                                owner: owner.clone(),
+                                call,
+                                counters: originals,
+                            })
+                        }
+                        _ => handed.undelivered.extend(originals),
+                    }
                 }
             }
         }
@@ -532,10 +572,19 @@ impl Handoff {
 struct Handed {
     /// Now counted by their owners.
     delivered: Vec<CounterSnapshot>,
-    /// No owner but this node, or it did not answer: still whole here.
+    /// No owner but this node, or its owner did not take them: still
+    /// whole here.
     undelivered: Vec<CounterSnapshot>,
+    /// Sent in calls that got no answer: still whole here, and perhaps
+    /// counted by their owners too.
+    doubtful: Vec<Doubt>,
 }
 
+mod calls;
+mod doubt;
 mod meanwhile;
+
+pub use calls::{Arrival, Calls};
+use doubt::{until, Doubt, ASK_DEADLINE};
 #[cfg(test)]
 mod tests;

@@ -598,11 +598,11 @@ fn a_stand_in_refunded_after_the_handoff_is_given_back_where_it_was_counted() {
 /// This node (`ME`), on a host of its own on `net`, with `OWNER` (on the
 /// host `owner`) on its ring: its handoff, its counters, its host, and a
 /// key `OWNER` owns.
-struct Holder {
-    handoff: Handoff,
-    local: Arc<Local>,
-    host: std::net::IpAddr,
-    key: String,
+pub(super) struct Holder {
+    pub(super) handoff: Handoff,
+    pub(super) local: Arc<Local>,
+    pub(super) host: std::net::IpAddr,
+    pub(super) key: String,
 }
 
 fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> Holder {
@@ -635,7 +635,7 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
 
 /// `n3` started on `net` (its counters returned too), and `n1` holding
 /// strays of `n3`'s.
-async fn owner_and_holder(
+pub(super) async fn owner_and_holder(
     net: &crate::memory::MemoryNet,
 ) -> (crate::Cluster, Arc<Limiter>, Holder) {
     let owner_limiter = stray_limiter(net);
@@ -661,7 +661,7 @@ fn stray_limiter(net: &crate::memory::MemoryNet) -> Arc<Limiter> {
 }
 
 /// How many of 10 checks of `key` `l` admits.
-fn admits(l: &Limiter, key: &str) -> usize {
+pub(super) fn admits(l: &Limiter, key: &str) -> usize {
     (0..10)
         .filter(|_| l.consume("r", key, 1, l.now()).unwrap().allowed)
         .count()
