@@ -201,7 +201,7 @@ const MAX_SHARDS: usize = 4096;
 /// How many shards a store of at most `max_keys` keys gets: enough to keep
 /// each near `KEYS_PER_SHARD`, and never fewer than DashMap would use on
 /// this machine, so a small store keeps its spread across cores.
-pub(crate) fn shards_for(max_keys: usize) -> usize {
+pub fn shards_for(max_keys: usize) -> usize {
     static BY_CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let by_cores = *BY_CORES.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -8,6 +8,7 @@
 //! can still leave a denial here until T: the safe direction, and already
 //! announced in the Retry-After the caller was given.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +37,21 @@ pub struct DenyCache {
     /// Refunds this gateway sent lately, per hash part: (rule, when).
     refunds: DashMap<CompactString, Vec<(Arc<str>, Nanos)>>,
     max_keys: usize,
+    /// When the last purge began, so a full cache purges on the request
+    /// path at most once in [`PURGE_AT_CEILING_EVERY`].
+    purged_at: AtomicU64,
+    /// Purges done, for the tests of that bound.
+    #[cfg(test)]
+    purges: AtomicU64,
 }
+
+/// How often a full cache may purge on a request's path. A purge reads
+/// every entry (about 1.5 ms at the default 100,000 on the 2-vCPU host);
+/// done for every new denial while the cache was full of live ones, a
+/// flood of denied keys turned each into a scan. Expired entries go with
+/// the gateway's maintenance every 250 ms anyway, so between two purges a
+/// full cache skips new denials, which costs each a round trip only.
+const PURGE_AT_CEILING_EVERY: Nanos = 250 * weir_core::NANOS_PER_MS;
 
 /// How long a refund is remembered: longer than any check waits for its
 /// owner's answer (the owner deadline is milliseconds), so a denial from a
@@ -45,10 +60,16 @@ const REFUND_MEMORY: Nanos = 10 * weir_core::NANOS_PER_SEC;
 
 impl DenyCache {
     pub fn new(max_keys: usize) -> Self {
+        // Purged whole each second: as the counters' tables, one shard's
+        // lock covers a few thousand keys, not an eighth of them.
+        let shards = weir_core::store::shards_for(max_keys);
         DenyCache {
-            map: DashMap::new(),
-            refunds: DashMap::new(),
+            map: DashMap::with_shard_amount(shards),
+            refunds: DashMap::with_shard_amount(shards),
             max_keys,
+            purged_at: AtomicU64::new(0),
+            #[cfg(test)]
+            purges: AtomicU64::new(0),
         }
     }
 
@@ -61,7 +82,9 @@ impl DenyCache {
             entries.is_empty()
         });
         if self.refunds.len() >= self.max_keys && !self.refunds.contains_key(hash_part) {
-            self.purge(now);
+            // Recorded even when still full: a refund forgotten would let a
+            // denial it caused be cached. Refunds leave after 10 s.
+            self.purge_if_due(now);
         }
         let mut seen = self
             .refunds
@@ -109,7 +132,7 @@ impl DenyCache {
             return;
         }
         if self.map.len() >= self.max_keys && !self.map.contains_key(hash_part) {
-            self.purge(now);
+            self.purge_if_due(now);
             if self.map.len() >= self.max_keys {
                 // Full of live denials: skipping one only costs a round trip.
                 return;
@@ -141,8 +164,27 @@ impl DenyCache {
         });
     }
 
+    /// [`Self::purge`], unless one began less than
+    /// [`PURGE_AT_CEILING_EVERY`] before `now`.
+    fn purge_if_due(&self, now: Nanos) {
+        let last = self.purged_at.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= PURGE_AT_CEILING_EVERY;
+        // One caller purges; the others go on without waiting for it.
+        if due
+            && self
+                .purged_at
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.purge(now);
+        }
+    }
+
     /// Drops every expired denial, and refunds too old to matter.
     pub fn purge(&self, now: Nanos) {
+        self.purged_at.store(now.max(1), Ordering::Relaxed);
+        #[cfg(test)]
+        self.purges.fetch_add(1, Ordering::Relaxed);
         self.map.retain(|_, entries| {
             entries.retain(|e| e.until > now);
             !entries.is_empty()
@@ -244,6 +286,32 @@ mod tests {
         let other: Arc<str> = Arc::from("o");
         c.insert(&other, "k", 1, &denial(6), t0 + 1);
         assert!(c.lookup("o", "k", 1, t0 + 6).is_some());
+    }
+
+    /// Guard: a cache full of live denials purges on the request path at
+    /// most once in [`PURGE_AT_CEILING_EVERY`]. It purged before every new
+    /// denial, each a pass over the whole cache: a flood of denied keys
+    /// made every one of their answers a scan of 100,000 entries.
+    #[test]
+    fn a_full_cache_purges_on_the_request_path_at_most_once_a_while() {
+        let c = DenyCache::new(100);
+        let rule: Arc<str> = Arc::from("r");
+        let t0 = 1_000 * NANOS_PER_SEC;
+        for i in 0..100 {
+            c.insert(&rule, &format!("live-{i}"), 1, &denial(60), t0);
+        }
+        let purges = || c.purges.load(Ordering::Relaxed);
+        for i in 0..1_000 {
+            c.insert(&rule, &format!("new-{i}"), 1, &denial(60), t0 + i);
+            c.refunded(&rule, &format!("refund-{i}"), t0 + i);
+        }
+        assert_eq!(purges(), 1, "one in the first 1,000 ns");
+        let later = t0 + PURGE_AT_CEILING_EVERY + 1_000;
+        c.insert(&rule, "after-a-while", 1, &denial(60), later);
+        assert_eq!(purges(), 2, "and another once the while is over");
+        c.purge(later + 1);
+        c.insert(&rule, "right-after-the-tick", 1, &denial(60), later + 2);
+        assert_eq!(purges(), 3, "the maintenance's purge counts as one");
     }
 
     /// Every path that reads an entry and then changes the map (an expired

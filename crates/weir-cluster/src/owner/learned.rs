@@ -41,7 +41,12 @@ pub enum Share {
 impl Learned {
     pub fn new(max_keys: usize) -> Self {
         Learned {
-            map: DashMap::default(),
+            // Purged whole each second: as the counters' tables, one
+            // shard's lock covers a few thousand keys, not an eighth of them.
+            map: DashMap::with_hasher_and_shard_amount(
+                Default::default(),
+                weir_core::store::shards_for(max_keys),
+            ),
             max_keys,
         }
     }
