@@ -73,10 +73,10 @@ impl Handoff {
 
     /// Asks the receiver of each call in doubt what became of it, each
     /// within `deadline`. A call that landed leaves here only what was
-    /// spent since it was taken; one that never did, or whose receiver is
-    /// no longer on `ring` (its counters have another owner now), is
-    /// forgotten, its counters offered again by the sweep; one not
-    /// answered stays in doubt.
+    /// spent since it was taken; one that never did, or whose receiver
+    /// does not answer and is no longer on `ring` (its counters have
+    /// another owner now), is forgotten, its counters offered again by the
+    /// sweep; one not answered stays in doubt.
     pub(super) async fn settle_doubts(&self, ring: &Ring, deadline: Duration) -> Asked {
         let doubts = std::mem::take(&mut *self.doubts.lock());
         let mut asked = Asked::default();
@@ -89,10 +89,12 @@ impl Handoff {
                 .any(|m| m.id == d.owner.id && m.boot == d.owner.boot)
         };
         let asks = doubts.into_iter().map(|d| async move {
-            let fate = if listed(&d) {
-                self.ask(&d, deadline).await
-            } else {
-                Some(CallFate::Never)
+            // One that left the ring may still answer while it drains: a
+            // call it took went on with its leave's handover. Gone, its
+            // counters have another owner, which they go to now.
+            let fate = match self.ask(&d, deadline).await {
+                None if !listed(&d) => Some(CallFate::Never),
+                fate => fate,
             };
             (d, fate)
         });

@@ -240,7 +240,7 @@ impl Scene {
 }
 
 /// A member, every one's process [`BOOT`].
-fn node(id: &str) -> NodeIdentity {
+pub(super) fn node(id: &str) -> NodeIdentity {
     let addr = "127.0.0.1:1".parse().unwrap();
     NodeIdentity {
         boot: BOOT,

@@ -157,3 +157,39 @@ async fn a_call_asked_about_before_it_arrives_is_refused_when_it_does() {
     tokio::time::sleep(PAST_THE_DEADLINE).await;
     assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent, once");
 }
+
+/// Guard: a call whose receiver has left the ring since is still asked
+/// about while the receiver answers: it handed what it took on with its
+/// own leave. Forgotten at once, the counters stayed whole here, now
+/// their owner, and the receiver's handover added them a second time.
+#[tokio::test(start_paused = true)]
+async fn a_receiver_that_left_the_ring_is_still_asked_while_it_answers() {
+    let net = MemoryNet::new();
+    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
+    let owner_host = owner.identity().grpc.ip();
+    let limiter = h.local.limiter();
+    for _ in 0..2 {
+        assert!(
+            limiter
+                .consume("r", &h.key, 1, limiter.now())
+                .unwrap()
+                .allowed
+        );
+    }
+    net.slow_handoffs_to(owner_host, PAST_THE_DEADLINE);
+    h.handoff.rebalance().await;
+    eventually("the call lands at the owner after all", || {
+        owner_limiter.holds("r", &h.key)
+    })
+    .await;
+    net.slow_handoffs_to(owner_host, Duration::ZERO);
+    let alone =
+        crate::topology::ring::Ring::with_default_vnodes(&[super::super::tests::node("n1")]);
+    h.handoff.routing.install(std::sync::Arc::new(alone));
+    h.handoff.rebalance().await;
+    assert!(h.handoff.doubts.lock().is_empty());
+    assert!(
+        !limiter.holds("r", &h.key),
+        "its count is the one the receiver hands on"
+    );
+}
