@@ -21,7 +21,8 @@ use crate::topology::rules_sync::RulesHints;
 use crate::wire;
 
 /// How long an op a joiner asked about waits for the landing of the
-/// handoff that took its key: half the asker's deadline (the late
+/// handoff that took its key, when its count is not whole here
+/// ([`OwnerService::landing_wait`]): half the asker's deadline (the late
 /// window), so the answer, the op decided here on the count still held
 /// if the handoff has not landed, reaches the asker in time. Waited the
 /// whole late window, it came after the asker's deadline, and the asker
@@ -207,9 +208,10 @@ impl OwnerService {
             }
         }
         if !landing.is_empty() {
-            let waits = landing
-                .iter()
-                .map(|(i, took, taking)| Self::with_the_asker(&req.ops[*i], took, taking));
+            let waits = landing.iter().map(|(i, took, taking)| {
+                let op = &req.ops[*i];
+                Self::with_the_asker(op, took, taking, self.landing_wait(op, took))
+            });
             let handed = futures::future::join_all(waits).await;
             for ((i, took, taking), handed) in landing.iter().zip(handed) {
                 // Handed over: the joiner decides on the count it holds.
@@ -364,22 +366,43 @@ impl OwnerService {
 
     /// Whether the count of the key of an asked `op` is with the asker:
     /// the ring change that took the asker's process in (`taking`) and
-    /// the one that `took` the key from here, if any, delivered it. A
-    /// restart moves no keys, but its sweep hands the new process the old
-    /// one's copy: kept here, it is decided on here until a later sweep
-    /// delivers it.
+    /// the one that `took` the key from here, if any, delivered it, their
+    /// landing waited for `wait` at most. A restart moves no keys, but its
+    /// sweep hands the new process the old one's copy: kept here, it is
+    /// decided on here until a later sweep delivers it.
     async fn with_the_asker(
         op: &CounterOp,
         took: &Option<Arc<Move>>,
         taking: &Option<Arc<Move>>,
+        wait: Duration,
     ) -> bool {
-        let until = tokio::time::Instant::now() + ASKED_LANDING_WAIT;
+        let until = tokio::time::Instant::now() + wait;
         for m in [taking, took].into_iter().flatten() {
             if !Self::handed_by(op, m, until).await {
                 return false;
             }
         }
         true
+    }
+
+    /// How long an asked `op` waits for the landing ([`Self::with_the_asker`]).
+    /// Not at all when a ring change `took` its key from here and this
+    /// node's counters hold it: whole here until the handoff lands, it is
+    /// decided on at once, and the passes after the landing hand the asker
+    /// what it spent. Otherwise the count may be in a copy this node hands
+    /// on (a restart's), not its own to decide on: [`ASKED_LANDING_WAIT`].
+    /// Waiting for every landing held the asker's call, and with it the
+    /// call slots of every gateway sending the asker checks: on two shared
+    /// cores, a join of a million counters at half load refused most
+    /// checks of the joiner's keys for the seconds its handoff took.
+    fn landing_wait(&self, op: &CounterOp, took: &Option<Arc<Move>>) -> Duration {
+        let whole_here =
+            took.is_some() && op.carried.is_none() && self.local.limiter().holds(&op.rule, &op.key);
+        if whole_here {
+            Duration::ZERO
+        } else {
+            ASKED_LANDING_WAIT
+        }
     }
 
     /// Whether the count of the key of `op` reached its new owner with the
