@@ -313,6 +313,18 @@ impl Handoff {
         // decided here once its copy had settled but before the landing,
         // was decided on what was spent since the copy alone.
         landing.land(kept_ids(&undelivered));
+        self.settle(delivered).await;
+        tracing::info!(
+            moved,
+            kept = undelivered.len(),
+            "handed counters to their new owners"
+        );
+        undelivered
+    }
+
+    /// Settles this node's counters by the copies of them their owners
+    /// now hold: only what was spent here since each copy stays.
+    async fn settle(&self, delivered: Vec<CounterSnapshot>) {
         let limiter = self.local.limiter().clone();
         let spent_since = sweep(delivered.len(), move || {
             // `|` not `||`: every copy settles.
@@ -328,12 +340,6 @@ impl Handoff {
         if spent_since == Some(true) {
             self.local.mark_stray();
         }
-        tracing::info!(
-            moved,
-            kept = undelivered.len(),
-            "handed counters to their new owners"
-        );
-        undelivered
     }
 
     /// The members that `moves` took in, still on `ring`, that wait for

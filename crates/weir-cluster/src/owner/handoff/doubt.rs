@@ -14,7 +14,7 @@ use std::time::Duration;
 use weir_core::CounterSnapshot;
 use weir_proto::weir::v1::{CallFate, HandoffRequest};
 
-use super::{sweep, Handed, Handoff};
+use super::{Handed, Handoff};
 use crate::owner::moves::{counter_id, CounterId};
 use crate::stats::bump;
 use crate::topology::membership::NodeIdentity;
@@ -124,16 +124,7 @@ impl Handoff {
         );
         // Kept by an earlier landing: checks for them go to their owner now.
         self.moves.delivered_later(&landed);
-        let limiter = self.local.limiter().clone();
-        let spent_since = sweep(landed.len(), move || {
-            landed
-                .iter()
-                .fold(false, |kept, sent| limiter.settle(sent) | kept)
-        })
-        .await;
-        if spent_since == Some(true) {
-            self.local.mark_stray();
-        }
+        self.settle(landed).await;
         asked
     }
 

@@ -2,20 +2,78 @@
 //! are offered again, so its owner counts them once.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::tests::{admits, owner_and_holder};
+use weir_core::Limiter;
+
+use super::super::tests::{admits, node, owner_and_holder, Holder};
 use crate::memory::MemoryNet;
+use crate::topology::ring::Ring;
 
 /// Longer than a handoff call waits for its answer.
 const PAST_THE_DEADLINE: Duration = Duration::from_millis(2500);
 
-/// Polls `done` on the paused clock until it holds, for at most 10 s.
-async fn eventually(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// `n3` owning a key, `n1` holding it as a stray with 2 of its 5 spent.
+struct Scene {
+    net: MemoryNet,
+    _owner: crate::Cluster,
+    owner_limiter: Arc<Limiter>,
+    owner_host: std::net::IpAddr,
+    h: Holder,
+}
+
+impl Scene {
+    async fn new() -> Scene {
+        let net = MemoryNet::new();
+        let (owner, owner_limiter, h) = owner_and_holder(&net).await;
+        let owner_host = owner.identity().grpc.ip();
+        let limiter = h.local.limiter();
+        for _ in 0..2 {
+            assert!(
+                limiter
+                    .consume("r", &h.key, 1, limiter.now())
+                    .unwrap()
+                    .allowed
+            );
+        }
+        Scene {
+            net,
+            _owner: owner,
+            owner_limiter,
+            owner_host,
+            h,
+        }
+    }
+
+    /// Every handoff to the owner reaches it `after` it was sent.
+    fn handoffs_arrive(&self, after: Duration) {
+        self.net.slow_handoffs_to(self.owner_host, after);
+    }
+
+    /// Polls, on the paused clock, until the owner holds the key.
+    async fn owner_has_the_key(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.owner_limiter.holds("r", &self.h.key) {
+            assert!(tokio::time::Instant::now() < deadline, "never landed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn held_here(&self) -> bool {
+        self.h.local.limiter().holds("r", &self.h.key)
+    }
+
+    fn in_doubt(&self) -> usize {
+        self.h.handoff.doubts.lock().len()
+    }
+
+    fn failed(&self) -> u64 {
+        self.h.handoff.stats.handoffs_failed.load(Ordering::Relaxed)
+    }
+
+    fn admitted_by_the_owner(&self) -> usize {
+        admits(&self.owner_limiter, &self.h.key)
     }
 }
 
@@ -25,31 +83,17 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 /// the window.
 #[tokio::test(start_paused = true)]
 async fn a_handoff_that_timed_out_but_landed_is_counted_once() {
-    let net = MemoryNet::new();
-    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
-    let owner_host = owner.identity().grpc.ip();
-    let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
-    net.slow_handoffs_to(owner_host, PAST_THE_DEADLINE);
-    h.handoff.rebalance().await;
-    assert_eq!(failed(&h), 1);
-    assert!(h.local.take_strays(), "kept here for the next sweep");
-    eventually("the call lands at the owner after all", || {
-        owner_limiter.holds("r", &h.key)
-    })
-    .await;
-    net.slow_handoffs_to(owner_host, Duration::ZERO);
-    h.handoff.rebalance().await;
-    assert!(!limiter.holds("r", &h.key), "settled: it landed");
-    assert!(h.handoff.doubts.lock().is_empty());
-    assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent, once");
+    let s = Scene::new().await;
+    s.handoffs_arrive(PAST_THE_DEADLINE);
+    s.h.handoff.rebalance().await;
+    assert_eq!(s.failed(), 1);
+    assert!(s.h.local.take_strays(), "kept here for the next sweep");
+    s.owner_has_the_key().await;
+    s.handoffs_arrive(Duration::ZERO);
+    s.h.handoff.rebalance().await;
+    assert!(!s.held_here(), "settled: it landed");
+    assert_eq!(s.in_doubt(), 0);
+    assert_eq!(s.admitted_by_the_owner(), 3, "2 of 5 spent, once");
 }
 
 /// Guard: while the owner does not say what became of a call, its
@@ -58,75 +102,43 @@ async fn a_handoff_that_timed_out_but_landed_is_counted_once() {
 /// then 4, then 6.
 #[tokio::test(start_paused = true)]
 async fn counters_in_doubt_are_not_offered_again_while_their_owner_is_silent() {
-    let net = MemoryNet::new();
-    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
-    let owner_host = owner.identity().grpc.ip();
-    let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
-    net.slow_handoffs_to(owner_host, PAST_THE_DEADLINE);
+    let s = Scene::new().await;
+    s.handoffs_arrive(PAST_THE_DEADLINE);
     for _ in 0..3 {
-        h.handoff.rebalance().await;
-        assert!(h.local.take_strays(), "kept here for the next sweep");
+        s.h.handoff.rebalance().await;
+        assert!(s.h.local.take_strays(), "kept here for the next sweep");
     }
-    assert_eq!(failed(&h), 1, "offered once in three sweeps");
+    assert_eq!(s.failed(), 1, "offered once in three sweeps");
+    let limiter = s.h.local.limiter();
     assert_eq!(
-        admits(limiter, &h.key),
+        admits(limiter, &s.h.key),
         3,
         "decided here on its whole count"
     );
-    eventually("the call lands at the owner after all", || {
-        owner_limiter.holds("r", &h.key)
-    })
-    .await;
-    net.slow_handoffs_to(owner_host, Duration::ZERO);
-    h.handoff.rebalance().await;
-    assert!(h.handoff.doubts.lock().is_empty());
+    s.owner_has_the_key().await;
+    s.handoffs_arrive(Duration::ZERO);
+    s.h.handoff.rebalance().await;
+    assert_eq!(s.in_doubt(), 0);
     assert_eq!(
-        admits(&owner_limiter, &h.key),
+        s.admitted_by_the_owner(),
         0,
         "the 2 that landed and the 3 spent here since: 5 of 5"
     );
-}
-
-fn failed(h: &super::super::tests::Holder) -> u64 {
-    h.handoff.stats.handoffs_failed.load(Ordering::Relaxed)
 }
 
 /// A call that never reached its owner (lost on the way) is offered again
 /// once the owner says so: a call in doubt is never dropped.
 #[tokio::test(start_paused = true)]
 async fn a_handoff_that_never_landed_is_offered_again() {
-    let net = MemoryNet::new();
-    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
-    let owner_host = owner.identity().grpc.ip();
-    let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
-    net.partition(&[h.host], &[owner_host]);
-    h.handoff.rebalance().await;
-    assert_eq!(
-        h.handoff.doubts.lock().len(),
-        1,
-        "lost on the way: a timeout"
-    );
-    net.heal();
-    h.handoff.rebalance().await;
-    assert!(h.handoff.doubts.lock().is_empty());
-    assert!(!limiter.holds("r", &h.key), "delivered by the second sweep");
-    assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent");
+    let s = Scene::new().await;
+    s.net.partition(&[s.h.host], &[s.owner_host]);
+    s.h.handoff.rebalance().await;
+    assert_eq!(s.in_doubt(), 1, "lost on the way: a timeout");
+    s.net.heal();
+    s.h.handoff.rebalance().await;
+    assert_eq!(s.in_doubt(), 0);
+    assert!(!s.held_here(), "delivered by the second sweep");
+    assert_eq!(s.admitted_by_the_owner(), 3, "2 of 5 spent");
 }
 
 /// Guard: a call asked about before it reaches its owner is refused when
@@ -134,28 +146,17 @@ async fn a_handoff_that_never_landed_is_offered_again() {
 /// counted them twice (2 of 5 spent as 4).
 #[tokio::test(start_paused = true)]
 async fn a_call_asked_about_before_it_arrives_is_refused_when_it_does() {
-    let net = MemoryNet::new();
-    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
-    let owner_host = owner.identity().grpc.ip();
-    let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
-    net.slow_handoffs_to(owner_host, PAST_THE_DEADLINE);
-    h.handoff.rebalance().await;
+    let s = Scene::new().await;
+    s.handoffs_arrive(PAST_THE_DEADLINE);
+    s.h.handoff.rebalance().await;
     // The first call is still on its way: the question overtakes it.
-    net.slow_handoffs_to(owner_host, Duration::ZERO);
-    h.handoff.rebalance().await;
-    assert!(!limiter.holds("r", &h.key), "offered again and delivered");
+    s.handoffs_arrive(Duration::ZERO);
+    s.h.handoff.rebalance().await;
+    assert!(!s.held_here(), "offered again and delivered");
     // Not a wait for a condition: on the paused clock, past the moment
     // the first call reaches the owner.
     tokio::time::sleep(PAST_THE_DEADLINE).await;
-    assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent, once");
+    assert_eq!(s.admitted_by_the_owner(), 3, "2 of 5 spent, once");
 }
 
 /// Guard: a call whose receiver has left the ring since is still asked
@@ -164,32 +165,14 @@ async fn a_call_asked_about_before_it_arrives_is_refused_when_it_does() {
 /// their owner, and the receiver's handover added them a second time.
 #[tokio::test(start_paused = true)]
 async fn a_receiver_that_left_the_ring_is_still_asked_while_it_answers() {
-    let net = MemoryNet::new();
-    let (owner, owner_limiter, h) = owner_and_holder(&net).await;
-    let owner_host = owner.identity().grpc.ip();
-    let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
-    net.slow_handoffs_to(owner_host, PAST_THE_DEADLINE);
-    h.handoff.rebalance().await;
-    eventually("the call lands at the owner after all", || {
-        owner_limiter.holds("r", &h.key)
-    })
-    .await;
-    net.slow_handoffs_to(owner_host, Duration::ZERO);
-    let alone =
-        crate::topology::ring::Ring::with_default_vnodes(&[super::super::tests::node("n1")]);
-    h.handoff.routing.install(std::sync::Arc::new(alone));
-    h.handoff.rebalance().await;
-    assert!(h.handoff.doubts.lock().is_empty());
-    assert!(
-        !limiter.holds("r", &h.key),
-        "its count is the one the receiver hands on"
-    );
+    let s = Scene::new().await;
+    s.handoffs_arrive(PAST_THE_DEADLINE);
+    s.h.handoff.rebalance().await;
+    s.owner_has_the_key().await;
+    s.handoffs_arrive(Duration::ZERO);
+    let alone = Ring::with_default_vnodes(&[node("n1")]);
+    s.h.handoff.routing.install(Arc::new(alone));
+    s.h.handoff.rebalance().await;
+    assert_eq!(s.in_doubt(), 0);
+    assert!(!s.held_here(), "its count is the one the receiver hands on");
 }
