@@ -20,6 +20,7 @@ use weir_proto::weir::v1::{CounterOp, OpResult};
 
 /// Spent before the join, through both members.
 const SPENT: usize = 12;
+const FIVE_MS: Duration = Duration::from_millis(5);
 
 /// Two members with [`SPENT`] of the key spent, then node-3 joining
 /// through node-1, each handoff to it `held` on its way; every member at
@@ -373,17 +374,21 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
 
 /// Two members with `spent` of a key spent, then node-3 joining through
 /// node-1, each handoff to it held 1.5 s (more than the late window) and
-/// every delivery taking 5 ms: returns once node-3's ring holds node-1.
-async fn joining_with_a_long_handoff(spent: usize) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
+/// every delivery taking `latency`: returns once the rings of node-3 and
+/// node-2 hold all three.
+async fn joining_with_a_long_handoff(
+    spent: usize,
+    latency: Duration,
+) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
     let (net, nodes) = paused_members(2, RULES, |_| {}).await;
     let key = taken_from_node_1_by_node_3("held");
     let both: Vec<&TestNode> = nodes.iter().collect();
     assert_eq!(admitted_round_robin(&both, &key, spent).await, spent);
     let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
     net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
-    net.set_latency(Duration::from_millis(5));
-    wait_until("node-3's ring holds node-1", || {
-        joiner.ring_ids().len() == 3
+    net.set_latency(latency);
+    wait_until("node-3's and node-2's rings hold all three", || {
+        joiner.ring_ids().len() == 3 && nodes[1].ring_ids().len() == 3
     })
     .await;
     (net, nodes, joiner, key)
@@ -401,7 +406,7 @@ async fn joining_with_a_long_handoff(spent: usize) -> (MemoryNet, Vec<TestNode>,
 /// to its limit before the join, so every check of it is refused.
 #[tokio::test(start_paused = true)]
 async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
-    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(LIMIT).await;
+    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(LIMIT, FIVE_MS).await;
     assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
     let mut admitted = 0;
     for _ in 0..4 {
@@ -427,12 +432,32 @@ async fn an_old_owner_asked_during_a_long_handoff_answers_in_time() {
 /// delivery takes 5 ms.
 #[tokio::test(start_paused = true)]
 async fn an_old_owner_asked_during_a_long_handoff_decides_at_once() {
-    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT).await;
+    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
     assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
     let started = tokio::time::Instant::now();
     assert!(joiner.check(&key).await.unwrap().allowed);
     let took = started.elapsed();
     assert!(took <= Duration::from_millis(20), "answered after {took:?}");
+    assert!(joiner.cluster.stats().asked_back >= 1);
+    drop(net);
+}
+
+/// Guard, at the defaults (the 5 ms owner deadline among them): a
+/// gateway's check of a key whose handoff to the joiner is still on its
+/// way is decided in time, the old owner deciding the joiner's question at
+/// once on the count it holds whole. Waiting for the landing, the old
+/// owner held the joiner's call past the gateway's deadline, and the
+/// gateway refused the check for now. Here each handoff to the joiner is
+/// held 1.5 s and deliveries take no time.
+#[tokio::test(start_paused = true)]
+async fn a_gateways_check_during_a_long_handoff_is_decided_within_the_default_deadline() {
+    let (net, nodes, joiner, key) = joining_with_a_long_handoff(SPENT, Duration::ZERO).await;
+    assert_eq!(joiner.engine.limiter().keys(), 0, "the count is on its way");
+    let gateway = &nodes[1];
+    let v = gateway.check(&key).await.expect("a verdict");
+    let stats = gateway.cluster.stats();
+    assert!(v.allowed, "refused: {stats:?}");
+    assert_eq!(stats.slow_decisions, 0, "{stats:?}");
     assert!(joiner.cluster.stats().asked_back >= 1);
     drop(net);
 }
@@ -446,7 +471,7 @@ async fn an_old_owner_asked_during_a_long_handoff_decides_at_once() {
 /// joiner is held 1.5 s.
 #[tokio::test(start_paused = true)]
 async fn what_an_old_owner_admitted_during_its_handoff_reaches_the_joiner_before_its_word() {
-    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT).await;
+    let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
     let admitted = admitted_round_robin(&[&joiner], &key, 2 * LIMIT).await;
     let stats = joiner.cluster.stats();
     assert_eq!(

@@ -46,7 +46,8 @@ pub struct DenyCache {
 }
 
 /// How often a full cache may purge on a request's path. A purge reads
-/// every entry (0.7-3.7 ms at the default 100,000 on the 2-vCPU host);
+/// every entry (0.65-4.4 ms, median 0.8, at the default 100,000 on the
+/// 2-vCPU host: `cargo bench -p weir-cluster --bench deny_cache`);
 /// done for every new denial while the cache was full of live ones, a
 /// flood of denied keys turned each into a scan. Expired entries go with
 /// the gateway's maintenance every 250 ms anyway, so between two purges a
@@ -60,8 +61,8 @@ const REFUND_MEMORY: Nanos = 10 * weir_core::NANOS_PER_SEC;
 
 impl DenyCache {
     pub fn new(max_keys: usize) -> Self {
-        // Purged whole each second: as the counters' tables, one shard's
-        // lock covers a few thousand keys, not an eighth of them.
+        // Purged whole every 250 ms: as in the counters' tables, one
+        // shard's lock covers a few thousand keys, not an eighth of them.
         let shards = weir_core::store::shards_for(max_keys);
         DenyCache {
             map: DashMap::with_shard_amount(shards),

@@ -471,9 +471,13 @@ impl Handoff {
         let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
         let mut handed = Handed::default();
         let doubted = self.doubted();
+        // A counter's id is two strings copied: built only when some call
+        // is in doubt, not for each of a million counters every sweep.
+        let in_doubt =
+            |snap: &CounterSnapshot| !doubted.is_empty() && doubted.contains(&counter_id(snap));
         for snap in snaps {
             let owner = ring.owner(&snap.hash_part).filter(|o| o.id != me);
-            match owner.filter(|_| !doubted.contains(&counter_id(&snap))) {
+            match owner.filter(|_| !in_doubt(&snap)) {
                 Some(owner) => by_owner.entry(owner).or_default().push(snap),
                 None => handed.undelivered.push(snap),
             }

@@ -41,7 +41,7 @@ pub enum Share {
 impl Learned {
     pub fn new(max_keys: usize) -> Self {
         Learned {
-            // Purged whole each second: as the counters' tables, one
+            // Purged whole every 250 ms: as in the counters' tables, one
             // shard's lock covers a few thousand keys, not an eighth of them.
             map: DashMap::with_hasher_and_shard_amount(
                 Default::default(),
