@@ -633,6 +633,16 @@ fn holder_of_strays(net: &crate::memory::MemoryNet, owner: std::net::IpAddr) -> 
     }
 }
 
+impl Holder {
+    /// Spends `n` of the key here, each admitted.
+    pub(super) fn spend(&self, n: usize) {
+        let l = self.local.limiter();
+        for _ in 0..n {
+            assert!(l.consume("r", &self.key, 1, l.now()).unwrap().allowed);
+        }
+    }
+}
+
 /// `n3` started on `net` (its counters returned too), and `n1` holding
 /// strays of `n3`'s.
 pub(super) async fn owner_and_holder(
@@ -675,14 +685,7 @@ async fn two_rebalances_at_once_hand_a_counter_over_once() {
     let net = crate::memory::MemoryNet::new();
     let (_owner, owner_limiter, h) = owner_and_holder(&net).await;
     let limiter = h.local.limiter();
-    for _ in 0..2 {
-        assert!(
-            limiter
-                .consume("r", &h.key, 1, limiter.now())
-                .unwrap()
-                .allowed
-        );
-    }
+    h.spend(2);
     tokio::join!(h.handoff.rebalance(), h.handoff.rebalance());
     assert_eq!(admits(&owner_limiter, &h.key), 3, "2 of 5 spent, once");
     assert!(

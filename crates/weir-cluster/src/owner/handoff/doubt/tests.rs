@@ -28,15 +28,7 @@ impl Scene {
         let net = MemoryNet::new();
         let (owner, owner_limiter, h) = owner_and_holder(&net).await;
         let owner_host = owner.identity().grpc.ip();
-        let limiter = h.local.limiter();
-        for _ in 0..2 {
-            assert!(
-                limiter
-                    .consume("r", &h.key, 1, limiter.now())
-                    .unwrap()
-                    .allowed
-            );
-        }
+        h.spend(2);
         Scene {
             net,
             _owner: owner,
@@ -49,6 +41,14 @@ impl Scene {
     /// Every handoff to the owner reaches it `after` it was sent.
     fn handoffs_arrive(&self, after: Duration) {
         self.net.slow_handoffs_to(self.owner_host, after);
+    }
+
+    /// A sweep whose call times out here and reaches the owner after;
+    /// later calls arrive at once.
+    async fn sweep_past_the_deadline(&self) {
+        self.handoffs_arrive(PAST_THE_DEADLINE);
+        self.h.handoff.rebalance().await;
+        self.handoffs_arrive(Duration::ZERO);
     }
 
     /// Polls, on the paused clock, until the owner holds the key.
@@ -84,12 +84,10 @@ impl Scene {
 #[tokio::test(start_paused = true)]
 async fn a_handoff_that_timed_out_but_landed_is_counted_once() {
     let s = Scene::new().await;
-    s.handoffs_arrive(PAST_THE_DEADLINE);
-    s.h.handoff.rebalance().await;
+    s.sweep_past_the_deadline().await;
     assert_eq!(s.failed(), 1);
     assert!(s.h.local.take_strays(), "kept here for the next sweep");
     s.owner_has_the_key().await;
-    s.handoffs_arrive(Duration::ZERO);
     s.h.handoff.rebalance().await;
     assert!(!s.held_here(), "settled: it landed");
     assert_eq!(s.in_doubt(), 0);
@@ -147,10 +145,8 @@ async fn a_handoff_that_never_landed_is_offered_again() {
 #[tokio::test(start_paused = true)]
 async fn a_call_asked_about_before_it_arrives_is_refused_when_it_does() {
     let s = Scene::new().await;
-    s.handoffs_arrive(PAST_THE_DEADLINE);
-    s.h.handoff.rebalance().await;
+    s.sweep_past_the_deadline().await;
     // The first call is still on its way: the question overtakes it.
-    s.handoffs_arrive(Duration::ZERO);
     s.h.handoff.rebalance().await;
     assert!(!s.held_here(), "offered again and delivered");
     // Not a wait for a condition: on the paused clock, past the moment
@@ -166,10 +162,8 @@ async fn a_call_asked_about_before_it_arrives_is_refused_when_it_does() {
 #[tokio::test(start_paused = true)]
 async fn a_receiver_that_left_the_ring_is_still_asked_while_it_answers() {
     let s = Scene::new().await;
-    s.handoffs_arrive(PAST_THE_DEADLINE);
-    s.h.handoff.rebalance().await;
+    s.sweep_past_the_deadline().await;
     s.owner_has_the_key().await;
-    s.handoffs_arrive(Duration::ZERO);
     let alone = Ring::with_default_vnodes(&[node("n1")]);
     s.h.handoff.routing.install(Arc::new(alone));
     s.h.handoff.rebalance().await;
