@@ -7,7 +7,6 @@
 //! it, racing threads each read the same balance and admit past the limit).
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use compact_str::CompactString;
@@ -17,10 +16,11 @@ use dashmap::DashMap;
 use crate::algorithm::{
     Algorithm, FixedWindow, LeakyBucket, Policy, SlidingCounter, SlidingLog, State, TokenBucket,
 };
-use crate::clock::{Nanos, NANOS_PER_SEC};
+use crate::clock::Nanos;
 use crate::decision::Decision;
 
 pub use carried::Carried;
+use ceiling::Ceiling;
 
 /// Keys are attacker-chosen strings, so the hasher is seeded per process
 /// (foldhash's RandomState) to keep collision floods out.
@@ -44,11 +44,6 @@ pub enum AbsorbError {
     Full,
 }
 
-/// How often a sweep on the request path may come up empty: when the key
-/// that was about to rest was spent again, the sweep frees nothing, and a
-/// caller that keeps doing that must not turn every new key into a scan.
-const FRUITLESS_SWEEP_EVERY: Nanos = NANOS_PER_SEC;
-
 /// What a store did at its ceiling, since it was made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreCounts {
@@ -65,117 +60,6 @@ impl std::ops::Add for StoreCounts {
         StoreCounts {
             dropped_at_rest: self.dropped_at_rest + o.dropped_at_rest,
             refused_full: self.refused_full + o.refused_full,
-        }
-    }
-}
-
-/// The key ceiling of one store and what it did there. No live key is
-/// ever evicted: a new key takes the room of keys at rest, or is refused.
-pub(crate) struct Ceiling {
-    len: AtomicUsize,
-    max_keys: usize,
-    /// No held key comes to rest before this instant: a lower bound, lowered
-    /// on every write and made exact by every sweep. While `now` is below
-    /// it, a full store refuses a new key with no scan at all.
-    earliest_rest: AtomicU64,
-    /// When a sweep on the request path last freed nothing.
-    fruitless_at: AtomicU64,
-    /// One sweep at a time; a second caller waits for it rather than scan too.
-    sweeping: std::sync::Mutex<()>,
-    dropped_at_rest: AtomicU64,
-    refused_full: AtomicU64,
-}
-
-impl Ceiling {
-    pub(crate) fn new(max_keys: usize) -> Self {
-        Ceiling {
-            len: AtomicUsize::new(0),
-            max_keys,
-            earliest_rest: AtomicU64::new(Nanos::MAX),
-            fruitless_at: AtomicU64::new(0),
-            sweeping: std::sync::Mutex::new(()),
-            dropped_at_rest: AtomicU64::new(0),
-            refused_full: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn added(&self) {
-        self.len.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn removed(&self, n: usize) {
-        self.len.fetch_sub(n, Ordering::Relaxed);
-    }
-
-    /// A key's state changed and comes to rest at `at`.
-    pub(crate) fn rests_at(&self, at: Nanos) {
-        // A key's rest mostly moves later as it is spent, so the bound
-        // rarely drops. Read first: fetch_min is a compare-and-swap loop
-        // that writes the line on every decision, and this line is shared
-        // by every key of the rule.
-        if at < self.earliest_rest.load(Ordering::Relaxed) {
-            self.earliest_rest.fetch_min(at, Ordering::Relaxed);
-        }
-    }
-
-    /// Before a new key: Ok when there is room, after dropping keys at rest
-    /// with `sweep` if some may be; Err when every held key is live. `sweep`
-    /// drops the keys at rest at `now` and returns how many, and the
-    /// earliest rest of those it kept.
-    pub(crate) fn make_room(
-        &self,
-        now: Nanos,
-        sweep: impl FnOnce() -> (usize, Nanos),
-    ) -> Result<(), Full> {
-        if self.len() < self.max_keys {
-            return Ok(());
-        }
-        let may_rest = now >= self.earliest_rest.load(Ordering::Relaxed);
-        let fruitless = self.fruitless_at.load(Ordering::Relaxed);
-        let worth_it = fruitless == 0 || now.saturating_sub(fruitless) >= FRUITLESS_SWEEP_EVERY;
-        if may_rest && worth_it {
-            let _one = self.sweep_lock();
-            if self.len() >= self.max_keys {
-                let freed = self.swept(sweep());
-                if freed == 0 {
-                    self.fruitless_at.store(now.max(1), Ordering::Relaxed);
-                }
-            }
-        }
-        if self.len() < self.max_keys {
-            return Ok(());
-        }
-        self.refused_full.fetch_add(1, Ordering::Relaxed);
-        Err(Full)
-    }
-
-    /// Held while sweeping. A panic mid-sweep leaves nothing to repair
-    /// (retain is per key), so a poisoned lock is taken as it is.
-    pub(crate) fn sweep_lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.sweeping.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Books a sweep's outcome: `(dropped, earliest rest of the kept)`.
-    /// Returns how many were dropped.
-    pub(crate) fn swept(&self, (dropped, earliest): (usize, Nanos)) -> usize {
-        self.removed(dropped);
-        self.dropped_at_rest
-            .fetch_add(dropped as u64, Ordering::Relaxed);
-        // Exact for the keys the sweep kept. A write racing the sweep can
-        // be missed here, which only delays its key's drop to a later sweep
-        // (the node sweeps every table each second).
-        self.earliest_rest.store(earliest, Ordering::Relaxed);
-        dropped
-    }
-
-    pub(crate) fn counts(&self) -> StoreCounts {
-        StoreCounts {
-            dropped_at_rest: self.dropped_at_rest.load(Ordering::Relaxed),
-            refused_full: self.refused_full.load(Ordering::Relaxed),
         }
     }
 }
@@ -453,7 +337,7 @@ where
             out.ceiling.rests_at(out.algo.rest_at(&s));
             out.map.insert(e.key().clone(), s);
         }
-        out.ceiling.len.store(out.map.len(), Ordering::Relaxed);
+        out.ceiling.holds(out.map.len());
         out
     }
 
@@ -744,5 +628,6 @@ fn wrap<S>(v: Vec<(CompactString, S)>, f: fn(S) -> State) -> Vec<(CompactString,
 }
 
 mod carried;
+mod ceiling;
 #[cfg(test)]
 mod tests;

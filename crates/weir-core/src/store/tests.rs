@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::algorithm::AlgorithmKind;
 
-const SEC: u64 = NANOS_PER_SEC;
+const SEC: u64 = crate::clock::NANOS_PER_SEC;
 
 fn counters(kind: AlgorithmKind, limit: u64, max_keys: usize) -> Counters {
     let p = Policy::new(kind, limit, Duration::from_secs(60), None, None).unwrap();
@@ -227,19 +227,6 @@ fn a_carried_key_at_the_ceiling_sweeps_with_no_guard_held() {
         assert!(carried.consume(&name, &p, "c", 3 * SEC, 1).unwrap().allowed);
         assert_eq!(carried.len(), 1);
     });
-}
-
-#[test]
-fn the_rest_bound_is_the_earliest_rest_written() {
-    let c = Ceiling::new(1);
-    let bound = || c.earliest_rest.load(Ordering::Relaxed);
-    assert_eq!(bound(), Nanos::MAX, "nothing written: no key can rest");
-    c.rests_at(50 * SEC);
-    assert_eq!(bound(), 50 * SEC);
-    c.rests_at(80 * SEC);
-    assert_eq!(bound(), 50 * SEC, "a later rest leaves the bound");
-    c.rests_at(20 * SEC);
-    assert_eq!(bound(), 20 * SEC, "an earlier one lowers it");
 }
 
 /// Warming reads and nothing else: states, the key count and the answers
