@@ -36,7 +36,7 @@ fn main() {
     let policy = Policy::new(AlgorithmKind::TokenBucket, 1, REST, None, None)
         .expect("bench policy is valid");
 
-    let roomy = Arc::new(Counters::new(policy.clone(), KEYS * 16));
+    let roomy = Arc::new(Counters::new(policy, KEYS * 16));
     let reference = flood(&roomy, Instant::now(), "room");
     drop(roomy);
 
