@@ -26,7 +26,8 @@ use ceiling::Ceiling;
 /// (foldhash's RandomState) to keep collision floods out.
 type Map<S> = DashMap<CompactString, S, foldhash::fast::RandomState>;
 
-/// The store is at its key ceiling and every key it holds is live.
+/// The store is at its key ceiling, and no key at rest made room: every
+/// key it holds is live, or a sweep for room ran too lately to run again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
@@ -39,7 +40,7 @@ pub enum AbsorbError {
     /// The state breaks its algorithm's invariants; no honest node holds it.
     #[error("the state breaks its algorithm's invariants")]
     Invalid,
-    /// A new key, and the store is at its ceiling with every key live.
+    /// A new key, and the store is at its ceiling with no room made.
     #[error("the store is full")]
     Full,
 }
@@ -50,7 +51,7 @@ pub struct StoreCounts {
     /// Keys dropped because they were at rest (their state equal to a
     /// fresh key's): no answer changes.
     pub dropped_at_rest: u64,
-    /// New keys refused because every held key was live.
+    /// New keys refused because no room was made for them.
     pub refused_full: u64,
 }
 

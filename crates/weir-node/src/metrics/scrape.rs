@@ -115,7 +115,7 @@ impl Collector for NodeCollector {
         .one(&mut enc, at_ceiling.dropped_at_rest)?;
         counter(
             "weir_keys_refused_total",
-            "New keys refused (503) because a table was at --max-keys with every key live.",
+            "New keys refused (503) because a table was at --max-keys with no room made for them.",
         )
         .one(&mut enc, at_ceiling.refused_full)?;
         gauge(
