@@ -482,6 +482,66 @@ async fn what_an_old_owner_admitted_during_its_handoff_reaches_the_joiner_before
     drop(net);
 }
 
+/// Guard: what an old owner admitted during its handoff, and sent on to
+/// the joiner in a call that got no answer in time but landed, is counted
+/// once. Kept here for the next sweep as though never delivered, it went
+/// to the joiner a second time, which refused the key's callers early
+/// (2 admitted of the 5 left). Here the pass after the handoff is `held`
+/// on its way, past its 2 s deadline, and calls to the joiner stay that
+/// slow for `slow_after` more. Returns node-1's handoff calls that got
+/// answers.
+async fn a_pass_that_timed_out_but_landed(held: Duration, slow_after: Duration) -> u64 {
+    let (net, nodes, joiner, key) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
+    let asked = admitted_round_robin(&[&joiner], &key, 3).await;
+    assert_eq!(
+        asked, 3,
+        "decided by node-1 while its handoff is on its way"
+    );
+    net.slow_handoffs_to(joiner.host(), held);
+    wait_until("node-1's pass after the handoff got no answer", || {
+        nodes[0].cluster.stats().handoffs_failed >= 1
+    })
+    .await;
+    // Not waits for a condition: on the paused clock, past the moments
+    // the questions about the pass are asked, and it reaches the joiner.
+    tokio::time::sleep(slow_after).await;
+    net.slow_handoffs_to(joiner.host(), Duration::ZERO);
+    tokio::time::sleep(held).await;
+    wait_until("node-1 holds the key no more", || {
+        !nodes[0].engine.limiter().holds("per-client", &key)
+    })
+    .await;
+    let admitted = admitted_round_robin(&[&joiner], &key, 2 * LIMIT).await;
+    let stats = nodes[0].cluster.stats();
+    assert_eq!(
+        SPENT + asked + admitted,
+        LIMIT,
+        "{admitted} admitted after {SPENT} and {asked}: {stats:?}"
+    );
+    drop(net);
+    stats.handoffs_sent
+}
+
+/// The joiner is asked about the pass before it arrives: it refuses the
+/// pass when it does, and the next sweep hands the same spend on.
+#[tokio::test(start_paused = true)]
+async fn a_pass_overtaken_by_the_question_about_it_is_counted_once() {
+    let sent = a_pass_that_timed_out_but_landed(Duration::from_secs(5), Duration::ZERO).await;
+    assert_eq!(sent, 2, "the handoff, then the spend offered again");
+}
+
+/// The pass reaches the joiner before the question that gets an answer:
+/// the old owner settles the key by what the pass carried.
+#[tokio::test(start_paused = true)]
+async fn a_pass_that_landed_before_the_question_is_counted_once() {
+    let held = Duration::from_millis(2500);
+    let sent = a_pass_that_timed_out_but_landed(held, Duration::from_millis(700)).await;
+    assert_eq!(
+        sent, 1,
+        "the handoff alone: the pass is settled, not offered again"
+    );
+}
+
 /// Waits until `node`, just started, holds the other two members on its
 /// ring and waits for neither's word; that took under half the wait.
 async fn hears_from_the_others_within_a_moment(node: &TestNode) {

@@ -451,4 +451,6 @@ pub enum State {
 }
 
 #[cfg(test)]
+mod pass_tests;
+#[cfg(test)]
 mod tests;

@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::clock::NANOS_PER_SEC;
 
-const SEC: u64 = NANOS_PER_SEC;
-const MS: u64 = 1_000_000;
+pub(super) const SEC: u64 = NANOS_PER_SEC;
+pub(super) const MS: u64 = 1_000_000;
 
 fn policy(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
     Policy::new(kind, limit, Duration::from_secs(window_s), None, None).unwrap()
@@ -17,13 +17,13 @@ fn policy(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
 
 /// Like `policy`, but a leaky bucket gets burst = limit so every algorithm
 /// can hold `limit` at one instant.
-fn policy_full(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
+pub(super) fn policy_full(kind: AlgorithmKind, limit: u64, window_s: u64) -> Policy {
     let burst = (kind == AlgorithmKind::LeakyBucket).then_some(limit);
     Policy::new(kind, limit, Duration::from_secs(window_s), burst, None).unwrap()
 }
 
 /// Runs `n` requests of cost 1 at `now`; returns how many were admitted.
-fn burst(p: &Policy, s: &mut State, now: Nanos, n: usize) -> usize {
+pub(super) fn burst(p: &Policy, s: &mut State, now: Nanos, n: usize) -> usize {
     (0..n)
         .filter(|_| p.decide(s, now, 1).unwrap().allowed)
         .count()

@@ -63,14 +63,23 @@ impl Handoff {
             if spent.is_empty() {
                 continue;
             }
-            let Handed { delivered: got, .. } = self.hand_over(spent, ring, None).await;
+            let Handed {
+                delivered: got,
+                doubtful,
+                ..
+            } = self.hand_over(spent, ring, None).await;
+            // A call that got no answer may still land: what it carried
+            // stays here, not offered again until its receiver says what
+            // became of it (doubt.rs). Landed, the next sweep settles the
+            // key by it; offered again at once, the owner counted it twice.
+            self.doubts.lock().extend(doubtful);
             let got: HashSet<(&str, &str)> = got
                 .iter()
                 .map(|s| (s.rule.as_str(), s.hash_part.as_str()))
                 .collect();
             for (i, now) in read {
-                // Not delivered: what was spent since stays here when the
-                // copy settles, a stray for the next sweep.
+                // Not delivered, or in doubt: what was spent since stays
+                // here when the copy settles, a stray for the next sweep.
                 if got.contains(&(now.rule.as_str(), now.hash_part.as_str())) {
                     delivered[i] = now;
                 }
