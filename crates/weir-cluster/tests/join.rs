@@ -442,6 +442,23 @@ async fn an_old_owner_asked_during_a_long_handoff_decides_at_once() {
     drop(net);
 }
 
+/// Guard: the same for a key the old owner holds no count of (new, or
+/// dropped at rest): nothing of it is on its way, and what it spends goes
+/// to the joiner with the passes before the landing. It waited half the
+/// late window for the landing.
+#[tokio::test(start_paused = true)]
+async fn an_old_owner_asked_about_a_key_new_to_it_during_a_long_handoff_decides_at_once() {
+    let (net, nodes, joiner, _) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
+    let key = taken_from_node_1_by_node_3("new");
+    assert!(!nodes[0].engine.limiter().holds("per-client", &key));
+    let started = tokio::time::Instant::now();
+    assert!(joiner.check(&key).await.unwrap().allowed);
+    let took = started.elapsed();
+    assert!(took <= Duration::from_millis(20), "answered after {took:?}");
+    assert!(joiner.cluster.stats().asked_back >= 1);
+    drop(net);
+}
+
 /// Guard, at the defaults (the 5 ms owner deadline among them): a
 /// gateway's check of a key whose handoff to the joiner is still on its
 /// way is decided in time, the old owner deciding the joiner's question at
@@ -540,6 +557,33 @@ async fn a_pass_that_landed_before_the_question_is_counted_once() {
         sent, 1,
         "the handoff alone: the pass is settled, not offered again"
     );
+}
+
+/// Guard: what an old owner admitted during its handoff on a key it held
+/// no count of reaches the joiner before the landing, as for a key it
+/// held. Here each handoff to the joiner is held 1.5 s; the key is new.
+#[tokio::test(start_paused = true)]
+async fn what_an_old_owner_admitted_on_a_key_new_to_it_reaches_the_joiner_before_its_word() {
+    let (net, nodes, joiner, _) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
+    let key = taken_from_node_1_by_node_3("new");
+    assert!(!nodes[0].engine.limiter().holds("per-client", &key));
+    let asked = admitted_round_robin(&[&joiner], &key, 3).await;
+    assert_eq!(
+        asked, 3,
+        "decided by node-1 while its handoff is on its way"
+    );
+    wait_until("node-3 heard node-1's sweep is over", || {
+        joiner.cluster.awaiting().is_empty()
+    })
+    .await;
+    let admitted = admitted_round_robin(&[&joiner], &key, 2 * LIMIT).await;
+    let stats = joiner.cluster.stats();
+    assert_eq!(
+        asked + admitted,
+        LIMIT,
+        "{admitted} after {asked}: {stats:?}"
+    );
+    drop(net);
 }
 
 /// Waits until `node`, just started, holds the other two members on its

@@ -308,11 +308,14 @@ impl Handoff {
         // A key an earlier sweep kept is with its owner now: checks asked
         // or sent here for it go there.
         self.moves.delivered_later(&delivered);
-        let delivered = self.hand_spent_meanwhile(delivered, ring, &landing).await;
+        let kept = kept_ids(&undelivered);
+        let delivered = self
+            .hand_spent_meanwhile(delivered, &kept, ring, &landing)
+            .await;
         // Landed before the copies settle: an op for one of the keys,
         // decided here once its copy had settled but before the landing,
         // was decided on what was spent since the copy alone.
-        landing.land(kept_ids(&undelivered));
+        landing.land(kept);
         self.settle(delivered).await;
         tracing::info!(
             moved,

@@ -168,6 +168,12 @@ impl Move {
         self.after.taken_in(&self.before)
     }
 
+    /// Whether it took in a new process of `id`, a member already on the
+    /// ring before it (a restart), rather than a new member.
+    pub fn restarted(&self, id: &str) -> bool {
+        self.before.members().iter().any(|m| m.id == id)
+    }
+
     /// An op for the counter of `rule` (or the carried limit of that
     /// name) and `key` was decided here on its whole count: before its
     /// sweep has landed, what it spent goes to the new owner with it.

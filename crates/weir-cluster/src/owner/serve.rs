@@ -210,7 +210,8 @@ impl OwnerService {
         if !landing.is_empty() {
             let waits = landing.iter().map(|(i, took, taking)| {
                 let op = &req.ops[*i];
-                Self::with_the_asker(op, took, taking, self.landing_wait(op, took))
+                let wait = Self::landing_wait(op, &req.from_node, took, taking);
+                Self::with_the_asker(op, took, taking, wait)
             });
             let handed = futures::future::join_all(waits).await;
             for ((i, took, taking), handed) in landing.iter().zip(handed) {
@@ -386,19 +387,26 @@ impl OwnerService {
     }
 
     /// How long an asked `op` waits for the landing ([`Self::with_the_asker`]).
-    /// Not at all when a ring change `took` its key from here and this
-    /// node's counters hold it: whole here until the handoff lands, it is
-    /// decided on at once, and the passes after the landing hand the asker
-    /// what it spent. Otherwise the count may be in a copy this node hands
-    /// on (a restart's), not its own to decide on: [`ASKED_LANDING_WAIT`].
-    /// Waiting for every landing held the asker's call, and with it the
-    /// call slots of every gateway sending the asker checks: on two shared
-    /// cores, a join of a million counters at half load refused most
-    /// checks of the joiner's keys for the seconds its handoff took.
-    fn landing_wait(&self, op: &CounterOp, took: &Option<Arc<Move>>) -> Duration {
-        let whole_here =
-            took.is_some() && op.carried.is_none() && self.local.limiter().holds(&op.rule, &op.key);
-        if whole_here {
+    /// Not at all when a ring change `took` its key from here, and the
+    /// change `taking` the asker's process in, if any, took in a new member
+    /// rather than restarting one: the key's count is whole in this node's
+    /// counters until the handoff lands (none when the copy did not hold
+    /// the key), so it is decided on at once, and the passes before the
+    /// landing hand the asker what it spent. After a restart the count may
+    /// be in a copy this node hands on, not its own to decide on; a carried
+    /// limit's is handed on by no pass: [`ASKED_LANDING_WAIT`]. Waiting for every landing held the asker's
+    /// call, and with it the call slots of every gateway sending the asker
+    /// checks: on two shared cores, a join of a million counters at half
+    /// load refused most checks of the joiner's keys for the seconds its
+    /// handoff took.
+    fn landing_wait(
+        op: &CounterOp,
+        asker: &str,
+        took: &Option<Arc<Move>>,
+        taking: &Option<Arc<Move>>,
+    ) -> Duration {
+        let restart = taking.as_ref().is_some_and(|m| m.restarted(asker));
+        if took.is_some() && !restart && op.carried.is_none() {
             Duration::ZERO
         } else {
             ASKED_LANDING_WAIT
