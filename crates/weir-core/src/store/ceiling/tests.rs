@@ -52,37 +52,38 @@ fn a_full_ceiling_whose_keys_are_all_live_refuses_without_a_sweep() {
     assert_eq!(c.counts().refused_full, 1);
 }
 
+/// A full ceiling of `max` keys, one coming to rest each time it is
+/// swept: the first new key sweeps, the next finds no room until
+/// `spacing` after.
+fn sweeps_once_a_spacing(max: usize, spacing: Nanos) {
+    let c = full(max, SEC);
+    let sweeps = AtomicUsize::new(0);
+    assert_eq!(c.make_room(SEC, sweep(&sweeps, 1, SEC)), Ok(()));
+    c.added();
+    let early = SEC + spacing - 1;
+    assert_eq!(
+        c.make_room(early, sweep(&sweeps, 1, SEC)),
+        Err(Full),
+        "a key has come to rest, but a request swept {} ns ago",
+        spacing - 1
+    );
+    assert_eq!(sweeps.load(Ordering::Relaxed), 1);
+    assert_eq!(c.make_room(SEC + spacing, sweep(&sweeps, 1, SEC)), Ok(()));
+    assert_eq!(sweeps.load(Ordering::Relaxed), 2);
+    assert_eq!(c.counts().dropped_at_rest, 2);
+}
+
 /// Under a flood of new keys into a table of live ones, each sweep frees
 /// only the few keys that came to rest since the last: unspaced, the
 /// flood's threads did nothing but sweep.
 #[test]
 fn a_new_key_sweeps_at_most_once_a_spacing() {
-    // 1,000 keys: request sweeps 200 us apart.
-    let c = full(1000, SEC);
-    let sweeps = AtomicUsize::new(0);
-    assert_eq!(c.make_room(SEC, sweep(&sweeps, 1, SEC)), Ok(()));
-    c.added();
-    assert_eq!(
-        c.make_room(SEC + 199_000, sweep(&sweeps, 1, SEC)),
-        Err(Full),
-        "a key has come to rest, but a request swept 199 us ago"
-    );
-    assert_eq!(sweeps.load(Ordering::Relaxed), 1);
-    assert_eq!(c.make_room(SEC + 200_000, sweep(&sweeps, 1, SEC)), Ok(()));
-    assert_eq!(sweeps.load(Ordering::Relaxed), 2);
-    assert_eq!(c.counts().dropped_at_rest, 2);
+    sweeps_once_a_spacing(1000, 200_000);
 }
 
 #[test]
 fn the_spacing_grows_with_the_ceiling() {
-    let c = full(1_000_000, SEC);
-    let sweeps = AtomicUsize::new(0);
-    assert_eq!(c.make_room(SEC, sweep(&sweeps, 1, SEC)), Ok(()));
-    c.added();
-    let soon = SEC + 199 * MS;
-    assert_eq!(c.make_room(soon, sweep(&sweeps, 1, SEC)), Err(Full));
-    assert_eq!(c.make_room(SEC + 200 * MS, sweep(&sweeps, 1, SEC)), Ok(()));
-    assert_eq!(sweeps.load(Ordering::Relaxed), 2);
+    sweeps_once_a_spacing(1_000_000, 200 * MS);
 }
 
 /// The key about to rest was spent again: the sweep freed nothing, and the
