@@ -16,7 +16,7 @@ const FRUITLESS_SWEEP_EVERY: Nanos = NANOS_PER_SEC;
 /// table, 13-16 ms at a million keys on one thread here and about 25 ms
 /// with another thread at the table. Under a flood of new keys into a
 /// table full of live ones, each sweep frees only the keys that came to
-/// rest since the last, so unspaced, the flood's two threads spent 98.5%
+/// rest since the last, so unspaced, the flood's two threads spent 98.5-98.8%
 /// of their time sweeping; spaced, 12-16% in calls over 100 us, against
 /// 2-8% for the same flood into a table with room, which grows
 /// (`cargo bench -p weir-core --bench ceiling`). New keys got in nearly
