@@ -394,11 +394,11 @@ impl OwnerService {
     /// the key), so it is decided on at once, and the passes before the
     /// landing hand the asker what it spent. After a restart the count may
     /// be in a copy this node hands on, not its own to decide on; a carried
-    /// limit's is handed on by no pass: [`ASKED_LANDING_WAIT`]. Waiting for every landing held the asker's
-    /// call, and with it the call slots of every gateway sending the asker
-    /// checks: on two shared cores, a join of a million counters at half
-    /// load refused most checks of the joiner's keys for the seconds its
-    /// handoff took.
+    /// limit's is handed on by no pass: [`ASKED_LANDING_WAIT`]. Waiting for
+    /// every landing held the asker's call, and with it the call slots of
+    /// every gateway sending the asker checks: on two shared cores, a join
+    /// of a million counters at half load refused most checks of the
+    /// joiner's keys for the seconds its handoff took.
     fn landing_wait(
         op: &CounterOp,
         asker: &str,
