@@ -506,15 +506,26 @@ async fn the_rest_is_admitted(joiner: &TestNode, key: &str, spent: usize) {
     );
 }
 
+/// Which reaches the joiner first, of a pass that got no answer in time
+/// and the question about it that does get one.
+enum Reaches {
+    Pass,
+    Question,
+}
+
 /// Guard: what an old owner admitted during its handoff, and sent on to
 /// the joiner in a call that got no answer in time but landed, is counted
 /// once. Kept here for the next sweep as though never delivered, it went
 /// to the joiner a second time, which refused the key's callers early
-/// (2 admitted of the 5 left). Here the pass after the handoff is `held`
-/// on its way, past its 2 s deadline, and calls to the joiner stay that
-/// slow for `slow_after` more. Returns node-1's handoff calls that got
-/// answers.
-async fn a_pass_that_timed_out_but_landed(held: Duration, slow_after: Duration) -> u64 {
+/// (2 admitted of the 5 left). Here the pass after the handoff is held on
+/// its way past its 2 s deadline, and calls to the joiner stay that slow
+/// until the pass has landed (`Reaches::Pass`) or no longer
+/// (`Reaches::Question`). Returns node-1's handoff calls that got answers.
+async fn a_pass_that_timed_out_but_landed(first: Reaches) -> u64 {
+    let held = match first {
+        Reaches::Pass => Duration::from_millis(2500),
+        Reaches::Question => Duration::from_secs(5),
+    };
     let (net, nodes, joiner, key) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
     let asked = admitted_round_robin(&[&joiner], &key, 3).await;
     assert_eq!(
@@ -526,11 +537,23 @@ async fn a_pass_that_timed_out_but_landed(held: Duration, slow_after: Duration) 
         nodes[0].cluster.stats().handoffs_failed >= 1
     })
     .await;
-    // Not waits for a condition: on the paused clock, past the moments
-    // the questions about the pass are asked, and it reaches the joiner.
-    tokio::time::sleep(slow_after).await;
-    net.slow_handoffs_to(joiner.host(), Duration::ZERO);
-    tokio::time::sleep(held).await;
+    match first {
+        Reaches::Pass => {
+            // Questions meanwhile get no answer either.
+            wait_until("the pass landed at node-3, after the handoff", || {
+                joiner.cluster.stats().handoffs_received >= 2
+            })
+            .await;
+            net.slow_handoffs_to(joiner.host(), Duration::ZERO);
+        }
+        Reaches::Question => {
+            net.slow_handoffs_to(joiner.host(), Duration::ZERO);
+            // Not a wait for a condition: a call refused on arrival leaves
+            // nothing to wait on. On the paused clock, past the moment the
+            // pass reaches node-3.
+            tokio::time::sleep(held).await;
+        }
+    }
     wait_until("node-1 holds the key no more", || {
         !nodes[0].engine.limiter().holds("per-client", &key)
     })
@@ -544,7 +567,7 @@ async fn a_pass_that_timed_out_but_landed(held: Duration, slow_after: Duration) 
 /// pass when it does, and the next sweep hands the same spend on.
 #[tokio::test(start_paused = true)]
 async fn a_pass_overtaken_by_the_question_about_it_is_counted_once() {
-    let sent = a_pass_that_timed_out_but_landed(Duration::from_secs(5), Duration::ZERO).await;
+    let sent = a_pass_that_timed_out_but_landed(Reaches::Question).await;
     assert_eq!(sent, 2, "the handoff, then the spend offered again");
 }
 
@@ -552,8 +575,7 @@ async fn a_pass_overtaken_by_the_question_about_it_is_counted_once() {
 /// the old owner settles the key by what the pass carried.
 #[tokio::test(start_paused = true)]
 async fn a_pass_that_landed_before_the_question_is_counted_once() {
-    let held = Duration::from_millis(2500);
-    let sent = a_pass_that_timed_out_but_landed(held, Duration::from_millis(700)).await;
+    let sent = a_pass_that_timed_out_but_landed(Reaches::Pass).await;
     assert_eq!(
         sent, 1,
         "the handoff alone: the pass is settled, not offered again"

@@ -36,8 +36,6 @@ pub(crate) struct Ceiling {
     earliest_rest: AtomicU64,
     /// When the next sweep on the request path may start.
     next_sweep_at: AtomicU64,
-    /// How far apart request sweeps are: `SWEEP_SPACING_PER_KEY` a key.
-    sweep_spacing: Nanos,
     /// One sweep at a time. A caller on the request path never waits for
     /// one: a worker blocked behind a sweep serves nothing meanwhile.
     sweeping: std::sync::Mutex<()>,
@@ -52,7 +50,6 @@ impl Ceiling {
             max_keys,
             earliest_rest: AtomicU64::new(Nanos::MAX),
             next_sweep_at: AtomicU64::new(0),
-            sweep_spacing: (max_keys as Nanos).saturating_mul(SWEEP_SPACING_PER_KEY),
             sweeping: std::sync::Mutex::new(()),
             dropped_at_rest: AtomicU64::new(0),
             refused_full: AtomicU64::new(0),
@@ -105,7 +102,7 @@ impl Ceiling {
             // already; this caller does not wait for it.
             if let Some(_one) = self.try_sweep_lock() {
                 if self.len() >= self.max_keys && self.swept(sweep()) == 0 {
-                    let wait = FRUITLESS_SWEEP_EVERY.max(self.sweep_spacing);
+                    let wait = FRUITLESS_SWEEP_EVERY.max(self.sweep_spacing());
                     self.next_sweep_at
                         .store(now.saturating_add(wait), Ordering::Relaxed);
                 }
@@ -118,6 +115,11 @@ impl Ceiling {
         Err(Full)
     }
 
+    /// How far apart sweeps on the request path are.
+    fn sweep_spacing(&self) -> Nanos {
+        (self.max_keys as Nanos).saturating_mul(SWEEP_SPACING_PER_KEY)
+    }
+
     /// True for the one caller that may sweep on the request path at
     /// `now`; the next may only `sweep_spacing` later.
     fn claim_sweep(&self, now: Nanos) -> bool {
@@ -127,7 +129,7 @@ impl Ceiling {
                 .next_sweep_at
                 .compare_exchange(
                     next,
-                    now.saturating_add(self.sweep_spacing),
+                    now.saturating_add(self.sweep_spacing()),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )

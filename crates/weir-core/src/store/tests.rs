@@ -169,16 +169,17 @@ fn absorb_of_a_new_key_respects_the_ceiling() {
 
 /// Runs `f` on a thread of its own and fails if it has not returned within
 /// ten seconds: a DashMap guard held across another access of its own map
-/// deadlocks the thread on its own shard lock, which would otherwise hang
-/// the test instead of failing it.
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+/// deadlocks the thread on its own shard lock (or a caller waits on a lock
+/// it should not), which would otherwise hang the test instead of failing
+/// it.
+pub(super) fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let (done, result) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = done.send(f());
     });
     result
         .recv_timeout(Duration::from_secs(10))
-        .expect("returned instead of deadlocking on its own shard lock")
+        .expect("returned instead of waiting on a lock")
 }
 
 // Each path that makes room on a full table sweeps the whole map, which

@@ -2,9 +2,9 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::*;
+use crate::store::tests::within;
 
 const SEC: Nanos = NANOS_PER_SEC;
 const MS: Nanos = SEC / 1000;
@@ -107,21 +107,12 @@ fn a_sweep_that_freed_nothing_is_not_tried_again_for_a_second() {
 #[test]
 fn a_new_key_does_not_wait_for_a_sweep_under_way() {
     let c = Arc::new(full(1000, SEC));
-    let idle_sweep = c.sweep_lock();
-    let (done, result) = std::sync::mpsc::channel();
-    let asker = {
-        let c = c.clone();
-        std::thread::spawn(move || {
-            let sweeps = AtomicUsize::new(0);
-            let room = c.make_room(SEC, sweep(&sweeps, 1, SEC));
-            let _ = done.send((room, sweeps.load(Ordering::Relaxed)));
-        })
-    };
-    let answer = result.recv_timeout(Duration::from_secs(10));
-    drop(idle_sweep);
-    asker.join().expect("the asker ends");
-    assert_eq!(
-        answer.expect("answered while the idle sweep held the lock"),
-        (Err(Full), 0)
-    );
+    let _idle_sweep = c.sweep_lock();
+    let asker = c.clone();
+    let answer = within(move || {
+        let sweeps = AtomicUsize::new(0);
+        let room = asker.make_room(SEC, sweep(&sweeps, 1, SEC));
+        (room, sweeps.load(Ordering::Relaxed))
+    });
+    assert_eq!(answer, (Err(Full), 0));
 }
