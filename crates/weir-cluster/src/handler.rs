@@ -169,6 +169,12 @@ impl PeerHandler {
         })
     }
 
+    /// The copies this node holds of other owners' counters.
+    #[cfg(test)]
+    pub(crate) fn replicas(&self) -> &Replicas {
+        &self.replicas
+    }
+
     /// Takes an owner's counters as this node's copies of them: only from
     /// a member of the ring, each state checked as a hand-off is, and no
     /// more keys than the ceiling.

@@ -31,6 +31,7 @@
 //!   and the response to it).
 
 mod client;
+mod copies;
 mod server;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};

@@ -260,6 +260,12 @@ impl Replicas {
             .map(|m| m.owner.clone())
     }
 
+    /// The copy held of (rule, key), if one is.
+    #[cfg(test)]
+    pub fn copy(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
+        self.store.snapshot(rule, hash_part)
+    }
+
     /// Decides one op on the copy, standing in for its owner; with no copy
     /// held, `here` decides it on this node's own counters, which hold
     /// whatever count of the key is here (its owner handed it over, this

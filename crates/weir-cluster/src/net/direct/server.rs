@@ -11,8 +11,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use weir_proto::weir::v1::{DecideRequest, DecideResponse, ReplicateRequest};
+use weir_proto::weir::v1::{DecideRequest, DecideResponse, ReplicateResponse};
 
+use super::copies::Copies;
 use super::{put_frame, take_frame, Frame, Kind, MAGIC, REFUSED};
 use crate::handler::PeerHandler;
 use crate::net::auth::PeerAuth;
@@ -33,7 +34,13 @@ pub struct DirectServer {
 
 /// A call being answered; it borrows the server, so a call costs no
 /// reference counts.
-type Answering<'a> = Pin<Box<dyn Future<Output = (u64, Option<DecideResponse>)> + Send + 'a>>;
+type Answering<'a> = Pin<Box<dyn Future<Output = (u64, std::io::Result<Reply>)> + Send + 'a>>;
+
+/// A call's answer; None when this member was killed, which answers no call.
+enum Reply {
+    Decided(Option<DecideResponse>),
+    Copied(Option<ReplicateResponse>),
+}
 
 impl DirectServer {
     pub(crate) fn new(
@@ -111,6 +118,8 @@ impl DirectServer {
         let mut read = BytesMut::with_capacity(8 * 1024);
         let mut write = BytesMut::with_capacity(8 * 1024);
         let mut running: FuturesUnordered<Answering> = FuturesUnordered::new();
+        // Started with the first copy: a connection may carry none.
+        let mut copies = None;
         let mut closing = std::pin::pin!(closing);
         // Checked once a period rather than timed per read: a timer per
         // read would cost every call a timer-wheel insert and removal.
@@ -118,10 +127,10 @@ impl DirectServer {
         let mut heard = false;
         loop {
             while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
-                self.take(frame, &mut running, &mut write)?;
+                self.take(frame, &mut running, &mut copies, &mut write)?;
             }
             while let Some(Some((id, answer))) = running.next().now_or_never() {
-                put_answer(&mut write, id, answer);
+                put_answer(&mut write, id, answer)?;
             }
             if !write.is_empty() {
                 io.write_all(&write).await?;
@@ -135,7 +144,7 @@ impl DirectServer {
                     _ => heard = true,
                 },
                 Some((id, answer)) = running.next(), if !running.is_empty() => {
-                    put_answer(&mut write, id, answer);
+                    put_answer(&mut write, id, answer)?;
                 }
                 _ = silent.tick() => if !std::mem::take(&mut heard) {
                     return Err(std::io::Error::other("the peer went silent"));
@@ -151,10 +160,10 @@ impl DirectServer {
             }
         }
         while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
-            self.take(frame, &mut running, &mut write)?;
+            self.take(frame, &mut running, &mut copies, &mut write)?;
         }
         while let Some((id, answer)) = running.next().await {
-            put_answer(&mut write, id, answer);
+            put_answer(&mut write, id, answer)?;
         }
         io.write_all(&write).await?;
         io.shutdown().await
@@ -164,35 +173,31 @@ impl DirectServer {
         &'a self,
         frame: Frame,
         running: &mut FuturesUnordered<Answering<'a>>,
+        copies: &mut Option<Copies>,
         write: &mut BytesMut,
     ) -> std::io::Result<()> {
+        let id = frame.id;
         match frame.kind {
-            Kind::Ping => put_frame(write, frame.id, Kind::Pong, &()),
+            Kind::Ping => put_frame(write, id, Kind::Pong, &()),
             Kind::Decide => {
                 let req = DecideRequest::decode(frame.body).map_err(std::io::Error::other)?;
-                let id = frame.id;
                 running.push(Box::pin(async move {
                     // A killed member answers no call, even one on a
                     // connection that outlived it.
                     if self.killed.load(Ordering::SeqCst) {
-                        return (id, None);
+                        return (id, Ok(Reply::Decided(None)));
                     }
-                    (id, Some(self.handler.decide(req).await))
+                    (id, Ok(Reply::Decided(Some(self.handler.decide(req).await))))
                 }));
             }
             Kind::Replicate => {
-                let req = ReplicateRequest::decode(frame.body).map_err(std::io::Error::other)?;
-                // Taking copies waits on nothing: answered in this turn.
-                if self.killed.load(Ordering::SeqCst) {
-                    put_frame(write, frame.id, Kind::Unavailable, &());
-                } else {
-                    put_frame(
-                        write,
-                        frame.id,
-                        Kind::Replicate,
-                        &self.handler.replicate(req),
-                    );
-                }
+                let copies = copies.get_or_insert_with(|| {
+                    Copies::start(self.handler.clone(), self.killed.clone())
+                });
+                let copied = copies.take(frame.body);
+                running.push(Box::pin(
+                    async move { (id, copied.await.map(Reply::Copied)) },
+                ));
             }
             Kind::Pong | Kind::Unavailable => {
                 return Err(std::io::Error::other(format!(
@@ -205,9 +210,17 @@ impl DirectServer {
     }
 }
 
-fn put_answer(write: &mut BytesMut, id: u64, answer: Option<DecideResponse>) {
-    match answer {
-        Some(r) => put_frame(write, id, Kind::Decide, &r),
-        None => put_frame(write, id, Kind::Unavailable, &()),
+/// Writes a call's answer; a frame of copies that did not decode closes
+/// the connection, as an undecodable call does.
+fn put_answer(
+    write: &mut BytesMut,
+    id: u64,
+    answer: std::io::Result<Reply>,
+) -> std::io::Result<()> {
+    match answer? {
+        Reply::Decided(Some(r)) => put_frame(write, id, Kind::Decide, &r),
+        Reply::Copied(Some(r)) => put_frame(write, id, Kind::Replicate, &r),
+        Reply::Decided(None) | Reply::Copied(None) => put_frame(write, id, Kind::Unavailable, &()),
     }
+    Ok(())
 }

@@ -553,3 +553,94 @@ async fn a_connection_no_one_holds_any_more_is_closed() {
         .expect("the connection closed once no one held it")
         .unwrap();
 }
+
+/// The owner's own counters of `keys` (each spent `cost` more), as copies
+/// it sends itself: the one member of its ring owns every key, so its
+/// server takes them as a holder takes its owner's.
+fn copies_of(owner: &Owner, keys: &[String], cost: u64) -> ReplicateRequest {
+    let limiter = owner.cluster.limiter();
+    let states = keys
+        .iter()
+        .map(|k| {
+            limiter.consume("five", k, cost, limiter.now()).unwrap();
+            let snap = limiter.snapshot("five", k).unwrap();
+            crate::wire::snapshot_to_wire(&snap).unwrap()
+        })
+        .collect();
+    let me = owner.cluster.identity();
+    ReplicateRequest {
+        from_node: me.id,
+        boot: me.boot,
+        at: limiter.now(),
+        states,
+    }
+}
+
+/// Sends `calls` on a new direct connection to `owner` in one write and
+/// reads `n` answers: their ids and kinds, in the order they came.
+async fn answers_to(owner: &Owner, calls: BytesMut, n: usize) -> Vec<(u64, Kind)> {
+    let mut io = tokio::net::TcpStream::connect(owner.addr).await.unwrap();
+    io.write_all(&hello("")).await.unwrap();
+    let mut magic = [0u8; MAGIC.len()];
+    io.read_exact(&mut magic).await.unwrap();
+    assert_eq!(&magic, MAGIC);
+    io.write_all(&calls).await.unwrap();
+    let mut read = BytesMut::new();
+    let mut got = Vec::new();
+    while got.len() < n {
+        while let Some(frame) = take_frame(&mut read).unwrap() {
+            if frame.kind == Kind::Replicate {
+                let copied = <ReplicateResponse as prost::Message>::decode(frame.body).unwrap();
+                assert!(copied.accepted > 0, "the copies were taken: {copied:?}");
+            }
+            got.push((frame.id, frame.kind));
+        }
+        if got.len() == n {
+            break;
+        }
+        let more = tokio::time::timeout(DEADLINE, io.read_buf(&mut read))
+            .await
+            .expect("the answers come")
+            .unwrap();
+        assert!(more > 0, "the connection closed with answers owed");
+    }
+    got
+}
+
+/// Guard: a frame of copies is taken off the task that answers the
+/// connection's Decide calls. Taken on it, a join's copies (4,096
+/// counters a frame, 5-70 ms each on two busy cores) held every Decide
+/// behind them past the gateway's 5 ms owner deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decide_call_behind_a_large_frame_of_copies_is_answered_first() {
+    let owner = owner(|_| {}).await;
+    let keys: Vec<String> = (0..20_000).map(|i| format!("k{i}")).collect();
+    let mut calls = BytesMut::new();
+    put_frame(&mut calls, 1, Kind::Replicate, &copies_of(&owner, &keys, 1));
+    put_frame(&mut calls, 2, Kind::Decide, &request(1));
+    let got = answers_to(&owner, calls, 2).await;
+    assert_eq!(got, [(2, Kind::Decide), (1, Kind::Replicate)]);
+}
+
+/// Guard: frames of copies are taken in the order they came, so a later
+/// copy of a key is the one held, however long the frame before it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_of_copies_are_taken_in_the_order_they_came() {
+    let owner = owner(|_| {}).await;
+    let mut keys: Vec<String> = (0..20_000).map(|i| format!("k{i}")).collect();
+    keys.push("last".into());
+    let mut calls = BytesMut::new();
+    put_frame(&mut calls, 1, Kind::Replicate, &copies_of(&owner, &keys, 1));
+    let later = copies_of(&owner, &["last".to_string()], 2);
+    put_frame(&mut calls, 2, Kind::Replicate, &later);
+    let mut got = answers_to(&owner, calls, 2).await;
+    got.sort_by_key(|(id, _)| *id);
+    assert_eq!(got, [(1, Kind::Replicate), (2, Kind::Replicate)]);
+    let held = owner.cluster.handler().replicas().copy("five", "last");
+    let held = held.and_then(|s| crate::wire::snapshot_to_wire(&s));
+    assert_eq!(
+        held.as_ref(),
+        later.states.first(),
+        "the later copy is held"
+    );
+}
