@@ -10,6 +10,7 @@
 #   bench/join-load.sh              # a million counters; about a minute
 #   JOIN=0 bench/join-load.sh       # the same load, nobody joining
 #   KEYS=200000 bench/join-load.sh
+#   WEIR=old/weir bench/join-load.sh   # another build of the node
 #
 # Loopback only: ports 18080-18081 and 17946 (the first member), 28080-28081
 # and 27946 (the joiner). Logs and metrics stay in target/join-load/.
@@ -33,13 +34,14 @@ cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bench
 mkdir -p "$OUT"
 export WEIR_CLUSTER_SECRET=${WEIR_CLUSTER_SECRET:-join-load-bench-secret}
 bin=target/release
+WEIR=${WEIR:-$bin/weir}
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 serve() { # id http grpc gossip [seed]
     local seeds=()
     [[ -n ${5:-} ]] && seeds=(--seeds "$5")
-    RUST_LOG=info $bin/weir serve --node-id "$1" --http "127.0.0.1:$2" --grpc "127.0.0.1:$3" \
+    RUST_LOG=info "$WEIR" serve --node-id "$1" --http "127.0.0.1:$2" --grpc "127.0.0.1:$3" \
         --gossip "127.0.0.1:$4" "${seeds[@]}" >"$OUT/$1.log" 2>&1 &
     pids+=($!)
 }
