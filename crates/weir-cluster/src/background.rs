@@ -193,7 +193,7 @@ pub async fn replicate(
         }
         let ring = routing.ring();
         let me = routing.me();
-        let mut by_holder: HashMap<NodeIdentity, Vec<_>> = HashMap::new();
+        let mut by_holder = Round::new();
         let mut no_copy = 0;
         for (key, since) in changed {
             // A key that moved to another owner is that owner's to copy.
@@ -257,6 +257,9 @@ pub async fn replicate(
 /// states of those that still have one: one Replicate call.
 type Run = (Vec<(Key, Nanos)>, Vec<CounterState>);
 
+/// A round's keys by their holder, each with when it first changed.
+type Round = HashMap<NodeIdentity, Vec<(Key, Nanos)>>;
+
 /// Rounds of at most this many keys read their states on the worker
 /// running the loop (a fraction of a millisecond); larger ones on the
 /// blocking pool. A ring change marks every counter a node owns, and its
@@ -267,10 +270,7 @@ const INLINE_KEYS: usize = 256;
 
 /// The states of each holder's keys, read now, in runs of one call each;
 /// None once the runtime is shutting down.
-async fn states_of(
-    limiter: &Arc<Limiter>,
-    by_holder: HashMap<NodeIdentity, Vec<(Key, Nanos)>>,
-) -> Option<Vec<(NodeIdentity, Run)>> {
+async fn states_of(limiter: &Arc<Limiter>, by_holder: Round) -> Option<Vec<(NodeIdentity, Run)>> {
     let n: usize = by_holder.values().map(Vec::len).sum();
     let read = move |limiter: &Limiter| {
         let mut runs = Vec::new();

@@ -143,7 +143,7 @@ fn a_rounds_states_are_cut_into_runs_under_the_byte_bound() {
 }
 
 /// A round of `n` keys of rule `r`, each spent once, all for one holder.
-fn round_of(n: usize) -> (Arc<Limiter>, HashMap<NodeIdentity, Vec<(Key, Nanos)>>) {
+fn round_of(n: usize) -> (Arc<Limiter>, Round) {
     let rules = RuleSet::from_toml(
         "[[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"60s\"\n",
     )
@@ -158,7 +158,7 @@ fn round_of(n: usize) -> (Arc<Limiter>, HashMap<NodeIdentity, Vec<(Key, Nanos)>>
             ((rule.clone(), key.as_str().into()), 0)
         })
         .collect();
-    (limiter, HashMap::from([(member("b"), keys)]))
+    (limiter, Round::from([(member("b"), keys)]))
 }
 
 /// How many times a task beside `states_of` got to run before the states
