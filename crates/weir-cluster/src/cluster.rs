@@ -22,7 +22,7 @@ use crate::handler::PeerHandler;
 use crate::link::Link;
 use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
-use crate::net::direct::DirectServer;
+use crate::net::direct::{Copies, DirectServer};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
 use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
@@ -93,6 +93,8 @@ struct Inner {
     /// Set when the member is killed: its peer service then answers
     /// nothing, even on connections still open, as a dead process.
     killed: Arc<AtomicBool>,
+    /// The copies its direct connections bring, taken in the order they came.
+    copies: Arc<Copies>,
 }
 
 /// A running cluster member. Dropping it stops its tasks without a goodbye.
@@ -239,6 +241,8 @@ impl Cluster {
             limiter.set_gate(Arc::new(RegionGate(r.clone())));
             r
         });
+        let killed = Arc::new(AtomicBool::new(false));
+        let copies = Arc::new(Copies::new(handler.clone(), killed.clone()));
         let inner = Arc::new(Inner {
             config,
             limiter,
@@ -256,7 +260,8 @@ impl Cluster {
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
-            killed: Arc::new(AtomicBool::new(false)),
+            killed,
+            copies,
         });
         let c = &inner.config;
         let mut tasks = vec![
@@ -439,6 +444,7 @@ impl Cluster {
             self.inner.killed.clone(),
             auth,
             self.inner.stats.clone(),
+            self.inner.copies.clone(),
         )
     }
 

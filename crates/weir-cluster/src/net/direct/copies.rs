@@ -10,14 +10,17 @@
 //! own and goes on deciding; a large frame is decoded and taken on the
 //! blocking pool, off the workers that answer calls.
 //!
-//! The frames are taken one at a time in the order they arrived: a copy
-//! replaces what the holder had, so a frame taken after a later one
-//! (an owner's retry of a call that timed out here) would put an older
-//! count back. Each frame is still answered only once it has been taken,
-//! so an owner's acknowledged copy is one the holder has.
+//! The frames are taken one at a time, in the order they arrived, on one
+//! task for the whole node: a copy replaces what the holder had, so a
+//! frame taken after a later one would put an older count back. A queue
+//! per connection would not do: an owner whose connection closed with a
+//! frame still queued here resends its keys on a new connection, and that
+//! frame, taken by another queue, could land first. Each frame is still
+//! answered only once it has been taken, so an owner's acknowledged copy
+//! is one the holder has.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use prost::Message;
@@ -35,36 +38,47 @@ const INLINE_BYTES: usize = 32 * 1024;
 /// which answers no call.
 pub(super) type Copied = std::io::Result<Option<ReplicateResponse>>;
 
-/// The copies of one connection, queued for its copies' task. The queue
-/// holds what an owner has in flight, one replication round's calls.
-pub(super) struct Copies {
-    queue: mpsc::UnboundedSender<(Bytes, oneshot::Sender<Copied>)>,
+type Queue = mpsc::UnboundedSender<(Bytes, oneshot::Sender<Copied>)>;
+
+/// The node's queue of copies to take. It holds what owners have in
+/// flight, a replication round's calls each.
+pub struct Copies {
+    handler: Arc<PeerHandler>,
+    killed: Arc<AtomicBool>,
+    /// Started with the first frame, on the runtime that serves it; its
+    /// task ends once this is dropped and every queued frame is taken.
+    queue: OnceLock<Queue>,
 }
 
 impl Copies {
-    /// Starts the task that takes this connection's copies; it ends once
-    /// the connection has dropped this and every queued frame is taken.
-    pub fn start(handler: Arc<PeerHandler>, killed: Arc<AtomicBool>) -> Copies {
+    pub fn new(handler: Arc<PeerHandler>, killed: Arc<AtomicBool>) -> Copies {
+        Copies {
+            handler,
+            killed,
+            queue: OnceLock::new(),
+        }
+    }
+
+    /// Queues a frame's body; resolves to what became of it once taken.
+    pub(super) fn take(&self, body: Bytes) -> impl std::future::Future<Output = Copied> + Send {
+        let (tx, rx) = oneshot::channel();
+        let queued = self.queue.get_or_init(|| self.start()).send((body, tx));
+        async move {
+            let ended = || std::io::Error::other("the copies' task has ended");
+            queued.map_err(|_| ended())?;
+            rx.await.map_err(|_| ended())?
+        }
+    }
+
+    fn start(&self) -> Queue {
         let (queue, mut arrived) = mpsc::unbounded_channel::<(Bytes, oneshot::Sender<Copied>)>();
+        let (handler, killed) = (self.handler.clone(), self.killed.clone());
         tokio::spawn(async move {
             while let Some((body, answer)) = arrived.recv().await {
                 let _ = answer.send(take(&handler, &killed, body).await);
             }
         });
-        Copies { queue }
-    }
-
-    /// Queues a frame's body; resolves to what became of it once taken.
-    pub fn take(&self, body: Bytes) -> impl std::future::Future<Output = Copied> + Send {
-        let (tx, rx) = oneshot::channel();
-        let queued = self.queue.send((body, tx)).is_ok();
-        async move {
-            if !queued {
-                return Err(std::io::Error::other("the copies' task has ended"));
-            }
-            rx.await
-                .map_err(|_| std::io::Error::other("the copies' task has ended"))?
-        }
+        queue
     }
 }
 

@@ -13,7 +13,7 @@ use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use weir_proto::weir::v1::{DecideRequest, DecideResponse, ReplicateResponse};
 
-use super::copies::Copies;
+use super::Copies;
 use super::{put_frame, take_frame, Frame, Kind, MAGIC, REFUSED};
 use crate::handler::PeerHandler;
 use crate::net::auth::PeerAuth;
@@ -30,6 +30,8 @@ pub struct DirectServer {
     killed: Arc<AtomicBool>,
     auth: PeerAuth,
     stats: Arc<Stats>,
+    /// The node's copies, taken off the connections' tasks.
+    copies: Arc<Copies>,
 }
 
 /// A call being answered; it borrows the server, so a call costs no
@@ -48,12 +50,14 @@ impl DirectServer {
         killed: Arc<AtomicBool>,
         auth: PeerAuth,
         stats: Arc<Stats>,
+        copies: Arc<Copies>,
     ) -> Self {
         DirectServer {
             handler,
             killed,
             auth,
             stats,
+            copies,
         }
     }
 
@@ -118,8 +122,6 @@ impl DirectServer {
         let mut read = BytesMut::with_capacity(8 * 1024);
         let mut write = BytesMut::with_capacity(8 * 1024);
         let mut running: FuturesUnordered<Answering> = FuturesUnordered::new();
-        // Started with the first copy: a connection may carry none.
-        let mut copies = None;
         let mut closing = std::pin::pin!(closing);
         // Checked once a period rather than timed per read: a timer per
         // read would cost every call a timer-wheel insert and removal.
@@ -127,7 +129,7 @@ impl DirectServer {
         let mut heard = false;
         loop {
             while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
-                self.take(frame, &mut running, &mut copies, &mut write)?;
+                self.take(frame, &mut running, &mut write)?;
             }
             while let Some(Some((id, answer))) = running.next().now_or_never() {
                 put_answer(&mut write, id, answer)?;
@@ -160,7 +162,7 @@ impl DirectServer {
             }
         }
         while let Some(frame) = take_frame(&mut read).map_err(std::io::Error::other)? {
-            self.take(frame, &mut running, &mut copies, &mut write)?;
+            self.take(frame, &mut running, &mut write)?;
         }
         while let Some((id, answer)) = running.next().await {
             put_answer(&mut write, id, answer)?;
@@ -173,7 +175,6 @@ impl DirectServer {
         &'a self,
         frame: Frame,
         running: &mut FuturesUnordered<Answering<'a>>,
-        copies: &mut Option<Copies>,
         write: &mut BytesMut,
     ) -> std::io::Result<()> {
         let id = frame.id;
@@ -191,10 +192,7 @@ impl DirectServer {
                 }));
             }
             Kind::Replicate => {
-                let copies = copies.get_or_insert_with(|| {
-                    Copies::start(self.handler.clone(), self.killed.clone())
-                });
-                let copied = copies.take(frame.body);
+                let copied = self.copies.take(frame.body);
                 running.push(Box::pin(
                     async move { (id, copied.await.map(Reply::Copied)) },
                 ));

@@ -576,14 +576,20 @@ fn copies_of(owner: &Owner, keys: &[String], cost: u64) -> ReplicateRequest {
     }
 }
 
-/// Sends `calls` on a new direct connection to `owner` in one write and
-/// reads `n` answers: their ids and kinds, in the order they came.
-async fn answers_to(owner: &Owner, calls: BytesMut, n: usize) -> Vec<(u64, Kind)> {
+/// A new direct connection to `owner`, its hello answered.
+async fn greeted(owner: &Owner) -> tokio::net::TcpStream {
     let mut io = tokio::net::TcpStream::connect(owner.addr).await.unwrap();
     io.write_all(&hello("")).await.unwrap();
     let mut magic = [0u8; MAGIC.len()];
     io.read_exact(&mut magic).await.unwrap();
     assert_eq!(&magic, MAGIC);
+    io
+}
+
+/// Sends `calls` on a new direct connection to `owner` in one write and
+/// reads `n` answers: their ids and kinds, in the order they came.
+async fn answers_to(owner: &Owner, calls: BytesMut, n: usize) -> Vec<(u64, Kind)> {
+    let mut io = greeted(owner).await;
     io.write_all(&calls).await.unwrap();
     let mut read = BytesMut::new();
     let mut got = Vec::new();
@@ -640,6 +646,48 @@ async fn frames_of_copies_are_taken_in_the_order_they_came() {
     let held = held.and_then(|s| crate::wire::snapshot_to_wire(&s));
     assert_eq!(
         held.as_ref(),
+        later.states.first(),
+        "the later copy is held"
+    );
+}
+
+/// Guard: copies are taken in the order they came over every connection,
+/// not each connection's own. An owner whose connection closes with a
+/// frame still being taken sends the keys again on a new one; taken by a
+/// queue of that connection's own, the later copy landed first and the
+/// earlier one was left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_copy_on_a_new_connection_is_taken_after_one_left_on_a_closed_one() {
+    let owner = owner(|_| {}).await;
+    let mut keys: Vec<String> = (0..20_000).map(|i| format!("k{i}")).collect();
+    keys.push("last".into());
+    let mut first = greeted(&owner).await;
+    let mut calls = BytesMut::new();
+    put_frame(&mut calls, 1, Kind::Replicate, &copies_of(&owner, &keys, 1));
+    // Answered in the turn its frame is read, after the copies' frame.
+    put_frame(&mut calls, 2, Kind::Ping, &());
+    first.write_all(&calls).await.unwrap();
+    let mut read = BytesMut::new();
+    while take_frame(&mut read).unwrap().map(|f| f.kind) != Some(Kind::Pong) {
+        assert!(first.read_buf(&mut read).await.unwrap() > 0, "closed");
+    }
+    drop(first);
+    let mut calls = BytesMut::new();
+    let later = copies_of(&owner, &["last".to_string()], 2);
+    put_frame(&mut calls, 1, Kind::Replicate, &later);
+    assert_eq!(answers_to(&owner, calls, 1).await, [(1, Kind::Replicate)]);
+    let replicas = owner.cluster.handler().replicas();
+    let held = |k: &str| {
+        replicas
+            .copy("five", k)
+            .and_then(|s| crate::wire::snapshot_to_wire(&s))
+    };
+    assert!(
+        held("k0").is_some(),
+        "the first frame was taken before the later one was answered"
+    );
+    assert_eq!(
+        held("last").as_ref(),
         later.states.first(),
         "the later copy is held"
     );
