@@ -37,7 +37,7 @@ mod server;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub(crate) use client::{DirectConfig, DirectConn};
-pub use copies::Copies;
+pub(crate) use copies::Copies;
 pub use server::DirectServer;
 
 /// What a gateway opens the connection with, and what the owner answers
