@@ -6,9 +6,9 @@
 //! million-counter join). Taken on the connection's task, every Decide
 //! call behind it on the same connection waited that long, past the
 //! gateway's 5 ms owner deadline, and the gateway refused those checks for
-//! now. Here the connection's task hands each copy frame to a task of its
-//! own and goes on deciding; a large frame is decoded and taken on the
-//! blocking pool, off the workers that answer calls.
+//! now. Here the connection's task hands each frame of copies to the
+//! node's task for them and goes on deciding; a large frame is decoded
+//! and taken on the blocking pool, off the workers that answer calls.
 //!
 //! The frames are taken one at a time, in the order they arrived, on one
 //! task for the whole node: a copy replaces what the holder had, so a
