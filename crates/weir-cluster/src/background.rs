@@ -269,7 +269,7 @@ type Round = HashMap<NodeIdentity, Vec<(Key, Nanos)>>;
 const INLINE_KEYS: usize = 256;
 
 /// The states of each holder's keys, read now, in runs of one call each;
-/// None once the runtime is shutting down.
+/// None when the read did not finish (the runtime is shutting down).
 async fn states_of(limiter: &Arc<Limiter>, by_holder: Round) -> Option<Vec<(NodeIdentity, Run)>> {
     let n: usize = by_holder.values().map(Vec::len).sum();
     let read = move |limiter: &Limiter| {
@@ -281,15 +281,8 @@ async fn states_of(limiter: &Arc<Limiter>, by_holder: Round) -> Option<Vec<(Node
         }
         runs
     };
-    if n <= INLINE_KEYS {
-        return Some(read(limiter));
-    }
     let limiter = limiter.clone();
-    match tokio::task::spawn_blocking(move || read(&limiter)).await {
-        Ok(runs) => Some(runs),
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => None,
-    }
+    crate::offload::by_size(n, INLINE_KEYS, move || read(&limiter)).await
 }
 
 /// The states of `keys`, read now, in runs of at most `max_bytes` (a

@@ -20,6 +20,7 @@ mod keys;
 pub mod link;
 pub mod memory;
 pub mod net;
+mod offload;
 pub mod owner;
 pub mod regional;
 pub mod regions;

@@ -45,10 +45,7 @@ pub async fn sweep<T: Send + 'static>(
     n: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
-    if n <= INLINE_COUNTERS {
-        return Some(f());
-    }
-    tokio::task::spawn_blocking(f).await.ok()
+    crate::offload::by_size(n, INLINE_COUNTERS, f).await
 }
 
 /// What became of the counters of one Handoff call.

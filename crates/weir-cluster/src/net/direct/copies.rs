@@ -91,11 +91,9 @@ async fn take(handler: &Arc<PeerHandler>, killed: &AtomicBool, body: Bytes) -> C
         let req = ReplicateRequest::decode(body).map_err(std::io::Error::other)?;
         Ok(Some(handler.replicate(req)))
     };
-    if body.len() <= INLINE_BYTES {
-        return apply(handler, body);
-    }
     let handler = handler.clone();
-    tokio::task::spawn_blocking(move || apply(&handler, body))
+    let taken = crate::offload::by_size(body.len(), INLINE_BYTES, move || apply(&handler, body));
+    taken
         .await
-        .map_err(std::io::Error::other)?
+        .unwrap_or_else(|| Err(std::io::Error::other("taking the copies did not finish")))
 }
