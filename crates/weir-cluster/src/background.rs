@@ -261,11 +261,12 @@ type Run = (Vec<(Key, Nanos)>, Vec<CounterState>);
 type Round = HashMap<NodeIdentity, Vec<(Key, Nanos)>>;
 
 /// Rounds of at most this many keys read their states on the worker
-/// running the loop (a fraction of a millisecond); larger ones on the
+/// running the loop (a sixteenth of the round timed below); larger ones on the
 /// blocking pool. A ring change marks every counter a node owns, and its
 /// rounds of 4,096 held a worker 3-7 ms each to read them (up to 19 ms on
-/// two busy cores, during a million-counter join), while the checks
-/// queued on that worker waited.
+/// two busy cores, timed in a build logging each round during
+/// `bench/join-load.sh`'s million-counter join), while the checks queued
+/// on that worker waited.
 const INLINE_KEYS: usize = 256;
 
 /// The states of each holder's keys, read now, in runs of one call each;

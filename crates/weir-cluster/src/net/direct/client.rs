@@ -271,7 +271,8 @@ impl Live {
     fn send(&self, id: u64, kind: Kind, message: &impl Message) {
         // A frame of copies is encoded before the lock: a ring change's
         // are hundreds of KB, 0.5-2.4 ms each to encode on two busy cores
-        // (up to 10 ms), and a Decide call sent meanwhile would wait for it.
+        // (up to 10 ms; timed in a build logging each send during
+        // `bench/join-load.sh`), and a Decide call sent meanwhile would wait.
         let copies = (kind == Kind::Replicate).then(|| {
             let mut frame = BytesMut::new();
             put_frame(&mut frame, id, kind, message);

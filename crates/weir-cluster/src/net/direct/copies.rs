@@ -2,8 +2,9 @@
 //!
 //! After a ring change an owner copies every counter it holds to its new
 //! replica holder, 4,096 to a round: a frame of some 400 KB that took the
-//! holder 5-70 ms to decode and take on two busy cores (measured during a
-//! million-counter join). Taken on the connection's task, every Decide
+//! holder 5-70 ms to decode and take on two busy cores (timed in a build
+//! logging each frame, during `bench/join-load.sh`'s million-counter join;
+//! no committed benchmark measures it). Taken on the connection's task, every Decide
 //! call behind it on the same connection waited that long, past the
 //! gateway's 5 ms owner deadline, and the gateway refused those checks for
 //! now. Here the connection's task hands each frame of copies to the
@@ -29,9 +30,9 @@ use weir_proto::weir::v1::{ReplicateRequest, ReplicateResponse};
 
 use crate::handler::PeerHandler;
 
-/// Frames of at most this many bytes (about 300 counters, a fraction of a
-/// millisecond to take) are taken on the copies' own task; larger ones on
-/// the blocking pool.
+/// Frames of at most this many bytes (about 300 counters at the some 100
+/// bytes a counter of the frames timed above) are taken on the copies' own
+/// task; larger ones on the blocking pool.
 const INLINE_BYTES: usize = 32 * 1024;
 
 /// What became of one frame of copies: None when this member was killed,
