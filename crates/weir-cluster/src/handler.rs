@@ -85,8 +85,8 @@ impl PeerHandler {
                 .ask(&req.from_node, req.boot, req.ask_about)
                 .await;
             return Ok(HandoffResponse {
-                accepted: 0,
                 fate: fate.into(),
+                ..HandoffResponse::default()
             });
         }
         if self.owner.local.is_leaving() {
@@ -106,8 +106,8 @@ impl PeerHandler {
             handoff::Arrival::Take(taking) => Some(taking),
             handoff::Arrival::Seen(seen) => {
                 return Ok(HandoffResponse {
-                    accepted: 0,
                     fate: seen.fate().await.into(),
+                    ..HandoffResponse::default()
                 })
             }
         };
@@ -147,6 +147,7 @@ impl PeerHandler {
         Ok(HandoffResponse {
             accepted: absorbed.accepted,
             fate: fate.into(),
+            asks_sender: self.owner.asks(&req.from_node),
         })
     }
 

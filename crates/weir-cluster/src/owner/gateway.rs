@@ -278,6 +278,10 @@ impl Gateway {
                 None => self.owner_after_handover(hash_part).await?,
             },
         };
+        if let Some(decided) = self.remote.decide_moving(rule, hash_part, cost, &owner) {
+            let (d, via) = decided?;
+            return Ok(step(d, via));
+        }
         if let Some(d) = self.remote.from_lease(rule, hash_part, cost, &owner) {
             return Ok(step(d, Via::Lease));
         }

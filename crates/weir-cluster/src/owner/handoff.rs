@@ -545,11 +545,13 @@ impl Handoff {
                 ask_about: 0,
             };
             let encoded = req.encoded_len() as u64;
+            let sent = tokio::time::Instant::now();
             match self.link.handoff(owner, req, deadline).await {
                 // Only a receiver that names calls says never: it was
                 // asked about this call first, by a sweep that gave up on it.
                 Ok(r) if r.fate() == CallFate::Never => handed.undelivered.extend(originals),
-                Ok(_) => {
+                Ok(r) => {
+                    self.moves.told(&owner.id, r.asks_sender, sent);
                     bump(&self.stats.handoffs_sent, 1);
                     bump(&self.stats.handoff_bytes, encoded);
                     bump(&self.stats.keys_moved_out, n);

@@ -15,6 +15,7 @@ pub mod leased;
 mod lessee;
 pub mod local;
 pub mod moves;
+mod moving;
 mod owned;
 pub mod peers;
 mod refunds;

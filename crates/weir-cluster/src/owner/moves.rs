@@ -8,19 +8,30 @@
 //! holds) and was admitted on it: one over the limit in most join races
 //! at the defaults.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use weir_core::CounterSnapshot;
 
+use crate::topology::arrivals::{self, older};
 use crate::topology::membership::NodeIdentity;
 use crate::topology::ring::Ring;
 
 /// Moves remembered: more ring changes than a gossip round brings, so a
 /// peer still on an older ring finds the one that moved its key.
 const REMEMBERED: usize = 8;
+
+/// How long a member's word that it asks this node about the keys it
+/// took holds, from when it was sent for: well within the
+/// [`arrivals::WAIT`] its own wait lasts past each handoff call it
+/// receives, so that a word not renewed (the calls stopped) lapses
+/// before that wait could have ended.
+const ASKED_FOR: Duration = Duration::from_millis(arrivals::WAIT.as_millis() as u64 / 2);
 
 /// Names one counter: its rule (or carried limit), key, and which of the two.
 pub type CounterId = (String, String, bool);
@@ -38,6 +49,10 @@ pub fn counter_id(snap: &CounterSnapshot) -> CounterId {
 pub struct Moves {
     me: String,
     recent: Mutex<VecDeque<Arc<Move>>>,
+    /// Moves begun whose sweep has not landed them: read without the lock
+    /// on every check a gateway sends to another member, so that a cluster
+    /// at rest never takes it ([`Moves::deciding_for`]).
+    unlanded: Arc<AtomicUsize>,
 }
 
 /// One ring change: it took from this node each key that `before` gave
@@ -56,6 +71,13 @@ pub struct Move {
     /// no answer): what they spent since the copy goes to the new owner
     /// before the landing ([`Landing::decided_here`]).
     decided_here: Mutex<HashSet<CounterId>>,
+    /// Until when each member it took in asks this node about the keys it
+    /// took, as far as this node knows (None: it does not): foreseen from
+    /// which of the two started first ([`crate::topology::arrivals`]),
+    /// then as each handoff call's answer says.
+    askers: Mutex<HashMap<String, Option<Instant>>>,
+    /// Its share of [`Moves::unlanded`] until it lands.
+    unlanded: Arc<AtomicUsize>,
 }
 
 /// How the sweep after a ring change ended.
@@ -72,6 +94,7 @@ impl Moves {
         Moves {
             me: me.to_string(),
             recent: Mutex::default(),
+            unlanded: Arc::default(),
         }
     }
 
@@ -81,17 +104,29 @@ impl Moves {
     /// lost hands its own on and moves nobody else's. (A member restarted
     /// takes none, but is recorded for the word its sweep ends with.)
     pub fn begin(&self, before: Arc<Ring>, after: Arc<Ring>) {
-        let change = Move {
+        self.unlanded.fetch_add(1, Ordering::Relaxed);
+        let mut change = Move {
             before,
             after,
             landed: OnceLock::new(),
             landing: Notify::new(),
             delivered_later: Mutex::default(),
             decided_here: Mutex::default(),
+            askers: Mutex::default(),
+            unlanded: self.unlanded.clone(),
         };
         if change.joined().next().is_none() {
             return;
         }
+        // A member that started after this node waits for its word, and
+        // asks it meanwhile; one that started first does not.
+        let me = change.after.members().iter().find(|m| m.id == self.me);
+        let until = Instant::now() + ASKED_FOR;
+        let askers = change
+            .joined()
+            .map(|j| (j.id.clone(), me.filter(|me| older(me, j)).map(|_| until)))
+            .collect();
+        change.askers = Mutex::new(askers);
         let mut recent = self.recent.lock();
         if recent.len() == REMEMBERED {
             recent.pop_front();
@@ -125,6 +160,34 @@ impl Moves {
                 m.before.owner_id(key) == Some(&*self.me) && m.after.owner_id(key) == Some(owner)
             })
             .cloned()
+    }
+
+    /// The move that took `key` from this node to `owner` and has not
+    /// landed, while `owner` asks this node about the keys it took: the
+    /// key's count is whole here, and a gateway here decides its check on
+    /// it, as it would when `owner` asked. Sent to `owner`, the check came
+    /// back here as its question, two hops later: on two shared cores, a
+    /// join of a million counters at half load refused some thousands of
+    /// checks that missed the owner deadline meanwhile. Once `owner` no
+    /// longer asks, it decides the key on what it holds, and so must every
+    /// check of it.
+    pub fn deciding_for(&self, key: &str, owner: &str) -> Option<Arc<Move>> {
+        if self.unlanded.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.took(key, owner)
+            .filter(|m| m.landed.get().is_none() && m.asked_by(owner))
+    }
+
+    /// `joiner` says, answering a handoff call sent at `sent`, whether it
+    /// asks this node about the keys it took from it.
+    pub fn told(&self, joiner: &str, asks: bool, sent: Instant) {
+        let recent = self.recent.lock();
+        for m in recent.iter().filter(|m| m.landed.get().is_none()) {
+            if let Some(said) = m.askers.lock().get_mut(joiner) {
+                *said = asks.then_some(sent + ASKED_FOR);
+            }
+        }
     }
 
     /// The newest ring change that took in `id`'s process `boot` (a
@@ -168,6 +231,13 @@ impl Move {
         self.after.taken_in(&self.before)
     }
 
+    /// Whether `joiner`, a member it took in, asks this node about the
+    /// keys it took, as far as this node knows.
+    fn asked_by(&self, joiner: &str) -> bool {
+        let until = self.askers.lock().get(joiner).copied().flatten();
+        until.is_some_and(|until| Instant::now() < until)
+    }
+
     /// Whether it took in a new process of `id`, a member already on the
     /// ring before it (a restart), rather than a new member.
     pub fn restarted(&self, id: &str) -> bool {
@@ -188,6 +258,7 @@ impl Move {
     /// The first call counts.
     pub fn land(&self, landed: Landed) {
         if self.landed.set(landed).is_ok() {
+            self.unlanded.fetch_sub(1, Ordering::Relaxed);
             self.landing.notify_waiters();
         }
     }
@@ -242,6 +313,15 @@ impl Move {
                 return landed;
             }
             woken.await;
+        }
+    }
+}
+
+impl Drop for Move {
+    /// One that took nobody in, or forgotten before a sweep landed it.
+    fn drop(&mut self) {
+        if self.landed.get().is_none() {
+            self.unlanded.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

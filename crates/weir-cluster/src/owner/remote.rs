@@ -25,6 +25,7 @@ use super::fallback::{Fallback, Substitute};
 use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
+use super::moves::Moves;
 use super::peers::{LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
 use super::refunds::Refunds;
 use super::replica::{Admitted, Replicas, StandIn};
@@ -70,6 +71,8 @@ pub struct Remote {
     /// What each owner admitted for this gateway lately, for its keys' new
     /// owners should it die.
     pub answered: Arc<Answered>,
+    /// The ring changes that took keys from this node.
+    pub moves: Arc<Moves>,
 }
 
 /// Who to send an op to: a node, and the owner it stands in for if any.

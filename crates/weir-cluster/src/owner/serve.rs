@@ -255,6 +255,15 @@ impl OwnerService {
         }
     }
 
+    /// Whether this node asks `sender` about the keys `sender` would own
+    /// without it ([`previous_owner`]): it waits for `sender`'s word that
+    /// its sweep is over, and trusts it. Told with each handoff call's
+    /// answer, so that the sender decides those keys as a gateway only
+    /// while this node would ask it.
+    pub fn asks(&self, sender: &str) -> bool {
+        self.routing.arrivals().waits_for(sender) && self.breakers.trusted(sender)
+    }
+
     /// Whether `op` was asked by a process of `owner`'s id other than the
     /// one this node's ring lists: `owner` restarted.
     fn restarted(op: &CounterOp, owner: &NodeIdentity, from: &str) -> bool {

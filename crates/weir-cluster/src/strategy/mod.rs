@@ -196,6 +196,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 leases: Arc::new(Leases::default()),
                 lessor: p.lessor.clone(),
                 answered: Arc::new(Default::default()),
+                moves: p.moves.clone(),
             };
             let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
             let handoff = Handoff::new(

@@ -216,3 +216,95 @@ fn only_the_newest_changes_are_remembered() {
     j.moves.begin(j.before.clone(), other.clone());
     assert!(j.moves.took(&j.taken, "n3").is_none(), "the oldest dropped");
 }
+
+/// Guard: a check of a key the change took, reaching this node as a
+/// gateway while the handoff is on its way, is decided here while the
+/// joiner asks this node about it; neither another's key nor one it
+/// kept, nor once the sweep has landed.
+#[tokio::test(start_paused = true)]
+async fn a_key_on_its_way_is_decided_here_until_its_sweep_lands() {
+    let j = join();
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_some());
+    assert!(j.moves.deciding_for(&j.not_mine, "n3").is_none());
+    assert!(j.moves.deciding_for(&j.kept, "n1").is_none());
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_none(), "landed");
+}
+
+/// Members by id, each started at the incarnation given.
+fn ring_started(members: &[(&str, u64)]) -> Arc<Ring> {
+    let addr = "127.0.0.1:1".parse().unwrap();
+    let members: Vec<_> = members
+        .iter()
+        .map(|(id, incarnation)| NodeIdentity {
+            boot: 1,
+            incarnation: *incarnation,
+            ..NodeIdentity::new(*id, addr, addr)
+        })
+        .collect();
+    Arc::new(Ring::with_default_vnodes(&members))
+}
+
+/// Guard: a joiner that started before this node does not wait for its
+/// word, and never asks it: it decides the keys it took itself, so a
+/// check of one is sent there from the first.
+#[tokio::test(start_paused = true)]
+async fn a_joiner_that_started_first_is_not_foreseen_to_ask() {
+    let before = ring_started(&[("n1", 20), ("n2", 30)]);
+    let after = ring_started(&[("n1", 20), ("n2", 30), ("n3", 10)]);
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| before.owner_id(k) == Some("n1") && after.owner_id(k) == Some("n3"))
+        .unwrap();
+    let moves = Moves::new("n1");
+    moves.begin(before, after);
+    assert!(moves.took(&key, "n3").is_some());
+    assert!(moves.deciding_for(&key, "n3").is_none());
+}
+
+/// Guard: a joiner's word, with a handoff call's answer, that it no
+/// longer asks this node (it stopped waiting, or took this node for
+/// lost) sends the checks of its keys to it from then on; its word that
+/// it does brings them back.
+#[tokio::test(start_paused = true)]
+async fn a_joiners_word_that_it_asks_no_more_sends_its_keys_to_it() {
+    let j = join();
+    j.moves.told("n3", false, Instant::now());
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_none());
+    j.moves.told("n3", true, Instant::now());
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_some());
+}
+
+/// Guard: a joiner's word lapses well before its own wait could have
+/// ended without another handoff call: it may have stopped asking.
+#[tokio::test(start_paused = true)]
+async fn a_joiners_word_lapses_unless_a_handoff_call_renews_it() {
+    let j = join();
+    tokio::time::advance(ASKED_FOR).await;
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_none(), "foreseen");
+    let sent = Instant::now();
+    j.moves.told("n3", true, sent);
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_some());
+    tokio::time::advance(ASKED_FOR).await;
+    assert!(j.moves.deciding_for(&j.taken, "n3").is_none(), "told");
+    assert!(ASKED_FOR < arrivals::WAIT);
+}
+
+/// Guard: the count a gateway reads before looking for a move falls
+/// back to nothing once every move landed or took nobody in, so that a
+/// cluster at rest never looks.
+#[test]
+fn moves_count_as_unlanded_only_until_they_land() {
+    let unlanded = |m: &Moves| m.unlanded.load(Ordering::Relaxed);
+    let j = join();
+    assert_eq!(unlanded(&j.moves), 1);
+    let shrunk = ring(&["n1"]);
+    j.moves.begin(j.after.clone(), shrunk);
+    assert_eq!(unlanded(&j.moves), 1, "a change that took nobody in");
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    assert_eq!(unlanded(&j.moves), 0);
+    let other = ring(&["n1", "n4"]);
+    j.moves.begin(j.before.clone(), other);
+    drop(Landing::new(j.moves.pending(&j.after)));
+    assert_eq!(unlanded(&j.moves), 0, "a sweep dropped lands it as kept");
+}
