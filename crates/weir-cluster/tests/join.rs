@@ -7,6 +7,7 @@ mod common;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use common::joining::*;
 use common::*;
 use weir_cluster::membership::MemberState;
 use weir_cluster::membership::NodeIdentity;
@@ -372,28 +373,6 @@ async fn the_joiners_own_check_before_the_handoff_is_asked_of_the_old_owner() {
     a_check_reaching_the_joiner_first(First::Own).await;
 }
 
-/// Two members with `spent` of a key spent, then node-3 joining through
-/// node-1, each handoff to it held 1.5 s (more than the late window) and
-/// every delivery taking `latency`: returns once the rings of node-3 and
-/// node-2 hold all three.
-async fn joining_with_a_long_handoff(
-    spent: usize,
-    latency: Duration,
-) -> (MemoryNet, Vec<TestNode>, TestNode, String) {
-    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
-    let key = taken_from_node_1_by_node_3("held");
-    let both: Vec<&TestNode> = nodes.iter().collect();
-    assert_eq!(admitted_round_robin(&both, &key, spent).await, spent);
-    let joiner = TestNode::start_in(&net, "node-3", &[nodes[0].gossip()], RULES, defaults).await;
-    net.slow_handoffs_to(joiner.host(), Duration::from_millis(1500));
-    net.set_latency(latency);
-    wait_until("node-3's and node-2's rings hold all three", || {
-        joiner.ring_ids().len() == 3 && nodes[1].ring_ids().len() == 3
-    })
-    .await;
-    (net, nodes, joiner, key)
-}
-
 /// Guard: an old owner asked about a key whose handoff is still on its
 /// way answers within the asker's deadline, deciding on the count it
 /// holds when the handoff has not landed by then. It waited the whole
@@ -493,17 +472,6 @@ async fn what_an_old_owner_admitted_during_its_handoff_reaches_the_joiner_before
     let (net, _nodes, joiner, key) = joining_with_a_long_handoff(SPENT, FIVE_MS).await;
     the_rest_is_admitted(&joiner, &key, SPENT).await;
     drop(net);
-}
-
-/// `joiner` admits the rest of the key's limit, `spent` of it spent.
-async fn the_rest_is_admitted(joiner: &TestNode, key: &str, spent: usize) {
-    let admitted = admitted_round_robin(&[joiner], key, 2 * LIMIT).await;
-    let stats = joiner.cluster.stats();
-    assert_eq!(
-        spent + admitted,
-        LIMIT,
-        "{admitted} admitted after {spent}: {stats:?}"
-    );
 }
 
 /// Which reaches the joiner first, of a pass that got no answer in time

@@ -1,6 +1,8 @@
 //! Cluster members for tests: on real sockets (UDP gossip, the Peer service on a real port) or on the in-memory network, where partitions and crashes are injected.
 #![allow(dead_code)]
 
+pub mod joining;
+
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
