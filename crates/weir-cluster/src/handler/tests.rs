@@ -452,3 +452,55 @@ fn copies_from_a_node_that_is_not_a_member_are_refused() {
     assert_eq!(accepted(from("node", boot ^ 1)), 0, "another process");
     assert_eq!(accepted(from("node", boot)), 1);
 }
+
+/// Guard: a handoff call's answer says the receiver asks the sender
+/// about the keys the sender would own without it only while it waits
+/// for the sender's word and trusts it: not once it gave up waiting, nor
+/// while it suspects the sender. Said otherwise, the sender decided those
+/// keys' checks itself beside a receiver deciding them on its own count.
+#[test]
+fn a_handoff_answer_says_whether_the_receiver_asks_the_sender() {
+    use crate::topology::membership::NodeIdentity;
+    use crate::topology::ring::Ring;
+    let n = node(StrategyKind::Owner);
+    let handler = n.cluster.handler().clone();
+    let me = n.cluster.identity();
+    let old = NodeIdentity {
+        incarnation: me.incarnation - 1,
+        ..NodeIdentity::new("old", me.gossip, me.grpc)
+    };
+    let before = Ring::with_default_vnodes(std::slice::from_ref(&me));
+    let after = Ring::with_default_vnodes(&[me.clone(), old]);
+    let owner = &handler.owner;
+    owner
+        .routing
+        .arrivals()
+        .ring_changed(&me.id, &before, &after);
+    let counters = |key: &str| CounterState {
+        carried: None,
+        rule: "fw".into(),
+        key: key.into(),
+        state: postcard::to_allocvec(
+            &serde_json::from_value::<State>(
+                serde_json::json!({"FixedWindow": {"idx": 0, "count": 1}}),
+            )
+            .unwrap(),
+        )
+        .unwrap(),
+    };
+    let asks = |key: &str| {
+        let req = HandoffRequest {
+            counters: vec![counters(key)],
+            from_node: "old".into(),
+            ..HandoffRequest::default()
+        };
+        n.within(handler.handoff(req)).unwrap().asks_sender
+    };
+    assert!(asks("a"), "waits for old's word");
+    owner.breakers.suspect(&["old".to_string()]);
+    assert!(!asks("b"), "suspects old");
+    owner.breakers.suspect(&[]);
+    assert!(asks("c"), "trusts old again");
+    owner.routing.arrivals().give_up("old");
+    assert!(!asks("d"), "gave up waiting");
+}

@@ -227,6 +227,9 @@ async fn a_key_on_its_way_is_decided_here_until_its_sweep_lands() {
     assert!(j.moves.deciding_for(&j.taken, "n3").is_some());
     assert!(j.moves.deciding_for(&j.not_mine, "n3").is_none());
     assert!(j.moves.deciding_for(&j.kept, "n1").is_none());
+    // A later change, still to land, does not keep this one deciding.
+    j.moves
+        .begin(j.after.clone(), ring(&["n1", "n2", "n3", "n4"]));
     Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
     assert!(j.moves.deciding_for(&j.taken, "n3").is_none(), "landed");
 }
