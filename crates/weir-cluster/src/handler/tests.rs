@@ -420,6 +420,17 @@ fn gossip_counts_from_a_member_are_limited_to_two_windows_known_rules_and_the_ca
     });
 }
 
+/// A counter of rule `fw` for `key`, `count` spent in its first window.
+fn fixed_window(key: &str, count: u64) -> CounterState {
+    let state = serde_json::json!({"FixedWindow": {"idx": 0, "count": count}});
+    CounterState {
+        carried: None,
+        rule: "fw".into(),
+        key: key.into(),
+        state: postcard::to_allocvec(&serde_json::from_value::<State>(state).unwrap()).unwrap(),
+    }
+}
+
 /// Copies are taken only from a member of the ring: a stranger holding
 /// the secret but not gossiping cannot plant counts to be promoted, nor a
 /// process of a member the ring does not list (a restart it has not heard
@@ -428,22 +439,10 @@ fn gossip_counts_from_a_member_are_limited_to_two_windows_known_rules_and_the_ca
 fn copies_from_a_node_that_is_not_a_member_are_refused() {
     let n = node(StrategyKind::Owner);
     let handler = n.cluster.handler().clone();
-    let fresh = |key: &str| CounterState {
-        carried: None,
-        rule: "fw".into(),
-        key: key.into(),
-        state: postcard::to_allocvec(
-            &serde_json::from_value::<State>(
-                serde_json::json!({"FixedWindow": {"idx": 0, "count": 3}}),
-            )
-            .unwrap(),
-        )
-        .unwrap(),
-    };
     let boot = n.cluster.identity().boot;
     let from = |node: &str, boot| ReplicateRequest {
         from_node: node.into(),
-        states: vec![fresh("k")],
+        states: vec![fixed_window("k", 3)],
         boot,
         at: 0,
     };
@@ -476,21 +475,9 @@ fn a_handoff_answer_says_whether_the_receiver_asks_the_sender() {
         .routing
         .arrivals()
         .ring_changed(&me.id, &before, &after);
-    let counters = |key: &str| CounterState {
-        carried: None,
-        rule: "fw".into(),
-        key: key.into(),
-        state: postcard::to_allocvec(
-            &serde_json::from_value::<State>(
-                serde_json::json!({"FixedWindow": {"idx": 0, "count": 1}}),
-            )
-            .unwrap(),
-        )
-        .unwrap(),
-    };
     let asks = |key: &str| {
         let req = HandoffRequest {
-            counters: vec![counters(key)],
+            counters: vec![fixed_window(key, 1)],
             from_node: "old".into(),
             ..HandoffRequest::default()
         };
