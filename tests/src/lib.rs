@@ -238,7 +238,7 @@ pub fn cluster_member(c: &mut ServeConfig, id: &str, seed: Option<std::net::Sock
 
 /// Cluster members `node-1` to `node-{n}`, each joined through the first
 /// (see [`cluster_member`]) and changed by `adjust`; returns once every one
-/// of them lists `n` alive members.
+/// of them lists `n` alive members and the joins have [`settled`].
 pub async fn start_cluster(
     n: usize,
     rules: &str,
@@ -268,8 +268,24 @@ pub async fn start_cluster(
             },
         )
         .await;
+        settled(node).await;
     }
     nodes
+}
+
+/// Waits until `node` waits for no older member's word that its sweep
+/// after the join is over. Until that word, the older member decides the
+/// checks that reach it for the keys on their way to `node` itself (on
+/// the count it still holds), and a test that reads where a check went,
+/// or kills `node` and expects its keys' checks to find it gone, must
+/// wait for it.
+pub async fn settled(node: &TestNode) {
+    let cluster = node.state().engine.cluster().expect("a cluster member");
+    let what = format!(
+        "{} heard the older members' sweeps are over",
+        node.state().node_id
+    );
+    wait_until(&what, || async { cluster.awaiting().is_empty() }).await;
 }
 
 /// An Envoy RLS request in `domain` with one descriptor, `client=<client>`.

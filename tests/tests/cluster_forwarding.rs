@@ -6,7 +6,7 @@ use weir_cluster::OwnerFailure;
 use weir_node::ServeConfig;
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
-use weir_tests::{cluster_member, wait_until, TestNode};
+use weir_tests::{cluster_member, settled, wait_until, TestNode};
 
 const LIMIT: usize = 20;
 const RULES: &str = r#"
@@ -73,6 +73,7 @@ async fn three_nodes_with(
             alive == 3
         })
         .await;
+        settled(n).await;
     }
     nodes
 }

@@ -1,7 +1,7 @@
 //! The cluster's counters in GET /metrics: deny cache, fallback, members, gossip, on two in-process nodes.
 
 use serde_json::json;
-use weir_tests::{cluster_member, metric_value, wait_until, TestNode};
+use weir_tests::{cluster_member, metric_value, settled, wait_until, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -11,7 +11,8 @@ limit     = 1
 window    = "1h"
 "#;
 
-/// Two nodes that both list each other as alive, as their metrics say.
+/// Two nodes that both list each other as alive, as their metrics say,
+/// their join [`settled`].
 async fn two_nodes() -> Vec<TestNode> {
     two_nodes_with(2).await
 }
@@ -33,6 +34,7 @@ async fn two_nodes_with(replicas: usize) -> Vec<TestNode> {
             n.metric(r#"weir_members{state="alive"}"#).await == Some(2.0)
         })
         .await;
+        settled(n).await;
     }
     nodes
 }

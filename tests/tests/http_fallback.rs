@@ -2,7 +2,7 @@
 
 use serde_json::json;
 use weir_node::ServeConfig;
-use weir_tests::{cluster_member, wait_until, TestNode};
+use weir_tests::{cluster_member, settled, wait_until, TestNode};
 
 const RULES: &str = r#"
 [[rule]]
@@ -29,6 +29,7 @@ async fn the_fallback_holds_at_most_max_keys_per_rule() {
         first.metric(r#"weir_members{state="alive"}"#).await == Some(2.0)
     })
     .await;
+    settled(&second).await;
     let cluster = first.state().engine.cluster().unwrap().clone();
     let mut keys = (0..).map(|i| format!("k-{i}"));
     let mut lost_owner_keys = keys
