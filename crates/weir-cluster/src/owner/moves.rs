@@ -156,9 +156,7 @@ impl Moves {
         recent
             .iter()
             .rev()
-            .find(|m| {
-                m.before.owner_id(key) == Some(&*self.me) && m.after.owner_id(key) == Some(owner)
-            })
+            .find(|m| m.took(key, &self.me, owner))
             .cloned()
     }
 
@@ -172,11 +170,22 @@ impl Moves {
     /// longer asks, it decides the key on what it holds, and so must every
     /// check of it.
     pub fn deciding_for(&self, key: &str, owner: &str) -> Option<Arc<Move>> {
-        if self.unlanded.load(Ordering::Relaxed) == 0 {
+        if self.unlanded.load(Ordering::Relaxed) == 0 || owner == self.me {
             return None;
         }
-        self.took(key, owner)
-            .filter(|m| m.landed.get().is_none() && m.asked_by(owner))
+        // Only the moves still to land, each two ring lookups: the landed
+        // ones stay remembered long after, and this runs for every check
+        // sent to another member while one is on its way.
+        let taken = {
+            let recent = self.recent.lock();
+            recent
+                .iter()
+                .rev()
+                .filter(|m| m.landed.get().is_none())
+                .find(|m| m.took(key, &self.me, owner))
+                .cloned()
+        }?;
+        taken.asked_by(owner).then_some(taken)
     }
 
     /// `joiner` says, answering a handoff call sent at `sent`, whether it
@@ -229,6 +238,11 @@ impl Move {
     /// for word that this node's sweep is over, as a joiner does).
     pub fn joined(&self) -> impl Iterator<Item = &NodeIdentity> {
         self.after.taken_in(&self.before)
+    }
+
+    /// Whether it took `key` from `me` to `owner`.
+    fn took(&self, key: &str, me: &str, owner: &str) -> bool {
+        self.before.owner_id(key) == Some(me) && self.after.owner_id(key) == Some(owner)
     }
 
     /// Whether `joiner`, a member it took in, asks this node about the

@@ -261,7 +261,13 @@ impl OwnerService {
     /// answer, so that the sender decides those keys as a gateway only
     /// while this node would ask it.
     pub fn asks(&self, sender: &str) -> bool {
-        self.routing.arrivals().waits_for(sender) && self.breakers.trusted(sender)
+        let waits = self
+            .routing
+            .arrivals()
+            .awaited()
+            .iter()
+            .any(|a| a == sender);
+        waits && self.breakers.trusted(sender)
     }
 
     /// Whether `op` was asked by a process of `owner`'s id other than the

@@ -133,11 +133,6 @@ impl Arrivals {
         asked.then_some(previous)
     }
 
-    /// Whether `id` is waited for now.
-    pub fn waits_for(&self, id: &str) -> bool {
-        self.any.load(Ordering::Relaxed) && self.current().awaited.iter().any(|(a, _)| a == id)
-    }
-
     /// The members waited for now.
     pub fn awaited(&self) -> Vec<String> {
         let w = self.current();

@@ -88,13 +88,11 @@ async fn take(handler: &Arc<PeerHandler>, killed: &AtomicBool, body: Bytes) -> C
     if killed.load(Ordering::SeqCst) {
         return Ok(None);
     }
-    let apply = |handler: &PeerHandler, body: Bytes| -> Copied {
+    let (n, handler) = (body.len(), handler.clone());
+    let apply = move || -> Copied {
         let req = ReplicateRequest::decode(body).map_err(std::io::Error::other)?;
         Ok(Some(handler.replicate(req)))
     };
-    let handler = handler.clone();
-    let taken = crate::offload::by_size(body.len(), INLINE_BYTES, move || apply(&handler, body));
-    taken
-        .await
-        .unwrap_or_else(|| Err(std::io::Error::other("taking the copies did not finish")))
+    let taken = crate::offload::by_size(n, INLINE_BYTES, apply).await;
+    taken.unwrap_or_else(|| Err(std::io::Error::other("taking the copies did not finish")))
 }
