@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod cpu;
+pub mod dst;
 pub mod error;
 pub mod faults;
 pub mod guard;

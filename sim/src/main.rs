@@ -7,6 +7,11 @@ use weir_sim::cli::Cli;
 use weir_sim::html::RunInfo;
 
 fn main() -> ExitCode {
+    // `dst` has a command line of its own; the scenarios keep theirs.
+    if std::env::args().nth(1).as_deref() == Some("dst") {
+        let args = weir_sim::dst::DstArgs::parse_from(std::env::args().skip(1));
+        return weir_sim::dst::main(args);
+    }
     let cli = Cli::parse();
     if let Some(file) = &cli.replot {
         return replot(file, &cli.out);

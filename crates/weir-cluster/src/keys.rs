@@ -36,10 +36,7 @@ pub const FRESHNESS_MS: u64 = 30_000;
 /// only reading of the wall clock in this crate outside membership's
 /// incarnation stamp; peers compare it, so it must be the real time.
 pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    crate::determinism::unix_ms()
 }
 
 /// Whether a message stamped `at` is fresh at `now` (both unix ms).

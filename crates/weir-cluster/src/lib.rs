@@ -13,6 +13,7 @@
 mod background;
 pub mod cluster;
 pub mod config;
+pub mod determinism;
 mod divided;
 pub mod engine;
 mod handler;

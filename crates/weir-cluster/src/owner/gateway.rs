@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use compact_str::CompactString;
+use rand::Rng;
 use weir_core::rules::{shard_name, Hot};
 use weir_core::rules::{Selected, Selection};
 use weir_core::{
@@ -45,7 +46,7 @@ struct Step {
 fn pick(rules: &RuleSet, s: Selected<'_>) -> (Arc<Rule>, CompactString) {
     let rule = &rules.rules()[s.rule];
     if let Hot::Shard(k) = rule.hot {
-        let i = rand::random_range(0..k);
+        let i = crate::determinism::with_rng(|r| r.random_range(0..k));
         if let Some((_, shard)) = rules.get(&shard_name(&rule.name, i)) {
             let key = CompactString::new(format!("{}#{i}", s.hash_part));
             return (shard.clone(), key);

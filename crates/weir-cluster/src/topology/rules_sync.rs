@@ -135,7 +135,7 @@ impl Rules {
     /// Pulls from one random peer (anti-entropy).
     pub async fn pull_from_anyone(&self) {
         use rand::seq::IndexedRandom;
-        let peer = self.routing.peers().choose(&mut rand::rng()).cloned();
+        let peer = crate::determinism::with_rng(|r| self.routing.peers().choose(r).cloned());
         if let Some(peer) = peer {
             self.pull(&peer).await;
         }

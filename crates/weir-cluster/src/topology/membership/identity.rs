@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use rand::Rng;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,16 +35,13 @@ pub struct NodeIdentity {
 impl NodeIdentity {
     /// An identity whose incarnation is the current unix time in milliseconds.
     pub fn new(id: impl Into<String>, gossip: SocketAddr, grpc: SocketAddr) -> Self {
-        let incarnation = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(1);
+        let incarnation = crate::determinism::unix_ms().max(1);
         NodeIdentity {
             id: id.into(),
             gossip,
             grpc,
             incarnation,
-            boot: rand::random(),
+            boot: crate::determinism::with_rng(|r| r.random()),
         }
     }
 

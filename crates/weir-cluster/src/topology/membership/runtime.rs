@@ -92,7 +92,7 @@ impl Driver {
     ) -> Self {
         // foca only needs randomness to pick probe targets; seeding a fast
         // generator from the OS-seeded thread rng is plenty.
-        let rng = SmallRng::seed_from_u64(rand::random());
+        let rng = SmallRng::seed_from_u64(crate::determinism::with_rng(|r| r.next_u64()));
         let live = vec![identity.clone()];
         Driver {
             foca: Foca::new(identity, config, rng, PostcardCodec),
@@ -124,7 +124,10 @@ impl Driver {
         announce.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next_timer = self.timers.peek().map(|Reverse(s)| s.at);
+            // biased: an unbiased select draws from the runtime's own
+            // generator, which no seed reaches.
             tokio::select! {
+                biased;
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Leave(reply)) => {
                         self.leave().await;
@@ -245,7 +248,10 @@ impl Driver {
             .foca
             .iter_members()
             .map(|m| m.id().clone())
-            .choose_multiple(&mut rand::rng(), STALLED_ANNOUNCES);
+            .collect::<Vec<_>>();
+        let chosen = crate::determinism::with_rng(|r| {
+            chosen.into_iter().choose_multiple(r, STALLED_ANNOUNCES)
+        });
         for member in chosen {
             if let Err(error) = self.foca.announce(member, &mut self.rt) {
                 tracing::debug!(%error, "announce failed");

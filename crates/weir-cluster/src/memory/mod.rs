@@ -31,6 +31,9 @@ use crate::net::grpc::MAX_PEER_MESSAGE;
 use crate::topology::membership::{Datagrams, NodeIdentity};
 use crate::topology::seeds::SeedResolver;
 
+mod tap;
+pub use tap::{Fate, NetEvent, Tap};
+
 const GOSSIP_PORT: u16 = 7946;
 const GRPC_PORT: u16 = 8081;
 
@@ -61,6 +64,15 @@ struct State {
     hosts: u32,
     /// Seed names that are not `ip:port`, as a test's DNS would answer.
     names: Option<SeedResolver>,
+    /// Up to this much more delay on each delivery, drawn per message:
+    /// messages overtake each other.
+    jitter: Duration,
+    /// The fraction of gossip datagrams delivered twice.
+    duplication: f64,
+    /// Hosts stopped (SIGSTOP): what they send and what is sent to them
+    /// waits until they resume.
+    paused: HashSet<IpAddr>,
+    tap: Option<Tap>,
 }
 
 impl State {
@@ -68,10 +80,22 @@ impl State {
         self.cut.contains(&(a, b)) || self.crashed.contains(&a) || self.crashed.contains(&b)
     }
 
-    /// One-way delay from `a` to `b`.
+    /// One-way delay from `a` to `b`, with its draw of jitter.
     fn delay(&self, a: IpAddr, b: IpAddr) -> Duration {
         let extra = |h| self.slow.get(&h).copied().unwrap_or_default();
-        self.latency + extra(a) + extra(b)
+        let jitter = if self.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            let most = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+            Duration::from_nanos(crate::determinism::with_rng(|r| r.random_range(0..=most)))
+        };
+        self.latency + extra(a) + extra(b) + jitter
+    }
+
+    fn note(&self, event: NetEvent<'_>) {
+        if let Some(tap) = &self.tap {
+            tap(&event);
+        }
     }
 }
 
@@ -88,6 +112,8 @@ enum Handoffs {
 pub struct MemoryNet {
     state: Arc<Mutex<State>>,
     clock: Arc<VirtualClock>,
+    /// Bumped by each resume, for deliveries waiting on a paused host.
+    resumed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Default for MemoryNet {
@@ -102,6 +128,7 @@ impl MemoryNet {
         let net = MemoryNet {
             state: Arc::default(),
             clock: Arc::new(VirtualClock::new()),
+            resumed: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         {
             let mut s = net.state.lock();
@@ -305,6 +332,127 @@ impl MemoryNet {
         self.state.lock().loss = loss.clamp(0.0, 1.0);
     }
 
+    /// Each delivery takes up to `jitter` longer, drawn per message, so
+    /// messages between two hosts arrive out of order.
+    pub fn set_jitter(&self, jitter: Duration) {
+        self.state.lock().jitter = jitter;
+    }
+
+    /// The fraction of gossip datagrams delivered twice, 0 to 1.
+    pub fn set_duplication(&self, duplication: f64) {
+        self.state.lock().duplication = duplication.clamp(0.0, 1.0);
+    }
+
+    /// Nothing from `from` reaches `to`, while `to` still reaches `from`.
+    pub fn cut_one_way(&self, from: IpAddr, to: IpAddr) {
+        self.state.lock().cut.insert((from, to));
+    }
+
+    /// `host` stops as a SIGSTOPped process does: what it sends and what
+    /// is sent to it wait until [`MemoryNet::resume`].
+    pub fn pause(&self, host: IpAddr) {
+        self.state.lock().paused.insert(host);
+    }
+
+    /// `host` runs again: what waited on it goes on its way.
+    pub fn resume(&self, host: IpAddr) {
+        self.state.lock().paused.remove(&host);
+        self.resumed.send_modify(|n| *n += 1);
+    }
+
+    /// Every message, and what became of it, goes to `tap` as well.
+    pub fn tap(&self, tap: Tap) {
+        self.state.lock().tap = Some(tap);
+    }
+
+    /// Returns once neither `a` nor `b` is paused.
+    async fn until_running(&self, a: IpAddr, b: IpAddr) {
+        let mut resumed = self.resumed.subscribe();
+        loop {
+            {
+                let s = self.state.lock();
+                if !s.paused.contains(&a) && !s.paused.contains(&b) {
+                    return;
+                }
+            }
+            if resumed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Shows the tap a call's request and where it goes.
+    fn note_call(
+        &self,
+        from: IpAddr,
+        to: IpAddr,
+        what: &'static str,
+        req: &impl prost::Message,
+        route: &Route,
+    ) {
+        let s = self.state.lock();
+        if s.tap.is_some() {
+            let fate = match route {
+                Route::To(..) | Route::Back(_) => Fate::Sent,
+                Route::Lost => Fate::Lost,
+                Route::Refused => Fate::Refused,
+            };
+            let bytes = req.encode_to_vec();
+            s.note(NetEvent {
+                from,
+                to,
+                what,
+                bytes: &bytes,
+                fate,
+            });
+        }
+    }
+
+    /// Whether the answer from `host`, served by `served_by`, gets back to
+    /// `to`: the handler is `host`'s no longer (crashed, restarted), the
+    /// way back is cut, or it travels for the one-way delay.
+    fn answer_route<T: prost::Message>(
+        &self,
+        host: IpAddr,
+        to: IpAddr,
+        served_by: &Weak<PeerHandler>,
+        what: &'static str,
+        answer: &Result<T, PeerFailure>,
+    ) -> Route {
+        let s = self.state.lock();
+        let same = s
+            .handlers
+            .get(&host)
+            .is_some_and(|h| Weak::ptr_eq(h, served_by));
+        let (route, fate) = if s.crashed.contains(&host) || !same {
+            (Route::Refused, Fate::Refused)
+        } else if s.blocked(host, to) {
+            (Route::Lost, Fate::Lost)
+        } else {
+            (Route::Back(s.delay(host, to)), Fate::Sent)
+        };
+        if s.tap.is_some() {
+            let bytes = match answer {
+                Ok(a) => a.encode_to_vec(),
+                Err(e) => e.to_string().into_bytes(),
+            };
+            let what = match what {
+                "decide" => "decide answer",
+                "handoff" => "handoff answer",
+                "replicate" => "replicate answer",
+                _ => "answer",
+            };
+            s.note(NetEvent {
+                from: host,
+                to,
+                what,
+                bytes: &bytes,
+                fate,
+            });
+        }
+        route
+    }
+
     /// Where a call from `from` to `to` goes: the handler and the one-way
     /// delay, or why it cannot.
     fn route(&self, from: IpAddr, to: &NodeIdentity) -> Route {
@@ -333,11 +481,14 @@ pub struct VirtualClock {
 }
 
 impl VirtualClock {
-    /// 2026-01-01T00:00:00Z at the moment of the call.
+    /// Where every virtual clock starts: 2026-01-01T00:00:00Z.
+    pub const ORIGIN: Nanos = 1_767_225_600 * weir_core::NANOS_PER_SEC;
+
+    /// [`VirtualClock::ORIGIN`] at the moment of the call.
     pub fn new() -> Self {
         VirtualClock {
             origin: tokio::time::Instant::now(),
-            at_origin: 1_767_225_600 * weir_core::NANOS_PER_SEC,
+            at_origin: Self::ORIGIN,
         }
     }
 }
@@ -357,6 +508,8 @@ impl Clock for VirtualClock {
 
 enum Route {
     To(Arc<PeerHandler>, Duration),
+    /// An answer on its way back, for this long.
+    Back(Duration),
     /// Nothing answers: a partition is a black hole.
     Lost,
     /// The connection is refused at once.
@@ -379,24 +532,44 @@ impl Datagrams for MemorySocket {
         payload: &'a [u8],
         to: SocketAddr,
     ) -> BoxFuture<'a, io::Result<usize>> {
-        let (target, delay) = {
+        let from = self.local.ip();
+        let (target, delays) = {
             let s = self.net.state.lock();
-            let lost = s.blocked(self.local.ip(), to.ip())
-                || s.deaf.contains(&to.ip())
-                || (s.loss > 0.0 && rand::rng().random_bool(s.loss));
+            let draw = |p: f64| p > 0.0 && crate::determinism::with_rng(|r| r.random_bool(p));
+            let lost = s.blocked(from, to.ip()) || s.deaf.contains(&to.ip()) || draw(s.loss);
             let target = if lost {
                 None
             } else {
                 s.sockets.get(&to).cloned()
             };
-            (target, s.delay(self.local.ip(), to.ip()))
+            let mut delays = vec![s.delay(from, to.ip())];
+            if draw(s.duplication) {
+                delays.push(s.delay(from, to.ip()));
+            }
+            let fate = match (&target, delays.len()) {
+                (None, _) => Fate::Lost,
+                (Some(_), 1) => Fate::Sent,
+                (Some(_), _) => Fate::Duplicated,
+            };
+            s.note(NetEvent {
+                from,
+                to: to.ip(),
+                what: "gossip",
+                bytes: payload,
+                fate,
+            });
+            (target, delays)
         };
         if let Some(tx) = target {
-            let datagram = (payload.to_vec(), self.local);
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = tx.send(datagram);
-            });
+            for delay in delays {
+                let (tx, net) = (tx.clone(), self.net.clone());
+                let datagram = (payload.to_vec(), self.local);
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    net.until_running(datagram.1.ip(), to.ip()).await;
+                    let _ = tx.send(datagram);
+                });
+            }
         }
         let n = payload.len();
         Box::pin(async move { Ok(n) })
@@ -441,22 +614,33 @@ impl MemoryLink {
     /// travels back, all within `deadline`. The handler runs on its own
     /// task, as a server's does: a caller that stops waiting does not stop
     /// the decision it asked for.
-    fn call<T, F, Fut>(
+    ///
+    /// The answer leaves the host as it is when the handler is done: one
+    /// that crashed or restarted meanwhile resets the connection, one cut
+    /// off from the caller since (or paused) keeps it from arriving, so a
+    /// check can be decided at its owner and never heard of.
+    fn call<R, T, F, Fut>(
         &self,
         to: &NodeIdentity,
         deadline: Duration,
+        what: &'static str,
+        req: R,
         f: F,
     ) -> BoxFuture<'static, Result<T, PeerFailure>>
     where
-        T: Send + 'static,
-        F: FnOnce(Arc<PeerHandler>) -> Fut + Send + 'static,
+        R: prost::Message + Send + 'static,
+        T: prost::Message + Send + 'static,
+        F: FnOnce(Arc<PeerHandler>, R) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T, PeerFailure>> + Send + 'static,
     {
-        let route = self.net.route(self.from, to);
+        let (from, host) = (self.from, to.grpc.ip());
+        let route = self.net.route(from, to);
+        self.net.note_call(from, host, what, &req, &route);
+        let net = self.net.clone();
         Box::pin(async move {
             let (handler, delay) = match route {
                 Route::To(h, d) => (h, d),
-                Route::Refused => {
+                Route::Back(_) | Route::Refused => {
                     return Err(PeerFailure::Unreachable("connection refused".into()))
                 }
                 Route::Lost => {
@@ -464,15 +648,25 @@ impl MemoryLink {
                     return Err(PeerFailure::Timeout(deadline));
                 }
             };
+            let served_by = Arc::downgrade(&handler);
+            let on_server = net.clone();
             let served = tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                f(handler).await
+                on_server.until_running(from, host).await;
+                f(handler, req).await
             });
             let round_trip = async move {
                 let answer = served
                     .await
                     .unwrap_or_else(|e| Err(PeerFailure::Unreachable(e.to_string())));
-                tokio::time::sleep(delay).await;
+                net.until_running(host, from).await;
+                match net.answer_route(host, from, &served_by, what, &answer) {
+                    Route::Back(back) | Route::To(_, back) => tokio::time::sleep(back).await,
+                    Route::Refused => {
+                        return Err(PeerFailure::Unreachable("connection reset".into()))
+                    }
+                    Route::Lost => std::future::pending().await,
+                }
                 answer
             };
             tokio::time::timeout(deadline, round_trip)
@@ -496,7 +690,7 @@ impl Link for MemoryLink {
             .slow_answers
             .get(&to.grpc.ip())
             .copied();
-        self.call(to, deadline, move |h| async move {
+        self.call(to, deadline, "decide", req, move |h, req| async move {
             let answer = h.decide(req).await;
             if let Some(extra) = extra {
                 tokio::time::sleep(extra).await;
@@ -516,7 +710,7 @@ impl Link for MemoryLink {
             return Box::pin(async move { Err(too_large) });
         }
         let fault = self.net.state.lock().handoffs.get(&to.grpc.ip()).copied();
-        self.call(to, deadline, move |h| async move {
+        self.call(to, deadline, "handoff", req, move |h, req| async move {
             match fault {
                 Some(Handoffs::Held(extra)) => tokio::time::sleep(extra).await,
                 Some(Handoffs::Refused) => {
@@ -536,7 +730,7 @@ impl Link for MemoryLink {
         set: WireRuleSet,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move {
+        self.call(to, deadline, "push_rules", set, |h, set| async move {
             h.push_rules(set)
                 .map_err(|e| PeerFailure::Refused(e.to_string()))
         })
@@ -548,7 +742,7 @@ impl Link for MemoryLink {
         _have: u64,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
-        self.call(to, deadline, |h| async move { Ok(h.pull_rules()) })
+        self.call(to, deadline, "pull_rules", (), |h, ()| async move { Ok(h.pull_rules()) })
     }
 
     fn sync_counts(
@@ -557,7 +751,7 @@ impl Link for MemoryLink {
         req: SyncRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<SyncResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move {
+        self.call(to, deadline, "sync_counts", req, |h, req| async move {
             h.sync_counts(req)
                 .map_err(|e| PeerFailure::Refused(e.to_string()))
         })
@@ -568,7 +762,7 @@ impl Link for MemoryLink {
         to: &NodeIdentity,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
-        self.call(to, deadline, |h| async move { Ok(h.members()) })
+        self.call(to, deadline, "members", (), |h, ()| async move { Ok(h.members()) })
     }
 
     fn replicate(
@@ -585,7 +779,7 @@ impl Link for MemoryLink {
         if let Err(too_large) = within_ceiling(&req, ceiling) {
             return Box::pin(async move { Err(too_large) });
         }
-        self.call(to, deadline, |h| async move { Ok(h.replicate(req)) })
+        self.call(to, deadline, "replicate", req, |h, req| async move { Ok(h.replicate(req)) })
     }
 
     fn retain(&self, _keep: &dyn Fn(&str) -> bool) {}
@@ -596,7 +790,7 @@ impl Link for MemoryLink {
         req: SummaryRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
-        self.call(to, deadline, move |h| async move { Ok(h.summary(req)) })
+        self.call(to, deadline, "summary", req, move |h, req| async move { Ok(h.summary(req)) })
     }
 }
 

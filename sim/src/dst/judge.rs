@@ -1,0 +1,126 @@
+//! What a run promised and whether it kept it: the bound on each counter's excess the docs state for the faults the schedule injected, and the checks that must be answered.
+
+use std::collections::BTreeMap;
+
+use weir_core::{Nanos, RuleSet};
+
+use super::oracle::{self, Score};
+use super::rules::RULES;
+use super::schedule::{Action, FaultKind, Schedule};
+use super::world::{at, Ran};
+
+/// A promise broken.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub at: Option<Nanos>,
+    /// The key (hash part) at fault, for the replay's trace.
+    pub key: Option<String>,
+    pub what: String,
+}
+
+/// One run, scored and judged.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub simulated_secs: f64,
+    pub checks: u64,
+    pub faults: BTreeMap<FaultKind, u64>,
+    pub score: Score,
+    pub violations: Vec<Violation>,
+    pub digest: u64,
+}
+
+/// The faults the schedule injected, by kind.
+pub fn faults(schedule: &Schedule) -> BTreeMap<FaultKind, u64> {
+    let mut out = BTreeMap::new();
+    let conditions = [
+        (FaultKind::Delay, !schedule.jitter.is_zero()),
+        (FaultKind::Loss, schedule.loss > 0.0),
+        (FaultKind::Dup, schedule.duplication > 0.0),
+    ];
+    for (kind, on) in conditions {
+        if on {
+            *out.entry(kind).or_default() += 1;
+        }
+    }
+    for (_, a) in &schedule.actions {
+        if let Some(kind) = a.kind() {
+            *out.entry(kind).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The most a counter of limit `limit` may admit beyond an exact limiter
+/// under `schedule`'s faults (docs/cluster.md, "What the simulator checks").
+pub fn allowed_excess(schedule: &Schedule, limit: u64) -> u64 {
+    let has = |f: fn(&Action) -> bool| schedule.actions.iter().any(|(_, a)| f(a));
+    let mut bound = 0;
+    // Each side of a cut admits at most what was left at the cut: once
+    // more, L at worst, per key and window.
+    if has(|a| matches!(a, Action::Partition { .. } | Action::CutOneWay { .. })) {
+        bound += limit;
+    }
+    // One copy: the dead owner's keys restart from a fresh budget (one more
+    // L), and until detection the fallback decides (N-1) x ceil(L/N) more.
+    if schedule.replicas < 2 && has(|a| matches!(a, Action::Crash(_))) {
+        let n = schedule.nodes as u64;
+        bound += limit + (n - 1) * limit.div_ceil(n);
+    }
+    bound
+}
+
+/// Scores `ran` and judges it against the promises for `schedule`.
+pub fn judge(schedule: &Schedule, ran: Ran) -> Report {
+    let score = oracle::score(&ran.outcomes);
+    let rules = RuleSet::from_toml(RULES).expect("the simulator's rules parse");
+    let mut violations = Vec::new();
+    if let Some(e) = &ran.error {
+        violations.push(Violation {
+            at: None,
+            key: None,
+            what: format!("the run stopped: {e}"),
+        });
+    }
+    for c in &ran.unanswered {
+        violations.push(Violation {
+            at: None,
+            key: Some(c.key.clone()),
+            what: format!(
+                "check of {} on {} sent at {:?} was never answered",
+                c.key, c.route, c.at
+            ),
+        });
+    }
+    for e in &score.excesses {
+        let limit = rules.get(&e.counter.rule).map_or(0, |(_, r)| r.limit);
+        let bound = allowed_excess(schedule, limit);
+        if e.excess > bound {
+            violations.push(Violation {
+                at: Some(e.at),
+                key: Some(e.counter.key.clone()),
+                what: format!(
+                    "{}/{} admitted {} over an exact limiter (bound {bound})",
+                    e.counter.rule, e.counter.key, e.excess
+                ),
+            });
+        }
+    }
+    Report {
+        seed: schedule.seed,
+        simulated_secs: ran.simulated.as_secs_f64(),
+        checks: score.checks,
+        faults: faults(schedule),
+        score,
+        violations,
+        digest: ran.digest,
+    }
+}
+
+impl Violation {
+    /// One line: the seed, the moment, what broke.
+    pub fn line(&self, seed: u64) -> String {
+        let when = self.at.map(at).unwrap_or_else(|| "end".into());
+        format!("VIOLATION seed {seed} {when}: {}", self.what)
+    }
+}
