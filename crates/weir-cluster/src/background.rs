@@ -1,6 +1,6 @@
 //! The loops a member runs beside its checks: following the member view, periodic chores, rule hints, re-seeding, and the wait at the end of a leave.
 
-use std::collections::HashMap;
+use weir_core::determinism::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ pub async fn reseed(
             continue;
         }
         let (resolver, names) = (resolver.clone(), names.clone());
-        let Ok(addrs) = tokio::task::spawn_blocking(move || resolver.resolve_all(&names)).await
+        let Some(addrs) = crate::offload::blocking(move || resolver.resolve_all(&names)).await
         else {
             continue;
         };
@@ -193,7 +193,7 @@ pub async fn replicate(
         }
         let ring = routing.ring();
         let me = routing.me();
-        let mut by_holder = Round::new();
+        let mut by_holder = Round::default();
         let mut no_copy = 0;
         for (key, since) in changed {
             // A key that moved to another owner is that owner's to copy.

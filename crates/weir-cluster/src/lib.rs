@@ -13,7 +13,6 @@
 mod background;
 pub mod cluster;
 pub mod config;
-pub mod determinism;
 mod divided;
 pub mod engine;
 mod handler;
@@ -32,6 +31,7 @@ pub mod topology;
 pub mod wire;
 
 pub use cluster::{Cluster, ClusterError};
+pub use weir_core::determinism;
 pub use config::{BatchConfig, ClusterConfig, GossipProfile, OwnerFailure, StrategyKind};
 pub use engine::Engine;
 pub use stats::{ClusterStats, FallbackStatus, MemberStatus};

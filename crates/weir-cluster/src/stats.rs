@@ -175,7 +175,7 @@ pub struct Stats {
     pub fallback_capped: AtomicU64,
     /// Ops forwarded to other nodes, by rule (bounded by the rule names
     /// installed since start: a removed rule keeps its count).
-    pub forwarded: DashMap<Arc<str>, AtomicU64, foldhash::fast::RandomState>,
+    pub forwarded: DashMap<Arc<str>, AtomicU64, weir_core::determinism::HashState>,
     pub admissions_reported: AtomicU64,
     pub admissions_recovered: AtomicU64,
 }

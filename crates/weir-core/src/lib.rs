@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod determinism;
 mod check;
 mod clock;
 mod decision;

@@ -24,7 +24,7 @@ use ceiling::Ceiling;
 
 /// Keys are attacker-chosen strings, so the hasher is seeded per process
 /// (foldhash's RandomState) to keep collision floods out.
-type Map<S> = DashMap<CompactString, S, foldhash::fast::RandomState>;
+type Map<S> = DashMap<CompactString, S, crate::determinism::HashState>;
 
 /// The store is at its key ceiling, and no key at rest made room: every
 /// key it holds is live, or a sweep for room ran too lately to run again.

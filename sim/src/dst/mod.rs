@@ -8,6 +8,7 @@ pub mod world;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::ops::Range;
 use std::process::ExitCode;
 use std::rc::Rc;
@@ -223,14 +224,15 @@ fn add(total: &mut Total, r: &Report) {
 fn print_report(args: &DstArgs, r: &Report) {
     if !args.quiet {
         println!(
-            "seed {}: {:.1} s, {} checks, faults [{}], over {}, under {}, violations {}",
+            "seed {}: {:.1} s, {} checks, faults [{}], over {}, under {}, violations {}, digest {:016x}",
             r.seed,
             r.simulated_secs,
             r.checks,
             kinds(&r.faults),
             r.score.over,
             r.score.under,
-            r.violations.len()
+            r.violations.len(),
+            r.digest
         );
     }
     for v in &r.violations {
@@ -274,7 +276,8 @@ fn trace(args: &DstArgs) -> ExitCode {
             Some(k) => line.contains(k.as_str()) || line.contains("fault:") || line.contains("formed"),
         };
         if shown {
-            println!("{line}");
+            // A reader that stopped (`| head`) ends the trace, not the run.
+            let _ = writeln!(std::io::stdout().lock(), "{line}");
         }
     });
     let ran = world::run(&schedule, Some(sink));

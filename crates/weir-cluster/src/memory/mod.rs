@@ -112,8 +112,10 @@ enum Handoffs {
 pub struct MemoryNet {
     state: Arc<Mutex<State>>,
     clock: Arc<VirtualClock>,
-    /// Bumped by each resume, for deliveries waiting on a paused host.
-    resumed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Wakes the deliveries waiting on a paused host. A Notify, not a
+    /// watch channel: a watch wakes its waiters in an order drawn from the
+    /// runtime's generator, which no seed reaches.
+    resumed: Arc<tokio::sync::Notify>,
 }
 
 impl Default for MemoryNet {
@@ -128,7 +130,7 @@ impl MemoryNet {
         let net = MemoryNet {
             state: Arc::default(),
             clock: Arc::new(VirtualClock::new()),
-            resumed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            resumed: Arc::default(),
         };
         {
             let mut s = net.state.lock();
@@ -357,7 +359,7 @@ impl MemoryNet {
     /// `host` runs again: what waited on it goes on its way.
     pub fn resume(&self, host: IpAddr) {
         self.state.lock().paused.remove(&host);
-        self.resumed.send_modify(|n| *n += 1);
+        self.resumed.notify_waiters();
     }
 
     /// Every message, and what became of it, goes to `tap` as well.
@@ -367,17 +369,18 @@ impl MemoryNet {
 
     /// Returns once neither `a` nor `b` is paused.
     async fn until_running(&self, a: IpAddr, b: IpAddr) {
-        let mut resumed = self.resumed.subscribe();
         loop {
+            // Registered before the look, so a resume between the two wakes it.
+            let resumed = self.resumed.notified();
+            let mut resumed = std::pin::pin!(resumed);
+            resumed.as_mut().enable();
             {
                 let s = self.state.lock();
                 if !s.paused.contains(&a) && !s.paused.contains(&b) {
                     return;
                 }
             }
-            if resumed.changed().await.is_err() {
-                return;
-            }
+            resumed.await;
         }
     }
 

@@ -101,7 +101,7 @@ struct Handle {
 
 /// One batcher per owner, started on first use: the production [`Peers`].
 pub(crate) struct Batchers {
-    map: DashMap<String, Handle>,
+    map: DashMap<String, Handle, weir_core::determinism::HashState>,
     ctx: Arc<Ctx>,
     config: BatchConfig,
 }
@@ -112,7 +112,7 @@ impl Batchers {
         config.max_in_flight = config.max_in_flight.max(1);
         config.queue = config.queue.max(1);
         Batchers {
-            map: DashMap::new(),
+            map: DashMap::default(),
             ctx: Arc::new(ctx),
             config,
         }

@@ -27,7 +27,7 @@ pub struct Admission {
 
 #[derive(Default)]
 pub struct Answered {
-    by_owner: DashMap<String, Mutex<VecDeque<Admission>>, foldhash::fast::RandomState>,
+    by_owner: DashMap<String, Mutex<VecDeque<Admission>>, weir_core::determinism::HashState>,
 }
 
 impl Answered {

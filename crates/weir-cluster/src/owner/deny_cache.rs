@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use compact_str::CompactString;
 use dashmap::DashMap;
+use weir_core::determinism::HashState;
 use weir_core::{Decision, Nanos};
 
 /// One cached denial.
@@ -33,9 +34,9 @@ struct Entry {
 /// short list per hash part beats a composite key that would allocate on
 /// every lookup.
 pub struct DenyCache {
-    map: DashMap<CompactString, Vec<Entry>>,
+    map: DashMap<CompactString, Vec<Entry>, HashState>,
     /// Refunds this gateway sent lately, per hash part: (rule, when).
-    refunds: DashMap<CompactString, Vec<(Arc<str>, Nanos)>>,
+    refunds: DashMap<CompactString, Vec<(Arc<str>, Nanos)>, HashState>,
     max_keys: usize,
     /// When the last purge began, so a full cache purges on the request
     /// path at most once in [`PURGE_AT_CEILING_EVERY`].
@@ -65,8 +66,8 @@ impl DenyCache {
         // shard's lock covers a few thousand keys, not an eighth of them.
         let shards = weir_core::store::shards_for(max_keys);
         DenyCache {
-            map: DashMap::with_shard_amount(shards),
-            refunds: DashMap::with_shard_amount(shards),
+            map: DashMap::with_hasher_and_shard_amount(HashState::default(), shards),
+            refunds: DashMap::with_hasher_and_shard_amount(HashState::default(), shards),
             max_keys,
             purged_at: AtomicU64::new(0),
             #[cfg(test)]

@@ -4,7 +4,7 @@
 //! and a merge adds spent budgets, so a handoff never grants a fresh budget:
 //! a key that has used 15 of 20 stays at 15 or more on its new owner.
 
-use std::collections::{HashMap, HashSet};
+use weir_core::determinism::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,7 +256,7 @@ impl Handoff {
             return;
         };
         let undelivered = if copies.is_empty() {
-            landing.land(HashSet::new());
+            landing.land(HashSet::default());
             Vec::new()
         } else {
             self.deliver(copies, &ring, landing).await
@@ -468,7 +468,7 @@ impl Handoff {
         until: Option<tokio::time::Instant>,
     ) -> Handed {
         let me = self.routing.me();
-        let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::new();
+        let mut by_owner: HashMap<&NodeIdentity, Vec<CounterSnapshot>> = HashMap::default();
         let mut handed = Handed::default();
         let doubted = self.doubted();
         // A counter's id is two strings copied: built only when some call

@@ -115,7 +115,7 @@ impl Summary {
 }
 
 pub struct HotKeys {
-    rules: DashMap<Arc<str>, Mutex<Summary>, foldhash::fast::RandomState>,
+    rules: DashMap<Arc<str>, Mutex<Summary>, weir_core::determinism::HashState>,
     /// Checks per second from which a key is hot.
     threshold: u64,
 }

@@ -25,7 +25,7 @@ struct Entry {
 }
 
 pub struct Learned {
-    map: DashMap<Key, Entry, foldhash::fast::RandomState>,
+    map: DashMap<Key, Entry, weir_core::determinism::HashState>,
     max_keys: usize,
 }
 

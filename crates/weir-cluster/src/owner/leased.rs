@@ -53,7 +53,7 @@ pub struct FromLease {
 
 #[derive(Default)]
 pub struct Leases {
-    held: DashMap<Key, Held, foldhash::fast::RandomState>,
+    held: DashMap<Key, Held, weir_core::determinism::HashState>,
 }
 
 impl Leases {

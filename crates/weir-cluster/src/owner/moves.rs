@@ -8,7 +8,9 @@
 //! holds) and was admitted on it: one over the limit in most join races
 //! at the defaults.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use weir_core::determinism::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -365,7 +367,7 @@ impl Landing {
     /// The keys decided here on their whole count since the last call,
     /// over every move it lands.
     pub fn decided_here(&self) -> HashSet<CounterId> {
-        let mut all = HashSet::new();
+        let mut all = HashSet::default();
         for m in &self.0 {
             all.extend(m.decided_here.lock().drain());
         }

@@ -520,7 +520,7 @@ impl Remote {
         let member = |id: &str| ring.members().iter().find(|m| m.id == id).cloned();
         let (paid, owed) = {
             // One admit per owner: it lets one probe through per interval.
-            let admitted = std::cell::RefCell::new(std::collections::HashMap::new());
+            let admitted = std::cell::RefCell::new(weir_core::determinism::HashMap::default());
             let payable = |id: &str| {
                 id == me
                     || *admitted

@@ -151,15 +151,15 @@ struct Handed {
 
 pub struct Replicas {
     store: Limiter,
-    meta: DashMap<Key, Meta, foldhash::fast::RandomState>,
-    bases: DashMap<Key, Base, foldhash::fast::RandomState>,
-    handed: DashMap<Key, Handed, foldhash::fast::RandomState>,
+    meta: DashMap<Key, Meta, weir_core::determinism::HashState>,
+    bases: DashMap<Key, Base, weir_core::determinism::HashState>,
+    handed: DashMap<Key, Handed, weir_core::determinism::HashState>,
     /// The nodes that handed counters here lately, with this node's clock
     /// when the last handoff of each arrived. A report of their
     /// admissions starts no copy: see `admitted_by`. (A rebalance hands
     /// only some keys; a report of another key is refused, as every report
     /// without a copy was before copies could be started.)
-    handoffs: DashMap<String, Nanos, foldhash::fast::RandomState>,
+    handoffs: DashMap<String, Nanos, weir_core::determinism::HashState>,
     /// When the last sweep ran, on the store's clock (0: never).
     swept_at: AtomicU64,
 }

@@ -21,7 +21,7 @@ pub struct Replicator {
     /// Off when each counter has one copy (`--replicas 1`).
     on: bool,
     /// Changed keys and when each first changed since its last copy.
-    dirty: DashMap<Key, Nanos, foldhash::fast::RandomState>,
+    dirty: DashMap<Key, Nanos, weir_core::determinism::HashState>,
     /// Keys taken for a copy not yet acknowledged.
     in_flight: AtomicUsize,
     wake: Notify,

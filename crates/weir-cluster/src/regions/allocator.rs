@@ -93,7 +93,7 @@ pub struct Allocator {
     config: RegionConfig,
     /// Every region's name, sorted; indexes the books.
     regions: Vec<Arc<str>>,
-    keys: DashMap<KeyId, KeyBooks, foldhash::fast::RandomState>,
+    keys: DashMap<KeyId, KeyBooks, weir_core::determinism::HashState>,
 }
 
 /// What the allocator shows for one key and region.

@@ -115,7 +115,7 @@ pub struct Holder {
     /// This node, as its reports name it.
     node: Arc<str>,
     regions: usize,
-    keys: DashMap<KeyId, Hold, foldhash::fast::RandomState>,
+    keys: DashMap<KeyId, Hold, weir_core::determinism::HashState>,
     /// When each region last answered as a home (from `started`), read on
     /// every check: one atomic per region, no lock.
     answered: Box<[(Arc<str>, AtomicU64)]>,

@@ -10,7 +10,7 @@
 //! after a sync that reported zero the fleet can admit N x L; the interval
 //! changes how likely that is, not the bound.
 
-use std::collections::HashMap;
+use weir_core::determinism::HashMap;
 use std::sync::Arc;
 
 use compact_str::CompactString;
@@ -91,8 +91,8 @@ pub struct HeardCounts {
 
 #[derive(Default)]
 pub struct GossipCounts {
-    local: DashMap<Key, Local, foldhash::fast::RandomState>,
-    remote: DashMap<Key, Heard, foldhash::fast::RandomState>,
+    local: DashMap<Key, Local, weir_core::determinism::HashState>,
+    remote: DashMap<Key, Heard, weir_core::determinism::HashState>,
     /// Serializes `take_dirty` so two syncs cannot both send and clear.
     syncing: Mutex<()>,
 }

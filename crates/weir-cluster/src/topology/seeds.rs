@@ -56,9 +56,9 @@ impl SeedResolver {
                     Ok(addr) => Ok(vec![addr]),
                     Err(_) => {
                         let (this, n) = (self.clone(), name.clone());
-                        tokio::task::spawn_blocking(move || this.resolve(&n))
+                        crate::offload::blocking(move || this.resolve(&n))
                             .await
-                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                            .unwrap_or_else(|| Err(std::io::Error::other("lookup stopped")))
                     }
                 };
                 match found {

@@ -25,7 +25,7 @@ struct Slot {
 }
 
 pub struct Carried {
-    map: DashMap<Key, Slot, foldhash::fast::RandomState>,
+    map: DashMap<Key, Slot, crate::determinism::HashState>,
     ceiling: Ceiling,
 }
 

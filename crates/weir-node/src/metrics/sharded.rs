@@ -87,7 +87,7 @@ impl Outcome {
     }
 }
 
-type RuleCounts = HashMap<Arc<str>, [u64; OUTCOMES], foldhash::fast::RandomState>;
+type RuleCounts = HashMap<Arc<str>, [u64; OUTCOMES], weir_core::determinism::HashState>;
 
 /// `weir_checks_total`: checks by rule and verdict. The rules are names
 /// from the rule set (or the fixed override and empty labels), so the

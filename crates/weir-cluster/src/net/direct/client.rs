@@ -211,7 +211,7 @@ struct Live {
     flush: Notify,
     /// Callers waiting for answers, by call id (ids are this node's own,
     /// so a fast hasher is safe).
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>, foldhash::fast::RandomState>>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>, weir_core::determinism::HashState>>,
     next_id: AtomicU64,
     /// Set once, when the connection closes; the reader and the flusher
     /// end on it.

@@ -8,7 +8,9 @@
 //! instead, the call is either known taken or, from that moment, never
 //! taken: its sender then knows which of the two it is.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use weir_core::determinism::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;

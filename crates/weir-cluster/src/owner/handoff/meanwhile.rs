@@ -8,7 +8,7 @@
 //! the landing and the word: the joiner decided the key alone meanwhile
 //! on a count without it, and the window admitted over its limit.
 
-use std::collections::HashSet;
+use weir_core::determinism::HashSet;
 use std::sync::Arc;
 
 use weir_core::CounterSnapshot;

@@ -1,18 +1,24 @@
-//! Where this crate's random numbers and wall-clock readings come from: the OS and the system clock in a node, one seed and a virtual clock on a thread that the deterministic simulator has claimed.
+//! Where weir's random numbers, hash seeds and wall-clock readings come from: the OS and the system clock in a node, one seed and a virtual clock on a thread that the deterministic simulator has claimed.
 //!
 //! The simulator runs whole members on one thread under tokio's paused
 //! clock; for a seed to replay bit for bit, nothing they do may draw from
-//! the OS or read the real time. Every draw in this crate goes through
-//! [`with_rng`] and every wall-clock reading through [`unix_ms`], and
-//! [`Deterministic::enter`] points both at the seed and the virtual clock
-//! for as long as its guard lives on that thread.
+//! the OS or read the real time, and no map may iterate in an order a
+//! per-process hash seed chose. Every draw goes through [`with_rng`],
+//! every wall-clock reading through [`unix_ms`], every map's hasher is a
+//! [`HashState`], and [`Deterministic::enter`] points all three at the
+//! seed and the virtual clock for as long as its guard lives on that
+//! thread.
 
 use std::cell::RefCell;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use foldhash::fast::{FoldHasher, SeedableRandomState};
+use foldhash::SharedSeed;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
-use weir_core::{Clock, NANOS_PER_SEC};
+
+use crate::clock::{Clock, NANOS_PER_SEC};
 
 thread_local! {
     static SIM: RefCell<Option<SimSource>> = const { RefCell::new(None) };
@@ -38,6 +44,43 @@ pub fn with_rng<T>(f: impl FnOnce(&mut dyn RngCore) -> T) -> T {
         }
         None => f(&mut rand::rng()),
     }
+}
+
+/// The hasher of every map whose keys come from outside (clients, peers):
+/// seeded per map from the OS, so no one can aim keys at one bucket; seeded
+/// from the run's seed on a simulated thread, so maps iterate the same
+/// way every time the seed runs.
+#[derive(Clone, Debug)]
+pub struct HashState(SeedableRandomState);
+
+impl Default for HashState {
+    fn default() -> Self {
+        let seeded = SIM.with(|s| s.borrow_mut().as_mut().map(|s| s.rng.next_u64()));
+        HashState(match seeded {
+            Some(seed) => SeedableRandomState::with_seed(seed, SharedSeed::global_fixed()),
+            None => SeedableRandomState::random(),
+        })
+    }
+}
+
+impl BuildHasher for HashState {
+    type Hasher = FoldHasher<'static>;
+
+    fn build_hasher(&self) -> Self::Hasher {
+        self.0.build_hasher()
+    }
+}
+
+/// A `HashMap` on [`HashState`]: made with `default()`, not `new()`.
+pub type HashMap<K, V> = std::collections::HashMap<K, V, HashState>;
+/// A `HashSet` on [`HashState`].
+pub type HashSet<T> = std::collections::HashSet<T, HashState>;
+
+/// Whether this thread runs a simulated cluster: work that would go to
+/// another thread (tokio's blocking pool) runs in place instead, since a
+/// thread's timing is the one thing no seed decides.
+pub fn simulated() -> bool {
+    SIM.with(|s| s.borrow().is_some())
 }
 
 /// Wall-clock unix milliseconds: the virtual clock's while a guard lives
@@ -86,8 +129,8 @@ impl Drop for Deterministic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::FakeClock;
     use rand::Rng;
-    use weir_core::FakeClock;
 
     fn draws() -> Vec<u64> {
         (0..8).map(|_| with_rng(|r| r.random::<u64>())).collect()
@@ -110,6 +153,22 @@ mod tests {
         };
         assert_eq!(first, again);
         assert_ne!(first, other);
+    }
+
+    #[test]
+    fn maps_made_under_one_seed_iterate_in_one_order() {
+        let clock: Arc<dyn Clock> = Arc::new(FakeClock::new(0));
+        let order = |seed| {
+            let _g = Deterministic::enter(seed, clock.clone());
+            let m: std::collections::HashMap<u32, (), HashState> = (0..64).map(|i| (i, ())).collect();
+            m.keys().copied().collect::<Vec<_>>()
+        };
+        assert_eq!(order(3), order(3));
+        let unseeded = |_| {
+            let m: std::collections::HashMap<u32, (), HashState> = (0..64).map(|i| (i, ())).collect();
+            m.keys().copied().collect::<Vec<_>>()
+        };
+        assert_ne!(unseeded(()), unseeded(()), "each map seeded apart outside a run");
     }
 
     #[test]
