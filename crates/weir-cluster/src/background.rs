@@ -1,8 +1,8 @@
 //! The loops a member runs beside its checks: following the member view, periodic chores, rule hints, re-seeding, and the wait at the end of a leave.
 
-use weir_core::determinism::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_core::determinism::HashMap;
 
 use tokio::sync::{mpsc, watch};
 use weir_core::{Limiter, Nanos};

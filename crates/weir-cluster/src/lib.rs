@@ -31,10 +31,10 @@ pub mod topology;
 pub mod wire;
 
 pub use cluster::{Cluster, ClusterError};
-pub use weir_core::determinism;
 pub use config::{BatchConfig, ClusterConfig, GossipProfile, OwnerFailure, StrategyKind};
 pub use engine::Engine;
 pub use stats::{ClusterStats, FallbackStatus, MemberStatus};
 pub use topology::membership;
 pub use topology::ring;
 pub use topology::seeds::SeedResolver;
+pub use weir_core::determinism;

@@ -17,7 +17,9 @@ pub(crate) async fn by_size<T: Send + 'static>(
 /// Runs `f`, which may block (a DNS lookup, a large copy), on the blocking
 /// pool; in place on a simulated thread, where another thread's timing
 /// would decide the order of what follows.
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     if weir_core::determinism::simulated() {
         return Some(f());
     }

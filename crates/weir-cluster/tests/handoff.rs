@@ -182,51 +182,11 @@ async fn race_a_graceful_leave(tweak: fn(&mut ClusterConfig), settled: Settled) 
     );
 }
 
-/// Guard: checks racing a join at every default. The key moves to the
-/// joiner while two clients spend it through the first members, one of
-/// whose rings takes the joiner in later than the other's. The old owner,
-/// now the joiner's replica holder, took that member's checks for checks
-/// of an owner its ring had dropped, and decided them on its copy: 28 to
-/// 30 of 20 in every run. Decided on what it kept after its handoff, 21
-/// in 16 of 20 runs; and the joiner decided a check that reached it before
-/// the handoff had on the count it had (`join.rs` guards each exactly).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checks_racing_a_join_at_the_defaults_admit_at_most_the_limit() {
-    a_join_raced_by_two_clients(0).await;
-}
-
-/// Guard: the same race, the joiner seeded by node-2, so that node-2
-/// sends it the key's checks before the old owner, node-1, has taken it
-/// in: the joiner asks node-1 about them until node-1's handoff is over.
-/// Decided on the count the joiner had (none of node-1's, until node-1's
-/// ring took node-3 in), 32 to 36 of 20 in each of eleven runs. With the
-/// ask and a check reaching node-3 before its ring held anyone but itself
-/// (its seed's answer had not come), 21 in 6 of 120 runs beside two busy
-/// loops: `join.rs` guards both exactly.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checks_racing_a_join_through_another_member_at_the_defaults_admit_at_most_the_limit() {
-    a_join_raced_by_two_clients(1).await;
-}
-
-/// Two clients spend a key of node-1's through node-1 and node-2 while
-/// node-3 joins through `nodes[seed]` and takes the key over; then the
-/// rest of the window through all three. At most the limit.
-async fn a_join_raced_by_two_clients(seed: usize) {
-    let nodes = Arc::new(cluster(2, RULES, defaults).await);
-    let key = taken_from_node_1_by_node_3("join-race");
-    let admitted = Arc::new(AtomicUsize::new(0));
-    // Paced so that the limit is spent over about as long as a join takes.
-    let clients = two_clients(&nodes, &key, &admitted, Duration::from_millis(10));
-    let joiner = TestNode::start("node-3", &[nodes[seed].gossip()], RULES, defaults).await;
-    let joiner = every_ring_holds(&nodes, joiner).await;
-    for c in clients {
-        c.await.unwrap();
-    }
-    let all: Vec<&TestNode> = nodes.iter().chain([&joiner]).collect();
-    let total = admitted.load(Ordering::Relaxed) + admitted_round_robin(&all, &key, LIMIT).await;
-    let stats: Vec<_> = all.iter().map(|n| n.cluster.stats()).collect();
-    assert!(total <= LIMIT, "{total} admitted; nodes: {stats:?}");
-}
+// Checks racing a join, at every default and through every member, are
+// the simulator's: `weir-sim dst --faults join` runs thousands of seeded
+// joins under two to four clients and scores every check
+// (sim/tests/dst.rs), where a race test on sockets caught the rare
+// interleaving only by luck.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_node_receives_the_counters_of_the_keys_it_now_owns() {

@@ -160,15 +160,21 @@ mod tests {
         let clock: Arc<dyn Clock> = Arc::new(FakeClock::new(0));
         let order = |seed| {
             let _g = Deterministic::enter(seed, clock.clone());
-            let m: std::collections::HashMap<u32, (), HashState> = (0..64).map(|i| (i, ())).collect();
+            let m: std::collections::HashMap<u32, (), HashState> =
+                (0..64).map(|i| (i, ())).collect();
             m.keys().copied().collect::<Vec<_>>()
         };
         assert_eq!(order(3), order(3));
         let unseeded = |_| {
-            let m: std::collections::HashMap<u32, (), HashState> = (0..64).map(|i| (i, ())).collect();
+            let m: std::collections::HashMap<u32, (), HashState> =
+                (0..64).map(|i| (i, ())).collect();
             m.keys().copied().collect::<Vec<_>>()
         };
-        assert_ne!(unseeded(()), unseeded(()), "each map seeded apart outside a run");
+        assert_ne!(
+            unseeded(()),
+            unseeded(()),
+            "each map seeded apart outside a run"
+        );
     }
 
     #[test]

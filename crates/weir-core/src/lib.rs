@@ -7,10 +7,10 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
-pub mod determinism;
 mod check;
 mod clock;
 mod decision;
+pub mod determinism;
 mod error;
 pub mod headers;
 pub mod jitter;

@@ -49,6 +49,9 @@ pub struct DstArgs {
     /// With --trace: only lines that name this key (and the faults).
     #[arg(long, requires = "trace")]
     pub key: Option<String>,
+    /// With --trace: gossip datagrams too.
+    #[arg(long, requires = "trace")]
+    pub gossip: bool,
     /// Runs at once [default: the machine's cores].
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -85,7 +88,12 @@ impl DstArgs {
     }
 
     fn schedule(&self, seed: u64) -> Schedule {
-        Schedule::draw(seed, self.nodes, self.replicas as usize, &self.fault_kinds())
+        Schedule::draw(
+            seed,
+            self.nodes,
+            self.replicas as usize,
+            &self.fault_kinds(),
+        )
     }
 
     /// The command that replays `seed` alone, with its trace.
@@ -273,14 +281,22 @@ fn trace(args: &DstArgs) -> ExitCode {
     let sink: world::TraceSink = Rc::new(move |line: String| {
         let shown = match &key {
             None => true,
-            Some(k) => line.contains(k.as_str()) || line.contains("fault:") || line.contains("formed"),
+            Some(k) => {
+                line.contains(k.as_str()) || line.contains("fault:") || line.contains("formed")
+            }
         };
         if shown {
             // A reader that stopped (`| head`) ends the trace, not the run.
             let _ = writeln!(std::io::stdout().lock(), "{line}");
         }
     });
-    let ran = world::run(&schedule, Some(sink));
+    let ran = world::run(
+        &schedule,
+        Some(world::Trace {
+            sink,
+            gossip: args.gossip,
+        }),
+    );
     let report = judge::judge(&schedule, ran);
     print_report(args, &report);
     println!("digest {:016x}", report.digest);

@@ -65,7 +65,9 @@ pub fn most_in_span(rule: &Rule, span: Nanos) -> Option<f64> {
     let rate = limit / window;
     match rule.algorithm {
         // C + rT; C is `burst`, L by default.
-        AlgorithmKind::TokenBucket => Some(rule.burst.unwrap_or(rule.limit) as f64 + rate * span as f64),
+        AlgorithmKind::TokenBucket => {
+            Some(rule.burst.unwrap_or(rule.limit) as f64 + rate * span as f64)
+        }
         // rT + burst; burst 1 by default (perfectly smooth).
         AlgorithmKind::LeakyBucket => Some(rule.burst.unwrap_or(1) as f64 + rate * span as f64),
         // Exactly L in any window of length W: a span shorter than W.
@@ -78,9 +80,11 @@ pub fn most_in_span(rule: &Rule, span: Nanos) -> Option<f64> {
 /// (fixed window exactly, the sliding counter through its current count).
 pub fn window_of(rule: &Rule, at: Nanos) -> Option<u64> {
     match rule.algorithm {
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindowCounter => {
-            Some(at / u64::try_from(rule.window.as_nanos()).unwrap_or(u64::MAX).max(1))
-        }
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindowCounter => Some(
+            at / u64::try_from(rule.window.as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        ),
         _ => None,
     }
 }

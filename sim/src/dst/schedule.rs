@@ -72,9 +72,14 @@ impl FaultKind {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// The nodes in `side` cannot reach the others, nor the others them.
-    Partition { side: Vec<usize> },
+    Partition {
+        side: Vec<usize>,
+    },
     /// Nothing from `from` reaches `to`.
-    CutOneWay { from: usize, to: usize },
+    CutOneWay {
+        from: usize,
+        to: usize,
+    },
     Heal,
     Pause(usize),
     Resume(usize),
@@ -151,7 +156,14 @@ pub struct Schedule {
 
 /// The routes of [`super::rules::RULES`]: one per algorithm, and one that
 /// two limits (per client and per IP) govern together.
-pub const ROUTES: [&str; 6] = ["GET /tb", "GET /gcra", "GET /fw", "GET /log", "GET /swc", "GET /both"];
+pub const ROUTES: [&str; 6] = [
+    "GET /tb",
+    "GET /gcra",
+    "GET /fw",
+    "GET /log",
+    "GET /swc",
+    "GET /both",
+];
 
 /// Clients sending checks at once.
 const CLIENTS: usize = 4;
@@ -331,7 +343,11 @@ mod tests {
         let c = Schedule::draw(6, 5, 2, &FaultKind::ALL);
         assert_eq!(a.actions, b.actions);
         assert_eq!(a.checks.len(), b.checks.len());
-        assert!(a.checks.iter().zip(&b.checks).all(|(x, y)| x.at == y.at && x.key == y.key));
+        assert!(a
+            .checks
+            .iter()
+            .zip(&b.checks)
+            .all(|(x, y)| x.at == y.at && x.key == y.key));
         assert!(a.actions != c.actions || a.checks.len() != c.checks.len());
     }
 
@@ -339,7 +355,10 @@ mod tests {
     fn only_the_kinds_asked_for_are_drawn() {
         for seed in 0..200 {
             let s = Schedule::draw(seed, 5, 2, &[FaultKind::Pause]);
-            assert!(s.actions.iter().all(|(_, a)| matches!(a, Action::Pause(_) | Action::Resume(_))));
+            assert!(s
+                .actions
+                .iter()
+                .all(|(_, a)| matches!(a, Action::Pause(_) | Action::Resume(_))));
             assert_eq!(s.jitter, Duration::ZERO);
             assert_eq!(s.loss, 0.0);
         }

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rand::Rng;
 use weir_cluster::determinism::Deterministic;
 use weir_cluster::memory::{Fate, MemoryNet, NetEvent};
 use weir_cluster::{Cluster, ClusterConfig, Engine};
@@ -42,9 +43,16 @@ pub struct Ran {
 /// Where a trace goes: each line as it happens.
 pub type TraceSink = Rc<dyn Fn(String)>;
 
+/// A trace of one run: where its lines go, and whether gossip datagrams
+/// (many, and rarely what a failure turns on) are among them.
+pub struct Trace {
+    pub sink: TraceSink,
+    pub gossip: bool,
+}
+
 /// Runs `schedule` on a fresh runtime and network; `trace` sees each
 /// message and answer.
-pub fn run(schedule: &Schedule, trace: Option<TraceSink>) -> Ran {
+pub fn run(schedule: &Schedule, trace: Option<Trace>) -> Ran {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -86,7 +94,7 @@ struct World<'s> {
     schedule: &'s Schedule,
     members: Vec<Member>,
     digest: Arc<Mutex<DefaultHasher>>,
-    trace: Option<TraceSink>,
+    trace: Option<Trace>,
     /// Trace lines from the tap and the checks (which cannot hold the
     /// sink: the tap must be Send), drained into the sink in order.
     lines: Lines,
@@ -98,7 +106,7 @@ struct World<'s> {
 type Lines = Arc<Mutex<Vec<String>>>;
 
 impl<'s> World<'s> {
-    fn new(net: MemoryNet, schedule: &'s Schedule, trace: Option<TraceSink>) -> World<'s> {
+    fn new(net: MemoryNet, schedule: &'s Schedule, trace: Option<Trace>) -> World<'s> {
         net.set_jitter(schedule.jitter);
         net.set_loss(schedule.loss);
         net.set_duplication(schedule.duplication);
@@ -136,29 +144,36 @@ impl<'s> World<'s> {
         ))
     }
 
-    /// A live member's gossip address other than `not`'s, to join through.
+    /// A live member's gossip address other than `not`'s, to join through,
+    /// drawn from the seed: a joiner seeded by a member other than its
+    /// keys' old owner meets that owner's checks before the owner knows it.
     fn a_seed(&self, not: Option<usize>) -> Vec<SocketAddr> {
-        self.members
+        let live: Vec<SocketAddr> = self
+            .members
             .iter()
             .enumerate()
             .filter(|(i, m)| Some(*i) != not && m.state == State::Up)
             .map(|(_, m)| m.cluster.gossip_addr())
-            .take(1)
-            .collect()
+            .collect();
+        if live.is_empty() {
+            return live;
+        }
+        let i = weir_cluster::determinism::with_rng(|r| r.random_range(0..live.len()));
+        vec![live[i]]
     }
 
     fn install_tap(&self) {
         let digest = self.digest.clone();
         let clock = self.clock.clone();
         let names = self.names.clone();
-        let trace = self.trace.is_some();
+        let trace = self.trace.as_ref().map(|t| t.gossip);
         let queue = self.lines.clone();
         self.net.tap(Arc::new(move |e: &NetEvent<'_>| {
             let now = clock.now();
             let mut h = digest.lock().expect("the digest lock is never poisoned");
             (now, e.from, e.to, e.what, e.bytes, fate_code(e.fate)).hash(&mut *h);
             drop(h);
-            if trace && e.what != "gossip" {
+            if trace.is_some_and(|gossip| gossip || e.what != "gossip") {
                 let names = names.lock().expect("never poisoned");
                 let name = |ip: &IpAddr| names.get(ip).cloned().unwrap_or_else(|| ip.to_string());
                 queue.lock().expect("never poisoned").push(format!(
@@ -175,7 +190,9 @@ impl<'s> World<'s> {
     }
 
     fn flush_trace(&self) {
-        let Some(sink) = &self.trace else { return };
+        let Some(Trace { sink, .. }) = &self.trace else {
+            return;
+        };
         let lines = std::mem::take(&mut *self.lines.lock().expect("never poisoned"));
         for line in lines {
             sink(line);
@@ -184,7 +201,7 @@ impl<'s> World<'s> {
 
     fn say(&self, line: String) {
         self.flush_trace();
-        if let Some(sink) = &self.trace {
+        if let Some(Trace { sink, .. }) = &self.trace {
             sink(line);
         }
     }
@@ -217,7 +234,11 @@ impl<'s> World<'s> {
     /// Every member up holds every other up member in its ring, and none
     /// still waits on a handoff.
     fn formed(&self) -> bool {
-        let up: Vec<&Member> = self.members.iter().filter(|m| m.state == State::Up).collect();
+        let up: Vec<&Member> = self
+            .members
+            .iter()
+            .filter(|m| m.state == State::Up)
+            .collect();
         up.iter().all(|m| {
             let ring = m.cluster.ring();
             ring.len() == up.len() && m.cluster.awaiting().is_empty()
@@ -228,6 +249,7 @@ impl<'s> World<'s> {
         self.install_tap();
         let mut ran = Ran::default();
         if let Err(e) = self.form().await {
+            self.flush_trace();
             ran.error = Some(e);
             return ran;
         }
@@ -303,11 +325,31 @@ impl<'s> World<'s> {
         let give_up = tokio::time::Instant::now() + FORMING;
         while !self.formed() {
             if tokio::time::Instant::now() >= give_up {
-                return Err(format!("the {} members formed no ring in {FORMING:?}", self.members.len()));
+                let views: Vec<String> = self
+                    .members
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{}: ring {} awaiting {:?}",
+                            m.id,
+                            m.cluster.ring().len(),
+                            m.cluster.awaiting()
+                        )
+                    })
+                    .collect();
+                return Err(format!(
+                    "the {} members formed no ring in {FORMING:?} ({})",
+                    self.members.len(),
+                    views.join("; ")
+                ));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.say(format!("{} formed: {} members", at(self.clock.now()), self.members.len()));
+        self.say(format!(
+            "{} formed: {} members",
+            at(self.clock.now()),
+            self.members.len()
+        ));
         Ok(())
     }
 
@@ -358,11 +400,13 @@ impl<'s> World<'s> {
                     (Err(e), _) => format!("error: {e}"),
                 };
                 lines.lock().expect("never poisoned").push(format!(
-                    "{} check #{i} {} {} cost {} via {gateway}: {what}",
+                    "{} check #{i} {} {} ip {} cost {} via {gateway}, sent {}: {what}",
                     at(answered),
                     req.key,
                     req.route,
-                    req.cost
+                    req.ip.as_deref().unwrap_or("-"),
+                    req.cost,
+                    at(sent)
                 ));
             }
             outcomes.borrow_mut().push((
@@ -415,7 +459,11 @@ impl<'s> World<'s> {
                 }
             }
             Action::Resume(n) => {
-                if self.members.get(n).is_some_and(|m| m.state == State::Paused) {
+                if self
+                    .members
+                    .get(n)
+                    .is_some_and(|m| m.state == State::Paused)
+                {
                     self.net.resume(self.members[n].host);
                     self.mark(n, State::Up);
                 }
@@ -429,7 +477,11 @@ impl<'s> World<'s> {
                 }
             }
             Action::Restart(n) => {
-                if self.members.get(n).is_some_and(|m| m.state == State::Crashed) {
+                if self
+                    .members
+                    .get(n)
+                    .is_some_and(|m| m.state == State::Crashed)
+                {
                     let seeds = self.a_seed(Some(n));
                     let (host, id) = (self.members[n].host, self.members[n].id.clone());
                     let cluster = self
@@ -489,5 +541,9 @@ fn fate_code(f: Fate) -> u8 {
 pub fn at(now: Nanos) -> String {
     let origin = weir_cluster::memory::VirtualClock::ORIGIN;
     let since = now.saturating_sub(origin);
-    format!("t={}.{:06}s", since / NANOS_PER_SEC, (since % NANOS_PER_SEC) / 1_000)
+    format!(
+        "t={}.{:06}s",
+        since / NANOS_PER_SEC,
+        (since % NANOS_PER_SEC) / 1_000
+    )
 }

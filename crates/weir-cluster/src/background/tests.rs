@@ -158,7 +158,7 @@ fn round_of(n: usize) -> (Arc<Limiter>, Round) {
             ((rule.clone(), key.as_str().into()), 0)
         })
         .collect();
-    (limiter, Round::from([(member("b"), keys)]))
+    (limiter, [(member("b"), keys)].into_iter().collect())
 }
 
 /// How many times a task beside `states_of` got to run before the states

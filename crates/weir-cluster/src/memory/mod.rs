@@ -745,7 +745,9 @@ impl Link for MemoryLink {
         _have: u64,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
-        self.call(to, deadline, "pull_rules", (), |h, ()| async move { Ok(h.pull_rules()) })
+        self.call(to, deadline, "pull_rules", (), |h, ()| async move {
+            Ok(h.pull_rules())
+        })
     }
 
     fn sync_counts(
@@ -765,7 +767,9 @@ impl Link for MemoryLink {
         to: &NodeIdentity,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<MembersResponse, PeerFailure>> {
-        self.call(to, deadline, "members", (), |h, ()| async move { Ok(h.members()) })
+        self.call(to, deadline, "members", (), |h, ()| async move {
+            Ok(h.members())
+        })
     }
 
     fn replicate(
@@ -782,7 +786,9 @@ impl Link for MemoryLink {
         if let Err(too_large) = within_ceiling(&req, ceiling) {
             return Box::pin(async move { Err(too_large) });
         }
-        self.call(to, deadline, "replicate", req, |h, req| async move { Ok(h.replicate(req)) })
+        self.call(to, deadline, "replicate", req, |h, req| async move {
+            Ok(h.replicate(req))
+        })
     }
 
     fn retain(&self, _keep: &dyn Fn(&str) -> bool) {}
@@ -793,7 +799,9 @@ impl Link for MemoryLink {
         req: SummaryRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<NodeSummary, PeerFailure>> {
-        self.call(to, deadline, "summary", req, move |h, req| async move { Ok(h.summary(req)) })
+        self.call(to, deadline, "summary", req, move |h, req| async move {
+            Ok(h.summary(req))
+        })
     }
 }
 

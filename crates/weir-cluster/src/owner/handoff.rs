@@ -4,10 +4,10 @@
 //! and a merge adds spent budgets, so a handoff never grants a fresh budget:
 //! a key that has used 15 of 20 stays at 15 or more on its new owner.
 
-use weir_core::determinism::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use weir_core::determinism::{HashMap, HashSet};
 
 use parking_lot::Mutex;
 use prost::Message;

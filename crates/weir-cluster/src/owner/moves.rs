@@ -10,10 +10,10 @@
 
 use std::collections::VecDeque;
 
-use weir_core::determinism::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use weir_core::determinism::{HashMap, HashSet};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;

@@ -10,8 +10,8 @@
 //! after a sync that reported zero the fleet can admit N x L; the interval
 //! changes how likely that is, not the bound.
 
-use weir_core::determinism::HashMap;
 use std::sync::Arc;
+use weir_core::determinism::HashMap;
 
 use compact_str::CompactString;
 use dashmap::DashMap;

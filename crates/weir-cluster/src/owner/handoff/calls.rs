@@ -10,8 +10,8 @@
 
 use std::collections::VecDeque;
 
-use weir_core::determinism::HashMap;
 use std::sync::Arc;
+use weir_core::determinism::HashMap;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;

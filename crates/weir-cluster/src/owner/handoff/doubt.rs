@@ -8,8 +8,8 @@
 //! the call (`Calls` on its side): landed, and this node keeps only what
 //! was spent here since; never, and the counters go out again as before.
 
-use weir_core::determinism::HashSet;
 use std::time::Duration;
+use weir_core::determinism::HashSet;
 
 use weir_core::CounterSnapshot;
 use weir_proto::weir::v1::{CallFate, HandoffRequest};

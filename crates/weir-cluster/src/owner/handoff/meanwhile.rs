@@ -8,8 +8,8 @@
 //! the landing and the word: the joiner decided the key alone meanwhile
 //! on a count without it, and the window admitted over its limit.
 
-use weir_core::determinism::HashSet;
 use std::sync::Arc;
+use weir_core::determinism::HashSet;
 
 use weir_core::CounterSnapshot;
 

@@ -76,7 +76,7 @@ fn a_sweep_lands_the_changes_begun_before_its_ring_was_routed_by() {
     j.moves.begin(j.after.clone(), later.clone());
     assert_eq!(j.moves.pending(&j.after).len(), 1, "not the one from it");
     assert_eq!(j.moves.pending(&later).len(), 2);
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::default());
     assert_eq!(j.moves.pending(&later).len(), 1, "landed once");
 }
 
@@ -118,7 +118,8 @@ fn a_members_new_process_is_recorded_for_its_word_and_takes_no_keys() {
 fn a_landing_names_the_counters_that_stayed_and_a_dropped_one_kept_them_all() {
     let j = join();
     let taken = j.moves.took(&j.taken, "n3").unwrap();
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id("stayed")]));
+    Landing::new(j.moves.pending(&j.after))
+        .land([id("stayed")].into_iter().collect::<HashSet<_>>());
     let landed = taken.landed.get().unwrap();
     assert!(landed.delivered("r", &j.taken, false));
     assert!(!landed.delivered("r", "stayed", false));
@@ -129,7 +130,7 @@ fn a_landing_names_the_counters_that_stayed_and_a_dropped_one_kept_them_all() {
     assert_eq!(taken.landed.get(), Some(&Landed::Kept));
     // The first landing counts.
     taken.land(Landed::Delivered {
-        kept: HashSet::new(),
+        kept: HashSet::default(),
     });
     assert_eq!(taken.landed.get(), Some(&Landed::Kept));
 }
@@ -152,7 +153,11 @@ fn a_counter_its_sweep_kept_is_with_its_owner_once_a_later_sweep_delivers_it() {
     let j = join();
     let taken = j.moves.took(&j.taken, "n3").unwrap();
     assert!(!taken.delivered("r", &j.taken, false), "not landed yet");
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id(&j.taken), id("other")]));
+    Landing::new(j.moves.pending(&j.after)).land(
+        [id(&j.taken), id("other")]
+            .into_iter()
+            .collect::<HashSet<_>>(),
+    );
     assert!(!taken.delivered("r", &j.taken, false), "kept");
     j.moves.delivered_later(&[counter(&j.taken)]);
     assert!(taken.delivered("r", &j.taken, false));
@@ -181,7 +186,8 @@ fn the_change_that_took_a_process_in_is_found_after_its_sweep_landed() {
     let j = join();
     let n3 = j.after.members().iter().find(|m| m.id == "n3").unwrap();
     let taking = j.moves.taking_in("n3", n3.boot).unwrap();
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::from([id("stayed")]));
+    Landing::new(j.moves.pending(&j.after))
+        .land([id("stayed")].into_iter().collect::<HashSet<_>>());
     let landed = j.moves.taking_in("n3", n3.boot).unwrap();
     assert!(Arc::ptr_eq(&taking, &landed));
     assert!(!landed.delivered("r", "stayed", false));
@@ -200,7 +206,7 @@ async fn a_check_waiting_on_a_move_resumes_when_it_lands() {
     let landing = Landing::new(j.moves.pending(&j.after));
     let (landed, ()) = tokio::join!(taken.landed(), async {
         tokio::task::yield_now().await;
-        landing.land(HashSet::new());
+        landing.land(HashSet::default());
     });
     assert!(landed.delivered("r", &j.taken, false));
 }
@@ -230,7 +236,7 @@ async fn a_key_on_its_way_is_decided_here_until_its_sweep_lands() {
     // A later change, still to land, does not keep this one deciding.
     j.moves
         .begin(j.after.clone(), ring(&["n1", "n2", "n3", "n4"]));
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::default());
     assert!(j.moves.deciding_for(&j.taken, "n3").is_none(), "landed");
 }
 
@@ -304,7 +310,7 @@ fn moves_count_as_unlanded_only_until_they_land() {
     let shrunk = ring(&["n1"]);
     j.moves.begin(j.after.clone(), shrunk);
     assert_eq!(unlanded(&j.moves), 1, "a change that took nobody in");
-    Landing::new(j.moves.pending(&j.after)).land(HashSet::new());
+    Landing::new(j.moves.pending(&j.after)).land(HashSet::default());
     assert_eq!(unlanded(&j.moves), 0);
     let other = ring(&["n1", "n4"]);
     j.moves.begin(j.before.clone(), other);

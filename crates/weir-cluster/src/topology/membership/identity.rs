@@ -1,8 +1,8 @@
 //! The identity a node gossips: node id, gossip and gRPC addresses, and an incarnation.
 
+use rand::Rng;
 use std::fmt;
 use std::net::SocketAddr;
-use rand::Rng;
 
 use serde::{Deserialize, Serialize};
 

@@ -142,7 +142,7 @@ impl Driver {
                                 self.seeds.push(seed);
                             }
                         }
-                        self.announce_if_alone();
+                        self.announce_to_unheard_seeds();
                     }
                     // Unreachable in practice: the handle aborts the task on drop.
                     None => return,
@@ -156,7 +156,7 @@ impl Driver {
                 },
                 _ = sleep_until_opt(next_timer), if next_timer.is_some() => self.fire_due_timers(),
                 _ = announce.tick() => {
-                    self.announce_if_alone();
+                    self.announce_to_unheard_seeds();
                     self.announce_if_stalled();
                 }
             }
@@ -209,11 +209,23 @@ impl Driver {
         }
     }
 
-    fn announce_if_alone(&mut self) {
-        if self.left || self.foca.num_members() > 0 {
+    /// Announces to each seed not yet among the members: alone, to every
+    /// seed; joined, to those still unheard of. A node whose first announce
+    /// to its seed was lost, and that another joiner reached first, was
+    /// otherwise a cluster apart from its seed's for good (found by
+    /// `weir-sim dst`: members started at once on a lossy network formed
+    /// two rings that never merged).
+    fn announce_to_unheard_seeds(&mut self) {
+        if self.left {
             return;
         }
-        for seed in &self.seeds {
+        let me = self.foca.identity().gossip;
+        let known: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().gossip).collect();
+        for seed in self
+            .seeds
+            .iter()
+            .filter(|s| **s != me && !known.contains(s))
+        {
             // foca accepts an Announce addressed to any identity with the
             // receiver's address, so a placeholder carrying only the seed's
             // address is enough.
