@@ -88,13 +88,13 @@ fn a_member_restarted_before_its_peers_notice_admits_at_most_the_limit_seed_1442
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
 
-/// Found by the simulator: the same, node-2 killed at 1.74 s and back at 3.47 s.
+/// Found by the simulator, without a crash: node-4 leaves at 2.25 s and
+/// node-5 joins at 6.05 s; at 6.52 s node-5 decides `both-client/hot1`
+/// as its new owner on an empty log while node-2, which still holds the
+/// window's 8 units, goes on deciding it for node-1: 9 of 8 in 1.14 s.
 #[test]
-#[ignore = "open: a restarted member decides on empty memory until its peers notice (docs/cluster.md)"]
-fn a_member_restarted_before_its_peers_notice_admits_at_most_the_limit_seed_1568() {
-    let r = run_seed(
-        &args("--faults delay,loss,dup,partition,oneway,pause,crash,leave,join,slow"),
-        1568,
-    );
+#[ignore = "open: a joiner decides a key before the old owner's count reached it (docs/cluster.md)"]
+fn a_joiner_decides_a_key_only_with_the_old_owners_count_seed_432() {
+    let r = run_seed(&args(PROMISED), 432);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }

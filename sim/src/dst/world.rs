@@ -22,6 +22,10 @@ use super::schedule::{Action, PlannedCheck, Schedule};
 const FORMING: Duration = Duration::from_secs(60);
 /// How long after its last check a run waits for every answer.
 const DRAINING: Duration = Duration::from_secs(30);
+/// How long after the last check's answer the members still up have to
+/// agree on one ring: SWIM's suspicion and down timeouts at the defaults
+/// with room to spare.
+const SETTLING: Duration = Duration::from_secs(30);
 /// Keys per rule a member holds at most: far more than a run touches.
 const KEYS_PER_RULE: usize = 4096;
 const SECRET: &str = "weir-dst-cluster-secret";
@@ -298,6 +302,15 @@ impl<'s> World<'s> {
                         ran.unanswered.push(self.schedule.checks[i].clone());
                     }
                 }
+                // Every fault has ended: the members still up must come
+                // back to one ring with no handoff left waiting.
+                if ran.error.is_none() {
+                    if let Err(views) = self.until_formed(SETTLING).await {
+                        ran.error = Some(format!(
+                            "the members did not settle into one ring {SETTLING:?} after the faults ended ({views})"
+                        ));
+                    }
+                }
             })
             .await;
         self.flush_trace();
@@ -322,34 +335,40 @@ impl<'s> World<'s> {
             debug_assert!(i == 0 || !seeds.is_empty());
             self.start_member(seeds).await?;
         }
-        let give_up = tokio::time::Instant::now() + FORMING;
-        while !self.formed() {
-            if tokio::time::Instant::now() >= give_up {
-                let views: Vec<String> = self
-                    .members
-                    .iter()
-                    .map(|m| {
-                        format!(
-                            "{}: ring {} awaiting {:?}",
-                            m.id,
-                            m.cluster.ring().len(),
-                            m.cluster.awaiting()
-                        )
-                    })
-                    .collect();
-                return Err(format!(
-                    "the {} members formed no ring in {FORMING:?} ({})",
-                    self.members.len(),
-                    views.join("; ")
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.until_formed(FORMING).await.map_err(|views| {
+            format!(
+                "the {} members formed no ring in {FORMING:?} ({views})",
+                self.members.len()
+            )
+        })?;
         self.say(format!(
             "{} formed: {} members",
             at(self.clock.now()),
             self.members.len()
         ));
+        Ok(())
+    }
+
+    /// Waits up to `limit` until [`Self::formed`]; each member's view when it
+    /// does not.
+    async fn until_formed(&self, limit: Duration) -> Result<(), String> {
+        let give_up = tokio::time::Instant::now() + limit;
+        while !self.formed() {
+            if tokio::time::Instant::now() >= give_up {
+                let views: Vec<String> = self
+                    .members
+                    .iter()
+                    .filter(|m| m.state == State::Up)
+                    .map(|m| {
+                        let ring = m.cluster.ring();
+                        let ids: Vec<&str> = ring.members().iter().map(|n| n.id.as_str()).collect();
+                        format!("{}: ring {ids:?} awaiting {:?}", m.id, m.cluster.awaiting())
+                    })
+                    .collect();
+                return Err(views.join("; "));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok(())
     }
 
@@ -395,8 +414,15 @@ impl<'s> World<'s> {
             if let Some(lines) = lines {
                 let what = match (&verdict, alive) {
                     (_, false) => "no answer (gateway gone)".to_string(),
-                    (Ok(v), _) if v.allowed => "allowed".to_string(),
-                    (Ok(_), _) => "denied".to_string(),
+                    (Ok(v), _) => {
+                        let left: Vec<String> = v
+                            .applied
+                            .iter()
+                            .map(|a| format!("{} {} left", a.rule.name, a.decision.remaining))
+                            .collect();
+                        let said = if v.allowed { "allowed" } else { "denied" };
+                        format!("{said} ({})", left.join(", "))
+                    }
                     (Err(e), _) => format!("error: {e}"),
                 };
                 lines.lock().expect("never poisoned").push(format!(
