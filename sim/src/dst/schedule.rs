@@ -199,7 +199,9 @@ impl Schedule {
         };
         let episodes: Vec<FaultKind> = faults.iter().copied().filter(|k| k.is_episode()).collect();
         let actions = episodes_for(&mut rng, nodes, &episodes, duration);
-        let checks = checks_for(&mut rng, nodes, duration);
+        let mut checks = checks_for(&mut rng, nodes, duration);
+        checks.extend(bursts_for(&mut rng, nodes, &actions, duration));
+        checks.sort_by_key(|c| c.at);
         Schedule {
             seed,
             nodes,
@@ -328,6 +330,51 @@ fn checks_for(rng: &mut SmallRng, nodes: usize, duration: Duration) -> Vec<Plann
             ip: format!("192.0.2.{}", rng.random_range(1..=3)),
             cost: if rng.random_bool(0.9) { 1 } else { 2 },
         });
+    }
+    out
+}
+
+/// Checks a burst sends on one counter, more than its limit.
+const BURST: usize = 14;
+/// How long a burst lasts from the action that starts it.
+const BURST_SPAN: f64 = 0.4;
+
+/// Around each action, two bursts on one hot key and route each, through
+/// any node (a joiner among them): the moments a ring changes are where a
+/// count can be lost, and only a counter pushed past its limit shows it.
+fn bursts_for(
+    rng: &mut SmallRng,
+    nodes: usize,
+    actions: &[(Duration, Action)],
+    duration: Duration,
+) -> Vec<PlannedCheck> {
+    let mut out = Vec::new();
+    let end = duration.as_secs_f64();
+    // A joiner takes the next number.
+    let mut members = nodes;
+    for (at, action) in actions {
+        if *action == Action::Join {
+            members += 1;
+        }
+        for _ in 0..2 {
+            let key = format!("hot{}", rng.random_range(0..HOT_KEYS));
+            let route = ROUTES[rng.random_range(0..ROUTES.len())];
+            for _ in 0..BURST {
+                let t = at.as_secs_f64() + rng.random_range(0.0..BURST_SPAN);
+                if t >= end {
+                    continue;
+                }
+                out.push(PlannedCheck {
+                    at: Duration::from_secs_f64(t),
+                    client: rng.random_range(0..CLIENTS),
+                    gateway: rng.random_range(0..members),
+                    key: key.clone(),
+                    route,
+                    ip: format!("192.0.2.{}", rng.random_range(1..=3)),
+                    cost: 1,
+                });
+            }
+        }
     }
     out
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use weir_cluster::determinism::Deterministic;
+use weir_cluster::membership::MemberState;
 use weir_cluster::memory::{Fate, MemoryNet, NetEvent};
 use weir_cluster::{Cluster, ClusterConfig, Engine};
 use weir_core::{CheckRequest, Clock, Limiter, LimiterConfig, Nanos, RuleSet, NANOS_PER_SEC};
@@ -235,8 +236,8 @@ impl<'s> World<'s> {
         Ok(())
     }
 
-    /// Every member up holds every other up member in its ring, and none
-    /// still waits on a handoff.
+    /// Every member up holds every other up member in its ring, suspects
+    /// none of them, and waits on no handoff.
     fn formed(&self) -> bool {
         let up: Vec<&Member> = self
             .members
@@ -245,7 +246,12 @@ impl<'s> World<'s> {
             .collect();
         up.iter().all(|m| {
             let ring = m.cluster.ring();
-            ring.len() == up.len() && m.cluster.awaiting().is_empty()
+            let suspects = m
+                .cluster
+                .members_status()
+                .iter()
+                .any(|s| s.state == MemberState::Suspect);
+            ring.len() == up.len() && !suspects && m.cluster.awaiting().is_empty()
         })
     }
 
@@ -362,7 +368,18 @@ impl<'s> World<'s> {
                     .map(|m| {
                         let ring = m.cluster.ring();
                         let ids: Vec<&str> = ring.members().iter().map(|n| n.id.as_str()).collect();
-                        format!("{}: ring {ids:?} awaiting {:?}", m.id, m.cluster.awaiting())
+                        let suspects: Vec<String> = m
+                            .cluster
+                            .members_status()
+                            .into_iter()
+                            .filter(|s| s.state == MemberState::Suspect)
+                            .map(|s| s.id)
+                            .collect();
+                        format!(
+                            "{}: ring {ids:?} suspects {suspects:?} awaiting {:?}",
+                            m.id,
+                            m.cluster.awaiting()
+                        )
                     })
                     .collect();
                 return Err(views.join("; "));
