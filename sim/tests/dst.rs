@@ -7,10 +7,10 @@ fn args(line: &str) -> DstArgs {
     DstArgs::parse_from(std::iter::once("dst").chain(line.split_whitespace()))
 }
 
-/// Every fault kind but `crash`: with two copies, a member killed and
-/// restarted under its id before its peers notice is decided from empty
-/// memory (docs/cluster.md, "What the simulator checks"), which the seeds
-/// of `a_member_restarted_before_its_peers_notice_*` below pin.
+/// Every fault kind but `crash`. The seeds below keep every promise; wider
+/// ranges still find the open defects the ignored tests at the end replay
+/// (docs/cluster.md, "What the simulator checks"), so a change that makes
+/// any of these seeds over-admit has broken something that held.
 const PROMISED: &str = "--faults delay,loss,dup,partition,oneway,pause,leave,join,slow";
 
 #[test]
@@ -74,27 +74,40 @@ fn a_one_copy_crash_over_admits_within_its_bound_and_says_so() {
     assert_eq!(total.violations, 0, "within L + (N-1) x ceil(L/N) per key");
 }
 
-/// Found by the simulator: node-0 killed at 1.35 s and restarted under its
-/// id at 2.71 s, before SWIM declared it down; its peers still route its
-/// keys to it and it decides them, and its own clients' checks, on the
-/// empty memory of the new process: 14 of 12 in one window.
-#[test]
-#[ignore = "open: a restarted member decides on empty memory until its peers notice (docs/cluster.md)"]
-fn a_member_restarted_before_its_peers_notice_admits_at_most_the_limit_seed_1442() {
-    let r = run_seed(
-        &args("--faults delay,loss,dup,partition,oneway,pause,crash,leave,join,slow"),
-        1442,
-    );
+/// A seed the simulator found over-admitting, replayed: it keeps every
+/// promise once the defect it shows is fixed.
+fn replays_exact(faults: &str, seed: u64) {
+    let r = run_seed(&args(&format!("--faults {faults}")), seed);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
 
-/// Found by the simulator, without a crash: node-4 leaves at 2.25 s and
-/// node-5 joins at 6.05 s; at 6.52 s node-5 decides `both-client/hot1`
-/// as its new owner on an empty log while node-2, which still holds the
-/// window's 8 units, goes on deciding it for node-1: 9 of 8 in 1.14 s.
+/// node-2 killed and restarted under its id before SWIM declared it down:
+/// its peers still route its keys to it, and the new process decides them
+/// and its own clients' checks on empty counters.
 #[test]
-#[ignore = "open: a joiner decides a key before the old owner's count reached it (docs/cluster.md)"]
-fn a_joiner_decides_a_key_only_with_the_old_owners_count_seed_432() {
-    let r = run_seed(&args(PROMISED), 432);
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
+#[ignore = "open: a restarted member decides on empty memory until its peers notice (docs/cluster.md)"]
+fn a_member_restarted_before_its_peers_notice_admits_at_most_the_limit() {
+    replays_exact(
+        "delay,loss,dup,partition,oneway,pause,crash,leave,join,slow",
+        1568,
+    );
+}
+
+/// node-6 joins on a lossy network (19% of datagrams lost) and learns the
+/// members one by one: on its partial ring it owns `fw/hot0` and decides it
+/// on an empty window while the key's owner on the full ring decides it
+/// too.
+#[test]
+#[ignore = "open: a joiner routes by a partial view of the members (docs/cluster.md)"]
+fn a_joiner_on_a_partial_view_admits_at_most_the_limit() {
+    replays_exact("join,delay,loss", 1994);
+}
+
+/// node-2, owner of `fw/hot1`, paused 1.4 s: its copy decides meanwhile,
+/// and the resumed owner decides on its own count, without what was
+/// admitted in its place.
+#[test]
+#[ignore = "open: a resumed owner does not learn what its copy admitted (docs/cluster.md)"]
+fn an_owner_resumed_after_a_pause_admits_at_most_the_limit() {
+    replays_exact("delay,loss,dup,partition,oneway,pause,leave,slow", 197);
 }

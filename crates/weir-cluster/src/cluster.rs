@@ -63,6 +63,10 @@ pub type RegionsServiceServer = InterceptedService<RegionsServer<RegionsService>
 /// How long start waits for seed names to resolve (a DNS record may appear
 /// a little after the pod it names).
 const SEED_PATIENCE: Duration = Duration::from_secs(5);
+/// Announce intervals a node given seeds waits alone for its cluster
+/// before it takes itself for the first member ([`Routing::joining`]): its
+/// checks wait meanwhile rather than be decided on nothing.
+const JOIN_ANNOUNCES: u32 = 5;
 
 /// What a member talks over: gossip datagrams, peer calls, seed resolution.
 pub(crate) struct Transport {
@@ -152,6 +156,7 @@ impl Cluster {
             mc = mc.with_secret(s.as_bytes().to_vec());
         }
         mc.insecure_open = config.insecure_open;
+        let join_grace = JOIN_ANNOUNCES * mc.announce_interval;
         let membership = Arc::new(Membership::start_on(mc, t.datagrams)?);
         let me = membership.identity().id;
         let stats = Arc::new(Stats::default());
@@ -159,7 +164,11 @@ impl Cluster {
         // is seen by the watcher rather than lost.
         let mut views = membership.subscribe();
         let ring = Ring::with_default_vnodes(&views.borrow_and_update().members);
-        let routing = Arc::new(Routing::new(me.clone(), ring));
+        let routing = Arc::new(if config.seeds.is_empty() {
+            Routing::new(me.clone(), ring)
+        } else {
+            Routing::joining_for(me.clone(), ring, join_grace)
+        });
         let (hints, hints_rx) = RulesHints::new();
         let hints = Arc::new(hints);
         let local = Arc::new(Local::new(limiter.clone()));
@@ -221,7 +230,6 @@ impl Cluster {
             lessor: lessor.clone(),
             breakers,
             moves,
-            seeded: !config.seeds.is_empty(),
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

@@ -282,7 +282,10 @@ fn trace(args: &DstArgs) -> ExitCode {
         let shown = match &key {
             None => true,
             Some(k) => {
-                line.contains(k.as_str()) || line.contains("fault:") || line.contains("formed")
+                line.contains(k.as_str())
+                    || line.contains("fault:")
+                    || line.contains("formed")
+                    || line.contains(" ring: ")
             }
         };
         if shown {

@@ -91,6 +91,8 @@ struct Member {
     /// Bumped when the member dies or leaves: a check that began on an
     /// earlier life has no answer.
     life: u64,
+    /// The ring a trace last showed for this member.
+    traced_ring: RefCell<Vec<String>>,
 }
 
 struct World<'s> {
@@ -202,6 +204,19 @@ impl<'s> World<'s> {
         for line in lines {
             sink(line);
         }
+        for m in self.members.iter().filter(|m| m.state == State::Up) {
+            let ring: Vec<String> = m
+                .cluster
+                .ring()
+                .members()
+                .iter()
+                .map(|n| n.id.clone())
+                .collect();
+            if *m.traced_ring.borrow() != ring {
+                sink(format!("{} {} ring: {ring:?}", at(self.clock.now()), m.id));
+                *m.traced_ring.borrow_mut() = ring;
+            }
+        }
     }
 
     fn say(&self, line: String) {
@@ -231,6 +246,7 @@ impl<'s> World<'s> {
             cluster,
             state: State::Up,
             life: 0,
+            traced_ring: RefCell::default(),
         });
         self.lives.borrow_mut().push(0);
         Ok(())

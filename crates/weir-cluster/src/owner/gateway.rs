@@ -111,6 +111,9 @@ impl Gateway {
         let limiter = self.local.limiter();
         let now = limiter.now();
         let (routing, breakers) = (&self.routing, &self.remote.breakers);
+        // Joining, this node owns nothing yet: each check waits for the
+        // join in `check_at_owners`.
+        let joining = routing.joining();
         // The mark before the ring: a ring change's sweep waits for the
         // marks taken before it (`Local::quiesce`), so a check routed here
         // by the ring before the change is in the copy the sweep sends.
@@ -122,6 +125,7 @@ impl Gateway {
                     // owner's to decide whole; a key whose count may be
                     // on its way is asked of its previous owner.
                     !leaving
+                        && !joining
                         && matches!(rule.hot, Hot::Off | Hot::Lease)
                         && mine(h)
                         && previous_owner(routing, breakers, ring, h).is_none()
@@ -137,6 +141,7 @@ impl Gateway {
         rules: Arc<RuleSet>,
         sel: Selection,
     ) -> Result<Verdict, CheckError> {
+        self.routing.until_joined().await;
         let ring = self.routing.routing_ring();
         let now = self.local.limiter().now();
         let me = self.routing.me();
@@ -226,6 +231,7 @@ impl Gateway {
         rule: &Arc<Rule>,
     ) -> Result<Verdict, CheckError> {
         req.validate()?;
+        self.routing.until_joined().await;
         let remote = &self.remote;
         let (decision, via) = match self.routing.remote_owner(&req.key) {
             Some(owner) => remote.decide(rule, &req.key, req.cost, owner, true).await?,

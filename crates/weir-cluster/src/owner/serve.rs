@@ -58,9 +58,6 @@ pub struct OwnerService {
     pub breakers: Arc<Breakers>,
     /// The ring changes that took keys from this node.
     pub moves: Arc<Moves>,
-    /// Whether this node was given seeds to join a cluster through (the
-    /// first node of a cluster is not: alone, it holds its keys' counts).
-    pub seeded: bool,
 }
 
 impl OwnerService {
@@ -90,7 +87,7 @@ impl OwnerService {
             // key's old owner comes after that owner's handoff to this node:
             // the count is here, and told "not the owner", the old owner
             // decided it on what it kept (nothing).
-            let alone = self.seeded && ring.len() == 1 && req.from_node != self.routing.me();
+            let alone = self.routing.joining() && req.from_node != self.routing.me();
             if req.rules_version > mine {
                 if let Some(m) = ring.members().iter().find(|m| m.id == req.from_node) {
                     self.hints.hint(m, req.rules_version);

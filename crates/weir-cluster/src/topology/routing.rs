@@ -1,9 +1,13 @@
 //! The ring this node routes by: the live members' ring, or once a graceful leave begins, the ring without this node.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::arrivals::Arrivals;
 use super::membership::NodeIdentity;
@@ -24,6 +28,12 @@ pub struct Routing {
     arrivals: Arrivals,
     /// This process's boot, as the first ring lists it (0 if it does not).
     boot: u64,
+    /// Whether this node is past joining ([`Routing::joining`]).
+    joined: AtomicBool,
+    /// Wakes the checks waiting for the join.
+    join: Notify,
+    /// When a node still alone stops waiting for its cluster.
+    join_ends: Option<Instant>,
 }
 
 impl Routing {
@@ -45,6 +55,48 @@ impl Routing {
             routes: ArcSwap::new(ring),
             leaving: Mutex::new(false),
             arrivals,
+            joined: AtomicBool::new(true),
+            join: Notify::new(),
+            join_ends: None,
+        }
+    }
+
+    /// A node given seeds to join a cluster through: joining until its
+    /// ring first holds another member, for `grace` at most.
+    pub fn joining_for(me: String, ring: Ring, grace: Duration) -> Self {
+        let alone = ring.len() <= 1;
+        Routing {
+            joined: AtomicBool::new(!alone),
+            join_ends: Some(Instant::now() + grace),
+            ..Routing::new(me, ring)
+        }
+    }
+
+    /// Whether this node was given seeds and has not heard of its cluster
+    /// yet: alone on its ring, it would own every key while their owners
+    /// in the cluster still count them, and decide each on nothing. Once
+    /// the grace passes alone, its seeds never answered and it is the
+    /// cluster's first member.
+    pub fn joining(&self) -> bool {
+        !self.joined.load(Ordering::Acquire) && self.join_ends.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Waits while this node is [joining](Routing::joining).
+    pub async fn until_joined(&self) {
+        while self.joining() {
+            let joined = self.join.notified();
+            tokio::pin!(joined);
+            // Registered before the state is read again: a join in between
+            // wakes it.
+            joined.as_mut().enable();
+            if !self.joining() {
+                return;
+            }
+            let Some(ends) = self.join_ends else { return };
+            tokio::select! {
+                _ = joined => {}
+                _ = tokio::time::sleep_until(ends) => {}
+            }
         }
     }
 
@@ -91,7 +143,12 @@ impl Routing {
         if !*leaving {
             self.routes.store(ring.clone());
         }
-        self.ring.swap(ring)
+        let joined = ring.len() > 1;
+        let before = self.ring.swap(ring);
+        if joined && !self.joined.swap(true, Ordering::AcqRel) {
+            self.join.notify_waiters();
+        }
+        before
     }
 
     /// The older members whose handoffs this node awaits.
@@ -175,6 +232,59 @@ mod tests {
         assert_eq!(r.arrivals().awaited(), ["a"]);
         let r = Routing::new("a".into(), Ring::with_default_vnodes(&members));
         assert!(r.arrivals().awaited().is_empty(), "b started after a");
+    }
+
+    /// Guard: a node given seeds, alone on its ring, owns nothing until a
+    /// member enters (found by `weir-sim dst`: a joiner alone for 0.4 s
+    /// decided its clients' checks on empty counters while their owners
+    /// counted the same keys: 12 of 10 in a token bucket).
+    #[tokio::test(start_paused = true)]
+    async fn a_seeded_node_alone_joins_when_a_member_enters() {
+        let a = node("a", 1);
+        let r = Arc::new(Routing::joining_for(
+            "a".into(),
+            Ring::with_default_vnodes(std::slice::from_ref(&a)),
+            Duration::from_secs(5),
+        ));
+        assert!(r.joining());
+        let start = tokio::time::Instant::now();
+        let waiting = tokio::spawn({
+            let r = r.clone();
+            async move { r.until_joined().await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "a check waits for the join");
+        r.install(Arc::new(Ring::with_default_vnodes(&[a, node("b", 2)])));
+        waiting.await.unwrap();
+        assert!(!r.joining());
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(1),
+            "woken by the join, not the grace"
+        );
+    }
+
+    /// Guard: a node whose seeds never answer stops waiting after its grace
+    /// and holds its keys as the cluster's first member; one not given
+    /// seeds never waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_seeded_node_alone_past_its_grace_is_the_first_member() {
+        let ring = || Ring::with_default_vnodes(&[node("a", 1)]);
+        let r = Routing::joining_for("a".into(), ring(), Duration::from_secs(5));
+        let start = tokio::time::Instant::now();
+        r.until_joined().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert!(!r.joining());
+        assert!(!Routing::new("a".into(), ring()).joining());
+        let seeded_into_a_cluster = Routing::joining_for(
+            "a".into(),
+            Ring::with_default_vnodes(&[node("a", 1), node("b", 2)]),
+            Duration::from_secs(5),
+        );
+        assert!(
+            !seeded_into_a_cluster.joining(),
+            "its first view holds the cluster"
+        );
     }
 
     #[test]
