@@ -238,7 +238,9 @@ impl Stats {
         }
     }
 
-    /// One op of `rule` sent to another node.
+    /// One op of the rule labelled `rule` ([`weir_core::Rule::label`]: a
+    /// carried limit's is one label, so callers cannot grow this map) sent
+    /// to another node.
     pub fn forwarded(&self, rule: &Arc<str>) {
         // The read guard ends with the `if let` before an insert locks.
         if let Some(n) = self.forwarded.get(rule) {

@@ -46,7 +46,7 @@ impl Remote {
 
     async fn renew(&self, rule: &Arc<Rule>, hash_part: &str, owner: &NodeIdentity, used: u64) {
         let sent = self.now();
-        self.stats.forwarded(&rule.name);
+        self.stats.forwarded(rule.label());
         let op = wire::lease(&rule.name, hash_part, used);
         match self.peers.decide(owner, op, self.deadline).await {
             Reply::Answered(mut result) => match result.lease.take() {

@@ -190,7 +190,7 @@ impl Remote {
             op = wire::stand_in(op, owner);
         }
         let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
-        self.stats.forwarded(&rule.name);
+        self.stats.forwarded(rule.label());
         match self.peers.decide(target.node, op, self.deadline).await {
             Reply::Answered(mut result) => {
                 self.breakers.answered(id, now);
