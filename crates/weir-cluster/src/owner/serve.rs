@@ -552,7 +552,6 @@ impl OwnerService {
                 let (Some(rule), None) = (rule, &op.carried) else {
                     return Some(wire::decided(&d));
                 };
-                let d = self.lessor.shorten_denial(rule, &op.key, d);
                 let mut result = wire::decided(&d);
                 if d.allowed {
                     self.replicator.mark(&rule.name, &op.key, d.at);
