@@ -63,6 +63,48 @@ async fn a_late_admission_of_a_check_the_gateway_refused_is_refunded() {
     assert_eq!(nodes[0].cluster.stats().late_refunds, 1);
 }
 
+/// Guard: the fence. An owner stopped for three seconds (paused on the
+/// network, as SIGSTOP stops a process: what is sent to it waits) reads a
+/// check its gateway refused for now long after the gateway stopped
+/// listening for its answer. It answers that the op expired and counts
+/// nothing, so the key still admits its whole limit. Without the fence it
+/// counted the check, past the late window no refund came, and the key
+/// admitted one less than its limit for the rest of the window.
+#[tokio::test(start_paused = true)]
+async fn a_check_refused_for_now_is_never_counted_by_an_owner_stalled_for_seconds() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "stalled");
+    let owner = &nodes[2];
+    net.pause(owner.host());
+    let v = nodes[0].check(&key).await.expect("answered");
+    assert!(!v.allowed, "slow, not lost: refused for now");
+    // The stall itself, in the cluster's virtual time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    net.resume(owner.host());
+    // Read once it resumes: fenced, or (without the fence) counted.
+    wait_until("the owner read the op it was sent", || {
+        owner.cluster.stats().expired_ops + owner.engine.limiter().keys() as u64 >= 1
+    })
+    .await;
+    wait_until_showing(
+        "every member holds the owner again",
+        || {
+            nodes.iter().all(|n| n.ring_ids().len() == 3)
+                && !nodes[0].cluster.fallback_status().active
+        },
+        || views(&nodes),
+    )
+    .await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let stats: Vec<_> = nodes.iter().map(|n| n.cluster.stats()).collect();
+    assert_eq!(
+        admitted(&all, &key, 2 * LIMIT).await,
+        LIMIT,
+        "the refused check was counted nowhere: {stats:?}"
+    );
+    assert_eq!(owner.cluster.stats().expired_ops, 1, "fenced, and said so");
+}
+
 /// Guard: slow is not dead. An owner slower than the deadline for a while
 /// costs checks their answer (refused for now), never an admission beyond
 /// the limit: no fallback guesses at L/N, the breaker stays closed while

@@ -26,7 +26,7 @@ use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
 use super::moves::Moves;
-use super::peers::{LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
+use super::peers::{expiry, LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
 use super::refunds::Refunds;
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
@@ -185,7 +185,8 @@ impl Remote {
         now: Nanos,
     ) -> Result<Option<Decision>, CheckError> {
         let id = &target.node.id;
-        let mut op = wire::consume(rule, hash_part, cost, carried);
+        let expires = expiry(now, self.deadline);
+        let mut op = wire::expiring(wire::consume(rule, hash_part, cost, carried), expires);
         if let Some(owner) = target.stand_in_for {
             op = wire::stand_in(op, owner);
         }
@@ -215,7 +216,10 @@ impl Remote {
                     // A joiner that has not heard of its cluster: alive,
                     // and ready in a moment. Taken for lost, its holder
                     // stood in, on what it kept after handing it the key.
-                    Answer::NotReady => slow(None).map(Some),
+                    // Or the op expired on its way (it waited out the
+                    // fence somewhere, or the clocks disagree): not
+                    // counted, and as late as an owner that did not answer.
+                    Answer::NotReady | Answer::Expired => slow(None).map(Some),
                 }
             }
             Reply::Late(late) => {

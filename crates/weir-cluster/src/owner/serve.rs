@@ -11,7 +11,7 @@ use super::lease::Lessor;
 use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::owned::previous_owner;
-use super::peers::{Peers, Reply, LATE_WINDOW};
+use super::peers::{expired, Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
@@ -474,6 +474,14 @@ impl OwnerService {
         if op.key.is_empty() && op.kind() != OpKind::Refund {
             let empty = CheckError::invalid(InputField::Key, "must not be empty");
             return Some(wire::error_to_wire(&empty));
+        }
+        // The fence: every path to a count (here, on a copy, after a wait
+        // for a landing, sent on by a leaving node) comes through this
+        // point, so a consume its gateway has given up on is counted by
+        // no node, however long it was held on its way (`peers::expiry`).
+        if op.kind() == OpKind::Consume && expired(op, self.local.limiter().now()) {
+            bump(&self.stats.expired_ops, 1);
+            return Some(wire::expired());
         }
         // A gateway whose ring dropped the owner before ours did sends the
         // key here as its new owner: it is decided on the copy, which has
