@@ -61,6 +61,7 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
         asked_back: false,
         asker_boot: 0,
         expires_at: 0,
+        checks: 0,
     }
 }
 
@@ -90,16 +91,19 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         asked_back: false,
         asker_boot: 0,
         expires_at: 0,
+        checks: 0,
     }
 }
 
 /// Asks a hot key's owner for the next lease, telling it the `used` units
-/// decided from leases since the last ask (the traffic it no longer sees).
-pub fn lease(rule: &str, hash_part: &str, used: u64) -> CounterOp {
+/// and the `checks` decided from leases since the last ask (the traffic it
+/// no longer sees).
+pub fn lease(rule: &str, hash_part: &str, used: u64, checks: u64) -> CounterOp {
     CounterOp {
         rule: rule.to_string(),
         key: hash_part.to_string(),
         cost: used,
+        checks,
         kind: OpKind::Lease as i32,
         ..CounterOp::default()
     }
@@ -128,6 +132,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         asked_back: false,
         asker_boot: 0,
         expires_at: 0,
+        checks: 0,
     }
 }
 

@@ -123,7 +123,7 @@ async fn a_keys_old_owner_leases_none_of_it_after_a_join() {
 /// The next lease of `key` that node-2, playing a gateway by hand, asks of
 /// `to`, reporting half a second of its checks decided from leases.
 async fn lease_asked_of(net: &MemoryNet, to: &TestNode, key: &str) -> Option<Lease> {
-    let op = wire::lease("whale", key, 250);
+    let op = wire::lease("whale", key, 250, 250);
     decided_by_hand(net, &to.cluster.identity(), op, "node-2")
         .await
         .0

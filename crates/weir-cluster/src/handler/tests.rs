@@ -159,6 +159,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
         any::<bool>(),
         any::<u64>(),
         prop_oneof![Just(0u64), any::<u64>()],
+        any::<u64>(),
     )
         .prop_map(
             |(
@@ -172,6 +173,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
                 asked_back,
                 asker_boot,
                 expires_at,
+                checks,
             )| {
                 CounterOp {
                     rule,
@@ -185,6 +187,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
                     asked_back,
                     asker_boot,
                     expires_at,
+                    checks,
                 }
             },
         )

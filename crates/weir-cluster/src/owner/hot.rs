@@ -82,7 +82,7 @@ impl Summary {
         self.start = now - now % INTERVAL;
     }
 
-    fn record(&mut self, key: &str, from: &Arc<str>, cost: u64) {
+    fn record(&mut self, key: &str, from: &Arc<str>, (checks, units): (u64, u64)) {
         let i = match self.current.iter().position(|e| e.key == key) {
             Some(i) => i,
             None if self.current.len() < TRACKED => {
@@ -112,10 +112,10 @@ impl Summary {
             }
         };
         let e = &mut self.current[i];
-        e.count = e.count.saturating_add(1);
+        e.count = e.count.saturating_add(checks);
         match e.by.iter().position(|(g, _)| g == from) {
-            Some(j) => e.by[j].1 = e.by[j].1.saturating_add(cost),
-            None if e.by.len() < GATEWAYS => e.by.push((from.clone(), cost)),
+            Some(j) => e.by[j].1 = e.by[j].1.saturating_add(units),
+            None if e.by.len() < GATEWAYS => e.by.push((from.clone(), units)),
             None => {}
         }
     }
@@ -142,18 +142,32 @@ impl HotKeys {
     /// Counts one op of `cost` for `key` of `rule`, sent by gateway `from`:
     /// one check towards the key's heat, `cost` units towards `from`'s share.
     pub fn record(&self, rule: &Arc<str>, key: &str, from: &Arc<str>, cost: u64, now: Nanos) {
+        self.record_many(rule, key, from, (1, cost), now);
+    }
+
+    /// Counts `(checks, units)` for `key` of `rule` sent by gateway `from`
+    /// at once: what a gateway decided from its leases, reported when it
+    /// asks for the next one.
+    pub fn record_many(
+        &self,
+        rule: &Arc<str>,
+        key: &str,
+        from: &Arc<str>,
+        used: (u64, u64),
+        now: Nanos,
+    ) {
         // The read guard ends with this `if let` (no `else`) before any
         // insert takes a shard's write lock.
         if let Some(s) = self.rules.get(rule) {
             let mut s = s.lock();
             s.roll(now);
-            s.record(key, from, cost);
+            s.record(key, from, used);
             return;
         }
         let s = self.rules.entry(rule.clone()).or_default();
         let mut s = s.lock();
         s.roll(now);
-        s.record(key, from, cost);
+        s.record(key, from, used);
     }
 
     /// The key's traffic if it is hot: in the last whole interval, or in

@@ -3,9 +3,11 @@
 //! - The owner answers in time: its decision, and what it had left is
 //!   remembered for the fallback.
 //! - The owner is slow (no answer within the deadline) but not lost: the
-//!   fallback decides that one check (`local` refuses it for now); the
-//!   owner's late answer is reconciled: what it admitted and this gateway
-//!   refused is refunded there, so the owner counts only what was admitted.
+//!   fallback decides that one check (`local` refuses it for now). The op
+//!   carries an expiry past which no node counts it (`peers::expiry`), and
+//!   an answer decided before it is reconciled: what the owner admitted and
+//!   this gateway refused is refunded there, so the owner counts only what
+//!   was admitted.
 //! - The owner is lost (its breaker is open: misses in a row, a refused
 //!   connection, SWIM suspicion): the replica holder decides on its copy of
 //!   the owner's counts. Only when it is unreachable too does this gateway
@@ -247,7 +249,9 @@ impl Remote {
 
     /// A limit whose target did not answer in time. Its late answer, if it
     /// comes, is reconciled with what was decided here: an admission there
-    /// that was refused here is refunded there.
+    /// that was refused here is refunded there. An answer that never comes
+    /// in the late window was decided after the op's expiry, if at all:
+    /// answered EXPIRED and counted nowhere (`peers::expiry`).
     fn slow(
         &self,
         target: &Target<'_>,

@@ -614,9 +614,11 @@ impl OwnerService {
         let Some(rule) = rule else {
             return result;
         };
+        // At least the ask itself, from a sender that counts no checks.
+        let used = (op.checks.max(1), op.cost);
         self.lessor
             .hot
-            .record(&rule.name, &op.key, from, op.cost, now);
+            .record_many(&rule.name, &op.key, from, used, now);
         let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
         result.lease = self.offer(rule, &op.key, from, remaining, now, owned);
         result
