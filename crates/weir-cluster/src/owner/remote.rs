@@ -249,9 +249,10 @@ impl Remote {
 
     /// A limit whose target did not answer in time. Its late answer, if it
     /// comes, is reconciled with what was decided here: an admission there
-    /// that was refused here is refunded there. An answer that never comes
-    /// in the late window was decided after the op's expiry, if at all:
-    /// answered EXPIRED and counted nowhere (`peers::expiry`).
+    /// that was refused here is refunded there. An op read after its
+    /// expiry is answered EXPIRED and counted nowhere, so an answer that
+    /// misses the late window can only be one decided in time and then
+    /// held on its way back (`peers::expiry`).
     fn slow(
         &self,
         target: &Target<'_>,
