@@ -105,6 +105,26 @@ async fn a_check_refused_for_now_is_never_counted_by_an_owner_stalled_for_second
     assert_eq!(owner.cluster.stats().expired_ops, 1, "fenced, and said so");
 }
 
+/// Guard: the fence at the deciding node. An op read after its expiry is
+/// answered EXPIRED, which a gateway reads as an owner that did not answer
+/// in time, and creates no counter; one read before it is decided as ever.
+#[tokio::test(start_paused = true)]
+async fn an_op_read_after_its_expiry_is_answered_expired_and_counts_nothing() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let owner = &nodes[1];
+    let key = key_owned_by(&nodes[0], "node-2", "expired");
+    let rule = per_client(owner);
+    let now = owner.engine.limiter().now();
+    let to = owner.cluster.identity();
+    let past = wire::expiring(wire::consume(&rule, &key, 1, false), now - 1);
+    let (answer, _) = decided_by_hand(&net, &to, past, "node-1").await;
+    assert_eq!(wire::answer(answer, &rule, 1), Answer::Expired);
+    assert_eq!(owner.engine.limiter().keys(), 0, "nothing counted");
+    let ahead = wire::expiring(wire::consume(&rule, &key, 1, false), now + 1_000_000_000);
+    let (answer, _) = decided_by_hand(&net, &to, ahead, "node-1").await;
+    assert!(matches!(wire::answer(answer, &rule, 1), Answer::Decided(d) if d.allowed));
+}
+
 /// Guard: slow is not dead. An owner slower than the deadline for a while
 /// costs checks their answer (refused for now), never an admission beyond
 /// the limit: no fallback guesses at L/N, the breaker stays closed while
