@@ -27,7 +27,13 @@ fn main() {
     let full = |bound| {
         let c = DenyCache::new(bound);
         for i in 0..BOUND {
-            c.insert(&rule, &format!("held-{i:07}"), 1, &denial, START);
+            c.insert(
+                (&rule, &format!("held-{i:07}")),
+                1,
+                &denial,
+                START,
+                Duration::MAX,
+            );
         }
         c
     };
@@ -69,7 +75,7 @@ fn time_inserts(c: &DenyCache, rule: &Arc<str>, d: &Decision, keys: &[String]) -
     let later = START + 300 * NANOS_PER_MS;
     let t = Instant::now();
     for (i, k) in keys.iter().enumerate() {
-        c.insert(rule, k, 1, d, later + i as u64);
+        c.insert((rule, k), 1, d, later + i as u64, Duration::MAX);
     }
     t.elapsed().as_secs_f64() * 1e6 / keys.len() as f64
 }

@@ -89,6 +89,7 @@ pub struct ClusterStats {
     pub slow_decisions: u64,
     pub replica_decisions: u64,
     pub late_refunds: u64,
+    pub expired_ops: u64,
     pub charges_owed: u64,
     pub charges_paid: u64,
     pub charges_dropped: u64,
@@ -155,6 +156,9 @@ pub struct Stats {
     pub replica_decisions: AtomicU64,
     /// Late owner admissions of checks refused here, refunded there.
     pub late_refunds: AtomicU64,
+    /// Consumes that reached this node after their expiry (their gateway
+    /// had given up on them), answered without being counted.
+    pub expired_ops: AtomicU64,
     /// Admissions decided without their owner: owed, charged to the owner
     /// once it answers, or dropped because too many were owed.
     pub charges_owed: AtomicU64,
@@ -218,6 +222,7 @@ impl Stats {
             slow_decisions: get(&self.slow_decisions),
             replica_decisions: get(&self.replica_decisions),
             late_refunds: get(&self.late_refunds),
+            expired_ops: get(&self.expired_ops),
             charges_owed: get(&self.charges_owed),
             charges_paid: get(&self.charges_paid),
             charges_dropped: get(&self.charges_dropped),
@@ -238,7 +243,9 @@ impl Stats {
         }
     }
 
-    /// One op of `rule` sent to another node.
+    /// One op of the rule labelled `rule` ([`weir_core::Rule::label`]: a
+    /// carried limit's is one label, so callers cannot grow this map) sent
+    /// to another node.
     pub fn forwarded(&self, rule: &Arc<str>) {
         // The read guard ends with the `if let` before an insert locks.
         if let Some(n) = self.forwarded.get(rule) {

@@ -42,7 +42,7 @@ pub fn decision_from_wire(d: &WireDecision) -> Decision {
 
 /// A consume of `cost` on (rule, hash part). `carried`: the limit is a
 /// request's own (an Envoy override), sent along whole so the owner decides
-/// against it as sent.
+/// against it as sent. It never expires: [`expiring`] sets when it does.
 pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> CounterOp {
     CounterOp {
         // Copied as a `str`: `to_string` on the `Arc<str>` goes through
@@ -60,7 +60,15 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
         sent_on: false,
         asked_back: false,
         asker_boot: 0,
+        expires_at: 0,
+        checks: 0,
     }
+}
+
+/// The same op, counted nowhere after `at` (unix ns, [`crate::owner::peers::expiry`]).
+pub fn expiring(mut op: CounterOp, at: Nanos) -> CounterOp {
+    op.expires_at = at;
+    op
 }
 
 /// The same op, sent to the key's replica holder because `owner` cannot be reached.
@@ -82,16 +90,20 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         sent_on: false,
         asked_back: false,
         asker_boot: 0,
+        expires_at: 0,
+        checks: 0,
     }
 }
 
 /// Asks a hot key's owner for the next lease, telling it the `used` units
-/// decided from leases since the last ask (the traffic it no longer sees).
-pub fn lease(rule: &str, hash_part: &str, used: u64) -> CounterOp {
+/// and the `checks` decided from leases since the last ask (the traffic it
+/// no longer sees).
+pub fn lease(rule: &str, hash_part: &str, used: u64, checks: u64) -> CounterOp {
     CounterOp {
         rule: rule.to_string(),
         key: hash_part.to_string(),
         cost: used,
+        checks,
         kind: OpKind::Lease as i32,
         ..CounterOp::default()
     }
@@ -119,6 +131,8 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         sent_on: false,
         asked_back: false,
         asker_boot: 0,
+        expires_at: 0,
+        checks: 0,
     }
 }
 
@@ -152,6 +166,15 @@ pub fn refunded() -> OpResult {
 /// The owner cannot decide this op: it is not (or no longer) the key's owner.
 pub fn not_owner(message: &str) -> OpResult {
     refusal(PeerErrorCode::NotOwner, "key", message.to_string())
+}
+
+/// The op came after its expiry, and was answered without being counted.
+pub fn expired() -> OpResult {
+    refusal(
+        PeerErrorCode::Expired,
+        "expires_at",
+        "the op came after its gateway gave up on it: not counted".to_string(),
+    )
 }
 
 /// The receiver has not heard of its cluster yet, and decides nothing.
@@ -232,6 +255,9 @@ pub enum Answer {
     /// The owner has not heard of its cluster yet: treat as an owner that
     /// did not answer in time.
     NotReady,
+    /// The op reached its decider after its expiry and was not counted:
+    /// treat as an owner that did not answer in time.
+    Expired,
 }
 
 /// Reads an owner's answer to a consume of `cost` on `rule`.
@@ -274,6 +300,7 @@ pub fn answer(result: OpResult, rule: &Rule, cost: u64) -> Answer {
             Answer::Undecided(e.message)
         }
         PeerErrorCode::NotReady => Answer::NotReady,
+        PeerErrorCode::Expired => Answer::Expired,
     }
 }
 

@@ -283,3 +283,36 @@ async fn a_batch_mixing_carried_limits_and_the_rule_sets_answers_each_item_with_
     }
     assert_eq!((ruled, carried), (LIMIT, 3));
 }
+
+/// Guard: ops of limits carried in requests are tallied under the one
+/// label every carried limit shares (`Rule::label`). Tallied by name, each
+/// distinct override a gateway forwarded kept an entry and a
+/// `weir_forwarded_ops_total` series of its own.
+#[tokio::test(start_paused = true)]
+async fn forwarded_overrides_are_tallied_under_one_label_whatever_their_limit() {
+    let (_net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-2", "carried");
+    for limit in 1..=1_000 {
+        let rule = Rule::carried(
+            &format!("override:{limit}-per-60000ms"),
+            limit,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let req = CheckRequest::new(&key, "GET /").carrying(Arc::new(rule));
+        assert!(nodes[0].engine.check(&req).await.unwrap().allowed);
+    }
+    let tallied: Vec<(String, u64)> = nodes[0]
+        .cluster
+        .forwarded_by_rule()
+        .into_iter()
+        .map(|(r, n)| (r.to_string(), n))
+        .collect();
+    assert_eq!(
+        tallied,
+        [
+            ("override:*".to_string(), 1_000),
+            ("per-client".to_string(), 0)
+        ]
+    );
+}

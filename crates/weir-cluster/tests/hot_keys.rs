@@ -10,7 +10,9 @@ use common::*;
 use proptest::prelude::*;
 use weir_cluster::memory::MemoryNet;
 use weir_cluster::wire;
-use weir_proto::weir::v1::Lease;
+use weir_core::{CheckRequest, NANOS_PER_SEC};
+use weir_proto::weir::v1::op_result::Outcome;
+use weir_proto::weir::v1::{DecideRequest, Lease};
 
 const L: usize = 1_000;
 /// A fixed window of an hour: the virtual clock starts on an hour, so no
@@ -121,7 +123,7 @@ async fn a_keys_old_owner_leases_none_of_it_after_a_join() {
 /// The next lease of `key` that node-2, playing a gateway by hand, asks of
 /// `to`, reporting half a second of its checks decided from leases.
 async fn lease_asked_of(net: &MemoryNet, to: &TestNode, key: &str) -> Option<Lease> {
-    let op = wire::lease("whale", key, 250);
+    let op = wire::lease("whale", key, 250, 250);
     decided_by_hand(net, &to.cluster.identity(), op, "node-2")
         .await
         .0
@@ -150,12 +152,12 @@ async fn a_leased_whale_costs_under_a_message_per_twenty_checks() {
     assert!(sent * 20 <= 3_000, "{sent} messages for 3000 checks");
 }
 
-/// Guard: a denial of a hot leased key says to retry within a lease term.
-/// One gateway spends the budget while another still holds a lease and
-/// then falls quiet; the first is refused. The quiet one's unused units
-/// come back at the end of its term, and the refused gateway, told to
-/// retry within that term rather than at the window's end, admits them:
-/// the cluster still admits exactly L.
+/// Guard: a gateway's deny cache holds a denial of a leased key for a
+/// lease term at most. One gateway spends the budget while another still
+/// holds a lease and then falls quiet; the first is refused. The quiet
+/// one's unused units come back at the end of its term, and the refused
+/// gateway, whose cached denial has ended by then rather than at the
+/// window's end, admits them: the cluster still admits exactly L.
 #[tokio::test(start_paused = true)]
 async fn units_a_quiet_gateway_gives_back_reach_a_gateway_that_was_refused() {
     let (_net, nodes) = paused_members(3, RULES, |_| {}).await;
@@ -276,4 +278,82 @@ proptest! {
         });
         prop_assert!(total <= L, "{} admitted against {}", total, L);
     }
+}
+
+/// What the fixed window of an hour leaves of itself at `now` (unix ns):
+/// the wait the algorithm gives a denial.
+fn rest_of_the_hour(now: u64) -> Duration {
+    let hour = 3_600 * NANOS_PER_SEC;
+    Duration::from_nanos(hour - now % hour)
+}
+
+/// Guard: heat counts checks, and a denial keeps the algorithm's wait.
+/// One check of cost 1,000 spends a 1,000-an-hour window; the next check's
+/// denial says to wait for the rest of the hour. Counted in units, that one
+/// check made the key hot, and its denial said 1 s.
+#[tokio::test(start_paused = true)]
+async fn a_costly_check_leaves_the_next_denial_its_whole_wait() {
+    let (_net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-2", "costly");
+    let costly = CheckRequest {
+        cost: 1_000,
+        ..CheckRequest::new(&key, "GET /")
+    };
+    assert!(nodes[0].engine.check(&costly).await.unwrap().allowed);
+    let denied = nodes[0].check(&key).await.unwrap();
+    assert!(!denied.allowed);
+    let wait = denied.binding().unwrap().decision.retry_after;
+    let rest = rest_of_the_hour(nodes[1].engine.limiter().now());
+    assert!(
+        wait >= rest && wait <= rest + Duration::from_millis(50),
+        "told {wait:?}, the window ends in {rest:?}"
+    );
+}
+
+/// Guard: a denial of a hot leased key keeps the algorithm's wait. The key
+/// is hot at its owner (a hundred checks in its second), then spent; the
+/// owner's denial says to wait for the rest of the hour. Cut to a lease
+/// term, it sent callers back within a second, and again and again, to a
+/// window that was closed for the hour.
+#[tokio::test(start_paused = true)]
+async fn a_hot_keys_denial_says_the_whole_wait_the_algorithm_gives() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-2", "hot");
+    let owner = nodes[1].cluster.identity();
+    let rules = nodes[1].engine.limiter().rules();
+    let whale = rules.get("whale").unwrap().1.clone();
+    let (_, gateway) = net.link();
+    let decide = |ops| DecideRequest {
+        ops,
+        rules_version: 0,
+        from_node: "node-1".into(),
+    };
+    let hot: Vec<_> = (0..100)
+        .map(|_| wire::consume(&whale, &key, 1, false))
+        .collect();
+    let made_hot = gateway
+        .decide(&owner, decide(hot), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let leased = made_hot.results.iter().any(|r| r.lease.is_some());
+    assert!(leased, "hot at its owner, which leased it");
+    // What is left once the hundred checks and any lease they drew are spent.
+    let Some(Outcome::Decision(last)) = &made_hot.results[99].outcome else {
+        panic!("a decision: {made_hot:?}");
+    };
+    let left = last.remaining - made_hot.results[99].lease.as_ref().map_or(0, |l| l.units);
+    let spend = vec![
+        wire::consume(&whale, &key, left, false),
+        wire::consume(&whale, &key, 1, false),
+    ];
+    let answer = gateway
+        .decide(&owner, decide(spend), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let Some(Outcome::Decision(d)) = &answer.results[1].outcome else {
+        panic!("a decision: {answer:?}");
+    };
+    assert!(!d.allowed, "{d:?}");
+    let rest = rest_of_the_hour(d.at);
+    assert_eq!(Duration::from_nanos(d.retry_after_ns), rest);
 }

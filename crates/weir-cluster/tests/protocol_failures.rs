@@ -63,6 +63,68 @@ async fn a_late_admission_of_a_check_the_gateway_refused_is_refunded() {
     assert_eq!(nodes[0].cluster.stats().late_refunds, 1);
 }
 
+/// Guard: the fence. An owner stopped for three seconds (paused on the
+/// network, as SIGSTOP stops a process: what is sent to it waits) reads a
+/// check its gateway refused for now long after the gateway stopped
+/// listening for its answer. It answers that the op expired and counts
+/// nothing, so the key still admits its whole limit. Without the fence it
+/// counted the check, past the late window no refund came, and the key
+/// admitted one less than its limit for the rest of the window.
+#[tokio::test(start_paused = true)]
+async fn a_check_refused_for_now_is_never_counted_by_an_owner_stalled_for_seconds() {
+    let (net, nodes) = paused_members(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], "node-3", "stalled");
+    let owner = &nodes[2];
+    net.pause(owner.host());
+    let v = nodes[0].check(&key).await.expect("answered");
+    assert!(!v.allowed, "slow, not lost: refused for now");
+    // The stall itself, in the cluster's virtual time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    net.resume(owner.host());
+    // Read once it resumes: fenced, or (without the fence) counted.
+    wait_until("the owner read the op it was sent", || {
+        owner.cluster.stats().expired_ops + owner.engine.limiter().keys() as u64 >= 1
+    })
+    .await;
+    wait_until_showing(
+        "every member holds the owner again",
+        || {
+            nodes.iter().all(|n| n.ring_ids().len() == 3)
+                && !nodes[0].cluster.fallback_status().active
+        },
+        || views(&nodes),
+    )
+    .await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let stats: Vec<_> = nodes.iter().map(|n| n.cluster.stats()).collect();
+    assert_eq!(
+        admitted(&all, &key, 2 * LIMIT).await,
+        LIMIT,
+        "the refused check was counted nowhere: {stats:?}"
+    );
+    assert_eq!(owner.cluster.stats().expired_ops, 1, "fenced, and said so");
+}
+
+/// Guard: the fence at the deciding node. An op read after its expiry is
+/// answered EXPIRED, which a gateway reads as an owner that did not answer
+/// in time, and creates no counter; one read before it is decided as ever.
+#[tokio::test(start_paused = true)]
+async fn an_op_read_after_its_expiry_is_answered_expired_and_counts_nothing() {
+    let (net, nodes) = paused_members(2, RULES, |_| {}).await;
+    let owner = &nodes[1];
+    let key = key_owned_by(&nodes[0], "node-2", "expired");
+    let rule = per_client(owner);
+    let now = owner.engine.limiter().now();
+    let to = owner.cluster.identity();
+    let past = wire::expiring(wire::consume(&rule, &key, 1, false), now - 1);
+    let (answer, _) = decided_by_hand(&net, &to, past, "node-1").await;
+    assert_eq!(wire::answer(answer, &rule, 1), Answer::Expired);
+    assert_eq!(owner.engine.limiter().keys(), 0, "nothing counted");
+    let ahead = wire::expiring(wire::consume(&rule, &key, 1, false), now + 1_000_000_000);
+    let (answer, _) = decided_by_hand(&net, &to, ahead, "node-1").await;
+    assert!(matches!(wire::answer(answer, &rule, 1), Answer::Decided(d) if d.allowed));
+}
+
 /// Guard: slow is not dead. An owner slower than the deadline for a while
 /// costs checks their answer (refused for now), never an admission beyond
 /// the limit: no fallback guesses at L/N, the breaker stays closed while

@@ -22,10 +22,8 @@ use sharded::{CheckCounts, Histogram, Outcome};
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The `rule` label of every check decided by a limit carried in the request
-/// (an Envoy descriptor override). Each override is a rule of its own, named
-/// after its limit, so labelling by name would let a caller mint a series
-/// per value; `*` cannot occur in a rule name, so this label never collides.
-pub const OVERRIDE_LABEL: &str = "override:*";
+/// (a gRPC item's or an Envoy descriptor's override): [`weir_core::Rule::label`]'s.
+pub const OVERRIDE_LABEL: &str = weir_core::CARRIED_LABEL;
 
 /// Upper bounds of the decision latency histogram, in seconds: 5 us (a
 /// check decided here) to 50 ms (ten owner deadlines).
@@ -34,7 +32,7 @@ static LATENCY_BUCKETS: [f64; 12] = [
 ];
 
 /// `weir_checks_total`'s labels. The rule is a name from the rule set,
-/// [`OVERRIDE_LABEL`] or empty, and the verdict one of five words, so the
+/// [`OVERRIDE_LABEL`] (every carried limit's, [`weir_core::Rule::label`]) or empty, and the verdict one of five words, so the
 /// series are bounded by the rules, whatever callers send.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
@@ -76,8 +74,8 @@ impl Default for Metrics {
 /// rule's name would touch its shared reference count on every check.
 fn check_label(verdict: &Verdict) -> (&Arc<str>, Outcome) {
     match verdict.binding() {
-        Some(a) if verdict.allowed => (&a.rule.name, Outcome::Allowed),
-        Some(a) => (&a.rule.name, Outcome::Denied),
+        Some(a) if verdict.allowed => (a.rule.label(), Outcome::Allowed),
+        Some(a) => (a.rule.label(), Outcome::Denied),
         None => (&UNLABELLED, Outcome::Unlimited),
     }
 }
@@ -91,10 +89,6 @@ fn same_label(a: (&Arc<str>, Outcome), b: (&Arc<str>, Outcome)) -> bool {
 
 /// The empty rule label, allocated once rather than per unlimited check.
 static UNLABELLED: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-
-/// The override label, allocated once.
-static OVERRIDE: std::sync::LazyLock<Arc<str>> =
-    std::sync::LazyLock::new(|| Arc::from(OVERRIDE_LABEL));
 
 impl Metrics {
     /// The node's own counters, and `scrape` (figures read from the
@@ -157,7 +151,7 @@ impl Metrics {
         let (rule, v) = check_label(verdict);
         self.checks.add(rule, v, 1);
         for a in verdict.shadow_denials() {
-            self.shadow_denied(&a.rule.name);
+            self.shadow_denied(a.rule.label());
         }
     }
 
@@ -179,25 +173,13 @@ impl Metrics {
                 None => counts.push((label, 1)),
             }
             for a in v.shadow_denials() {
-                self.shadow_denied(&a.rule.name);
+                self.shadow_denied(a.rule.label());
             }
         }
         self.decision_seconds.observe(per_item, n);
         for ((rule, verdict), c) in counts {
             self.checks.add(rule, verdict, c);
         }
-    }
-
-    /// A check decided by a limit the request carried (an Envoy override),
-    /// counted under [`OVERRIDE_LABEL`] whatever the override's name.
-    pub fn record_override_verdict(&self, verdict: &Verdict, elapsed: Duration) {
-        self.decision_seconds.observe(elapsed, 1);
-        let v = if verdict.allowed {
-            Outcome::Allowed
-        } else {
-            Outcome::Denied
-        };
-        self.checks.add(&OVERRIDE, v, 1);
     }
 
     pub fn record_failure(&self, failure: &CheckError, elapsed: Duration) {

@@ -158,9 +158,23 @@ fn op() -> impl Strategy<Value = CounterOp> {
         prop::sample::select(vec!["", "node", "ghost"]),
         any::<bool>(),
         any::<u64>(),
+        prop_oneof![Just(0u64), any::<u64>()],
+        any::<u64>(),
     )
         .prop_map(
-            |(rule, key, cost, kind, at, carried, stand_in_for, asked_back, asker_boot)| {
+            |(
+                rule,
+                key,
+                cost,
+                kind,
+                at,
+                carried,
+                stand_in_for,
+                asked_back,
+                asker_boot,
+                expires_at,
+                checks,
+            )| {
                 CounterOp {
                     rule,
                     key,
@@ -172,6 +186,8 @@ fn op() -> impl Strategy<Value = CounterOp> {
                     sent_on: false,
                     asked_back,
                     asker_boot,
+                    expires_at,
+                    checks,
                 }
             },
         )

@@ -21,8 +21,12 @@ use weir_core::{Decision, Nanos};
 #[derive(Debug, Clone)]
 struct Entry {
     rule: Arc<str>,
-    /// Gateway-local clock reading until which the counter stays blocked.
+    /// Gateway-local clock reading until which the counter stays blocked:
+    /// `retry_at`, or sooner when the denial may be held less long.
     until: Nanos,
+    /// When the owner said a retry can succeed: what a cached answer's
+    /// Retry-After counts down to, held or not, so it is never shortened.
+    retry_at: Nanos,
     /// The cost that was denied. A smaller request may fit sooner (a token
     /// bucket refills gradually), so only a cost at least this large hits.
     cost: u64,
@@ -115,7 +119,7 @@ impl DenyCache {
             if e.until <= now {
                 None
             } else if cost >= e.cost {
-                let wait = Duration::from_nanos(e.until - now);
+                let wait = Duration::from_nanos(e.retry_at.saturating_sub(now));
                 Some(Decision::deny_until(e.limit, wait, e.reset_at, now))
             } else {
                 return None;
@@ -127,9 +131,17 @@ impl DenyCache {
         found
     }
 
-    /// Records a denial an owner returned; `now` is the local clock when
+    /// Records a denial an owner returned, blocking the counter for `hold`
+    /// at most ([`super::lease::deny_hold`]); `now` is the local clock when
     /// the check was sent, so the entry never outlives the owner's answer.
-    pub fn insert(&self, rule: &Arc<str>, hash_part: &str, cost: u64, d: &Decision, now: Nanos) {
+    pub fn insert(
+        &self,
+        (rule, hash_part): (&Arc<str>, &str),
+        cost: u64,
+        d: &Decision,
+        now: Nanos,
+        hold: Duration,
+    ) {
         if d.allowed || d.retry_after.is_zero() || self.refunded_since(rule, hash_part, now) {
             return;
         }
@@ -140,10 +152,13 @@ impl DenyCache {
                 return;
             }
         }
-        let until = now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
+        let after =
+            |d: Duration| now.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let retry_at = after(d.retry_after);
         let entry = Entry {
             rule: rule.clone(),
-            until,
+            until: retry_at.min(after(hold)),
+            retry_at,
             cost,
             limit: d.limit,
             reset_at: d.reset_at,
@@ -214,8 +229,29 @@ mod tests {
     use super::*;
     use weir_core::NANOS_PER_SEC;
 
+    /// A hold that leaves every denial to its own retry time.
+    const FOREVER: Duration = Duration::MAX;
+
     fn denial(retry_secs: u64) -> Decision {
         Decision::deny_until(10, Duration::from_secs(retry_secs), 99_000, 1)
+    }
+
+    /// Guard: a hold shorter than the denial frees the counter sooner, but
+    /// a cached answer still tells the caller the owner's whole wait. Read
+    /// from the hold's end, a leased rule's cached denial said 1 s where
+    /// the algorithm said 6.
+    #[test]
+    fn a_short_hold_frees_the_counter_sooner_and_never_shortens_retry_after() {
+        let c = DenyCache::new(100);
+        let rule: Arc<str> = Arc::from("r");
+        let t0 = 1_000 * NANOS_PER_SEC;
+        c.insert((&rule, "k"), 1, &denial(6), t0, Duration::from_secs(1));
+        let hit = c.lookup("r", "k", 1, t0 + NANOS_PER_SEC / 2).expect("held");
+        assert_eq!(hit.retry_after, Duration::from_millis(5_500));
+        assert!(
+            c.lookup("r", "k", 1, t0 + NANOS_PER_SEC).is_none(),
+            "the hold ended"
+        );
     }
 
     #[test]
@@ -223,7 +259,7 @@ mod tests {
         let c = DenyCache::new(100);
         let rule: Arc<str> = Arc::from("r");
         let t0 = 1_000 * NANOS_PER_SEC;
-        c.insert(&rule, "k", 1, &denial(6), t0);
+        c.insert((&rule, "k"), 1, &denial(6), t0, FOREVER);
         let hit = c.lookup("r", "k", 1, t0 + 2 * NANOS_PER_SEC).unwrap();
         assert!(!hit.allowed);
         assert_eq!(hit.retry_after, Duration::from_secs(4));
@@ -238,7 +274,7 @@ mod tests {
     fn a_smaller_cost_than_the_denied_one_is_not_answered() {
         let c = DenyCache::new(100);
         let rule: Arc<str> = Arc::from("r");
-        c.insert(&rule, "k", 5, &denial(6), 0);
+        c.insert((&rule, "k"), 5, &denial(6), 0, FOREVER);
         assert!(c.lookup("r", "k", 4, 1).is_none());
         assert!(c.lookup("r", "k", 5, 1).is_some());
         assert!(c.lookup("r", "k", 9, 1).is_some());
@@ -249,7 +285,7 @@ mod tests {
         let c = DenyCache::new(100);
         let mut d = denial(6);
         d.allowed = true;
-        c.insert(&Arc::from("r"), "k", 1, &d, 0);
+        c.insert((&Arc::from("r"), "k"), 1, &d, 0, FOREVER);
         assert!(c.lookup("r", "k", 1, 1).is_none());
     }
 
@@ -257,9 +293,9 @@ mod tests {
     fn a_full_cache_skips_new_keys_and_clear_empties_it() {
         let c = DenyCache::new(2);
         let rule: Arc<str> = Arc::from("r");
-        c.insert(&rule, "a", 1, &denial(6), 0);
-        c.insert(&rule, "b", 1, &denial(6), 0);
-        c.insert(&rule, "c", 1, &denial(6), 0);
+        c.insert((&rule, "a"), 1, &denial(6), 0, FOREVER);
+        c.insert((&rule, "b"), 1, &denial(6), 0, FOREVER);
+        c.insert((&rule, "c"), 1, &denial(6), 0, FOREVER);
         assert_eq!(c.len(), 2);
         assert!(c.lookup("r", "c", 1, 1).is_none());
         c.clear();
@@ -271,7 +307,7 @@ mod tests {
         let c = DenyCache::new(100);
         let rule: Arc<str> = Arc::from("r");
         let t0 = 1_000 * NANOS_PER_SEC;
-        c.insert(&rule, "k", 1, &denial(6), t0);
+        c.insert((&rule, "k"), 1, &denial(6), t0, FOREVER);
         assert!(c.lookup("r", "k", 1, t0 + 1).is_some());
         // A check consumed budget here, another limit denied it, and the
         // refund went out: the cached denial may have been its doing.
@@ -279,14 +315,14 @@ mod tests {
         assert!(c.lookup("r", "k", 1, t0 + 3).is_none());
         // The answer to a check sent before the refund arrives after it: it
         // may have seen the refunded budget spent, so it is not cached.
-        c.insert(&rule, "k", 1, &denial(6), t0 + 1);
+        c.insert((&rule, "k"), 1, &denial(6), t0 + 1, FOREVER);
         assert!(c.lookup("r", "k", 1, t0 + 4).is_none());
         // A check sent after the refund is a denial on its own merits.
-        c.insert(&rule, "k", 1, &denial(6), t0 + 5);
+        c.insert((&rule, "k"), 1, &denial(6), t0 + 5, FOREVER);
         assert!(c.lookup("r", "k", 1, t0 + 6).is_some());
         // Another rule of the same caller is not touched.
         let other: Arc<str> = Arc::from("o");
-        c.insert(&other, "k", 1, &denial(6), t0 + 1);
+        c.insert((&other, "k"), 1, &denial(6), t0 + 1, FOREVER);
         assert!(c.lookup("o", "k", 1, t0 + 6).is_some());
     }
 
@@ -300,19 +336,31 @@ mod tests {
         let rule: Arc<str> = Arc::from("r");
         let t0 = 1_000 * NANOS_PER_SEC;
         for i in 0..100 {
-            c.insert(&rule, &format!("live-{i}"), 1, &denial(60), t0);
+            c.insert((&rule, &format!("live-{i}")), 1, &denial(60), t0, FOREVER);
         }
         let purges = || c.purges.load(Ordering::Relaxed);
         for i in 0..1_000 {
-            c.insert(&rule, &format!("new-{i}"), 1, &denial(60), t0 + i);
+            c.insert(
+                (&rule, &format!("new-{i}")),
+                1,
+                &denial(60),
+                t0 + i,
+                FOREVER,
+            );
             c.refunded(&rule, &format!("refund-{i}"), t0 + i);
         }
         assert_eq!(purges(), 1, "one in the first 1,000 ns");
         let later = t0 + PURGE_AT_CEILING_EVERY + 1_000;
-        c.insert(&rule, "after-a-while", 1, &denial(60), later);
+        c.insert((&rule, "after-a-while"), 1, &denial(60), later, FOREVER);
         assert_eq!(purges(), 2, "and another once the while is over");
         c.purge(later + 1);
-        c.insert(&rule, "right-after-the-tick", 1, &denial(60), later + 2);
+        c.insert(
+            (&rule, "right-after-the-tick"),
+            1,
+            &denial(60),
+            later + 2,
+            FOREVER,
+        );
         assert_eq!(purges(), 3, "the maintenance's purge counts as one");
     }
 
@@ -326,13 +374,13 @@ mod tests {
         std::thread::spawn(move || {
             let c = DenyCache::new(1);
             let rule: Arc<str> = Arc::from("r");
-            c.insert(&rule, "k", 1, &denial(1), 0);
+            c.insert((&rule, "k"), 1, &denial(1), 0, FOREVER);
             assert!(
                 c.lookup("r", "k", 1, 2 * NANOS_PER_SEC).is_none(),
                 "expired on lookup"
             );
-            c.insert(&rule, "a", 1, &denial(1), 0);
-            c.insert(&rule, "b", 1, &denial(1), 2 * NANOS_PER_SEC); // purges "a"
+            c.insert((&rule, "a"), 1, &denial(1), 0, FOREVER);
+            c.insert((&rule, "b"), 1, &denial(1), 2 * NANOS_PER_SEC, FOREVER); // purges "a"
             c.refunded(&rule, "b", 3 * NANOS_PER_SEC);
             c.refunded(&rule, "c", 4 * NANOS_PER_SEC); // full of refunds: purges
             let _ = done.send(c.len());

@@ -25,6 +25,7 @@ use weir_core::{
 
 use super::deny_cache::DenyCache;
 use super::handoff::sweep;
+use super::lease;
 use super::local::Local;
 use super::owned::previous_owner;
 use super::remote::{Remote, Via};
@@ -201,8 +202,9 @@ impl Gateway {
         }
         for s in &steps {
             if matches!(s.via, Via::Owner(_)) && !s.rule.shadow && !s.decision.allowed {
-                self.deny
-                    .insert(&s.rule.name, &s.hash_part, req.cost, &s.decision, now);
+                let counter = (&s.rule.name, s.hash_part.as_str());
+                let hold = lease::deny_hold(&s.rule);
+                self.deny.insert(counter, req.cost, &s.decision, now, hold);
             }
             if !denied && s.decision.allowed {
                 self.remote.owe(&s.rule, &s.hash_part, req.cost, &s.via);

@@ -6,6 +6,10 @@
 //! of a rule's checks in an interval is always tracked, so a whale is never
 //! missed, and memory stays bounded whatever the keys. A key is hot when
 //! its checks in the last whole interval reach the threshold.
+//!
+//! Hotness counts checks, not the units they cost: one check of cost 1,000
+//! is one round trip to the owner, and what leases save is round trips. The
+//! units each gateway sent are kept beside, for sizing its lease.
 
 use std::sync::Arc;
 
@@ -26,7 +30,7 @@ const GATEWAYS: usize = 64;
 pub struct HotKey {
     pub rule: Arc<str>,
     pub key: CompactString,
-    /// Checks (their cost) in the interval, possibly over-counted by `error`.
+    /// Checks in the interval (whatever each cost), possibly over-counted by `error`.
     pub checks: u64,
     pub error: u64,
 }
@@ -36,7 +40,8 @@ pub struct HotKey {
 pub struct Heat {
     /// Checks per second for the key, all gateways together.
     pub per_sec: u64,
-    /// Of those, from the gateway asked about.
+    /// Units (the checks' cost) from the gateway asked about: what it
+    /// would decide from a lease of one term.
     pub from_gateway: u64,
     /// Gateways that sent the key.
     pub gateways: usize,
@@ -45,8 +50,10 @@ pub struct Heat {
 #[derive(Debug, Clone)]
 struct Entry {
     key: CompactString,
+    /// Checks, whatever their cost.
     count: u64,
     error: u64,
+    /// Units sent, by gateway.
     by: Vec<(Arc<str>, u64)>,
 }
 
@@ -75,7 +82,7 @@ impl Summary {
         self.start = now - now % INTERVAL;
     }
 
-    fn record(&mut self, key: &str, from: &Arc<str>, cost: u64) {
+    fn record(&mut self, key: &str, from: &Arc<str>, (checks, units): (u64, u64)) {
         let i = match self.current.iter().position(|e| e.key == key) {
             Some(i) => i,
             None if self.current.len() < TRACKED => {
@@ -105,10 +112,10 @@ impl Summary {
             }
         };
         let e = &mut self.current[i];
-        e.count = e.count.saturating_add(cost);
+        e.count = e.count.saturating_add(checks);
         match e.by.iter().position(|(g, _)| g == from) {
-            Some(j) => e.by[j].1 = e.by[j].1.saturating_add(cost),
-            None if e.by.len() < GATEWAYS => e.by.push((from.clone(), cost)),
+            Some(j) => e.by[j].1 = e.by[j].1.saturating_add(units),
+            None if e.by.len() < GATEWAYS => e.by.push((from.clone(), units)),
             None => {}
         }
     }
@@ -132,20 +139,35 @@ impl HotKeys {
         self.threshold
     }
 
-    /// Counts one op of `cost` for `key` of `rule`, sent by gateway `from`.
+    /// Counts one op of `cost` for `key` of `rule`, sent by gateway `from`:
+    /// one check towards the key's heat, `cost` units towards `from`'s share.
     pub fn record(&self, rule: &Arc<str>, key: &str, from: &Arc<str>, cost: u64, now: Nanos) {
+        self.record_many(rule, key, from, (1, cost), now);
+    }
+
+    /// Counts `(checks, units)` for `key` of `rule` sent by gateway `from`
+    /// at once: what a gateway decided from its leases, reported when it
+    /// asks for the next one.
+    pub fn record_many(
+        &self,
+        rule: &Arc<str>,
+        key: &str,
+        from: &Arc<str>,
+        used: (u64, u64),
+        now: Nanos,
+    ) {
         // The read guard ends with this `if let` (no `else`) before any
         // insert takes a shard's write lock.
         if let Some(s) = self.rules.get(rule) {
             let mut s = s.lock();
             s.roll(now);
-            s.record(key, from, cost);
+            s.record(key, from, used);
             return;
         }
         let s = self.rules.entry(rule.clone()).or_default();
         let mut s = s.lock();
         s.roll(now);
-        s.record(key, from, cost);
+        s.record(key, from, used);
     }
 
     /// The key's traffic if it is hot: in the last whole interval, or in
@@ -252,6 +274,25 @@ mod tests {
             (heat.per_sec, heat.from_gateway, heat.gateways),
             (100, 99, 2)
         );
+    }
+
+    /// Guard: heat counts checks. Counted in units, one check of cost
+    /// 1,000 made its key hot at a threshold of 100 checks a second.
+    #[test]
+    fn one_costly_check_is_one_check_however_many_units_it_costs() {
+        let h = HotKeys::new(100);
+        let r = g("r");
+        let t = 3 * INTERVAL;
+        h.record(&r, "costly", &g("a"), 1_000, t);
+        assert!(h.heat("r", "costly", "a", t + 1).is_none(), "1 check < 100");
+        // A hot key's gateway share stays in units, for its lease's size.
+        for i in 1..100u64 {
+            h.record(&r, "costly", &g("a"), 10, t + i);
+        }
+        let heat = h.heat("r", "costly", "a", t + 100).expect("100 checks");
+        assert_eq!((heat.per_sec, heat.from_gateway), (100, 1_000 + 99 * 10));
+        let top = h.top(1, t + INTERVAL);
+        assert_eq!((top[0].checks, top[0].error), (100, 0));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_core::{AlgorithmKind, Decision, Hot, Nanos, Rule};
+use weir_core::{AlgorithmKind, Hot, Nanos, Rule};
 use weir_proto::weir::v1::Lease;
 
 use super::hot::HotKeys;
@@ -42,6 +42,20 @@ fn nanos(d: Duration) -> Nanos {
 /// Whether `rule`'s hot keys are leased (a shard of a sharded rule never is).
 pub fn leased(rule: &Rule) -> bool {
     rule.hot == Hot::Lease && rule.shard_of.is_none()
+}
+
+/// The longest a gateway's deny cache holds a denial of `rule`: a term for
+/// a leased rule, else as long as the denial says. Part of a hot key's
+/// budget may sit unused in gateways' leases and come back within a term;
+/// held longer, the cached denial would refuse those units until it ended.
+/// The denial the caller is told is never shortened by this: it says what
+/// the algorithm says, and the budget that comes back early is a bonus.
+pub fn deny_hold(rule: &Rule) -> Duration {
+    if leased(rule) {
+        LEASE_TERM
+    } else {
+        Duration::MAX
+    }
 }
 
 /// How long a lease of `rule` granted at `now` may last: one term, and for
@@ -87,21 +101,6 @@ impl Lessor {
             replicator,
             stats,
         }
-    }
-
-    /// A denial of a leased key that is hot: part of its budget may sit
-    /// in gateways' leases, and what they leave unused comes back within a
-    /// term. So the denial says to retry within a term at most: a longer
-    /// wait would keep every gateway's deny cache (and every caller) away
-    /// from units that came back, refusing them until the window ends.
-    pub fn shorten_denial(&self, rule: &Rule, key: &str, mut d: Decision) -> Decision {
-        if d.allowed || !leased(rule) {
-            return d;
-        }
-        if self.hot.heat(&rule.name, key, "", d.at).is_some() {
-            d.retry_after = d.retry_after.min(LEASE_TERM);
-        }
-        d
     }
 
     /// A lease of `rule`'s `key` for gateway `from` after a check left

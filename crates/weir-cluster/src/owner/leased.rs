@@ -25,6 +25,9 @@ struct Held {
     /// Units decided here since the last renewal asked: the demand the
     /// owner sizes the next lease by.
     used: u64,
+    /// Checks decided here since the last renewal asked: the key's heat
+    /// the owner no longer sees.
+    checks: u64,
     /// On this node's clock.
     expires: Nanos,
     /// The owner's decision time of the last grant, for the refund.
@@ -46,9 +49,17 @@ pub struct Unused {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FromLease {
     pub decision: Decision,
-    /// When a renewal should start, the units used since the last one:
-    /// what the owner sizes the next lease by.
-    pub renew: Option<u64>,
+    /// When a renewal should start, what was decided since the last one.
+    pub renew: Option<Used>,
+}
+
+/// What a gateway decided from its leases of a key since it last asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Used {
+    /// What the owner sizes the next lease by.
+    pub units: u64,
+    /// What the owner counts towards the key's heat.
+    pub checks: u64,
 }
 
 #[derive(Default)]
@@ -68,10 +79,15 @@ impl Leases {
         }
         h.units -= cost;
         h.used = h.used.saturating_add(cost);
-        let renew = (!h.renewing && h.units < h.granted / 2).then_some(h.used);
+        h.checks = h.checks.saturating_add(1);
+        let renew = (!h.renewing && h.units < h.granted / 2).then_some(Used {
+            units: h.used,
+            checks: h.checks,
+        });
         if renew.is_some() {
             h.renewing = true;
             h.used = 0;
+            h.checks = 0;
         }
         let decision = Decision {
             remaining: h.units,
@@ -114,6 +130,7 @@ impl Leases {
             units: 0,
             granted: 0,
             used: 0,
+            checks: 0,
             expires,
             at: lease.at,
             renewing: false,
@@ -211,19 +228,39 @@ mod tests {
         }
     }
 
+    /// Guard: a renewal reports checks and units apart. The owner's heat
+    /// counts checks; told the units, one costly check decided from a
+    /// lease counted as many checks as it cost units.
+    #[test]
+    fn a_renewal_reports_the_checks_and_the_units_decided_from_the_lease() {
+        let (r, l) = (rule(), Leases::default());
+        l.grant(&r.name, "k", "o", &lease(100), 0, 0);
+        let t = l.take(&r, "k", 60, 1).expect("from the lease");
+        let used = Used {
+            units: 60,
+            checks: 1,
+        };
+        assert_eq!(t.renew, Some(used));
+    }
+
     #[test]
     fn a_lease_decides_until_spent_or_ended_and_asks_again_at_half() {
         let (r, l) = (rule(), Leases::default());
         assert!(l.take(&r, "k", 1, 0).is_none(), "no lease: ask the owner");
         assert!(l.grant(&r.name, "k", "o", &lease(10), 100, 100).is_none());
-        let mut renewals = 0;
+        let mut renewals = Vec::new();
         for i in 0..10 {
             let t = l.take(&r, "k", 1, 500).expect("from the lease");
             assert!(t.decision.allowed);
             assert_eq!(t.decision.remaining, 9 - i);
-            renewals += usize::from(t.renew.is_some());
+            renewals.extend(t.renew);
         }
-        assert_eq!(renewals, 1, "one renewal at the half-used mark");
+        // Six checks of one unit took it under half: what the owner is told.
+        let used = Used {
+            units: 6,
+            checks: 6,
+        };
+        assert_eq!(renewals, [used], "one renewal at the half-used mark");
         assert!(l.take(&r, "k", 1, 500).is_none(), "spent");
         l.grant(&r.name, "k", "o", &lease(4), 600, 600);
         assert!(l.take(&r, "k", 1, 600 + 1_000).is_none(), "its term ended");

@@ -6,7 +6,7 @@ use weir_core::{Nanos, Rule};
 use weir_proto::weir::v1::Lease;
 
 use super::lease::leased;
-use super::leased::Unused;
+use super::leased::{Unused, Used};
 use super::peers::Reply;
 use super::remote::Remote;
 use crate::stats::bump;
@@ -44,10 +44,10 @@ impl Remote {
         Some(taken.decision)
     }
 
-    async fn renew(&self, rule: &Arc<Rule>, hash_part: &str, owner: &NodeIdentity, used: u64) {
+    async fn renew(&self, rule: &Arc<Rule>, hash_part: &str, owner: &NodeIdentity, used: Used) {
         let sent = self.now();
-        self.stats.forwarded(&rule.name);
-        let op = wire::lease(&rule.name, hash_part, used);
+        self.stats.forwarded(rule.label());
+        let op = wire::lease(&rule.name, hash_part, used.units, used.checks);
         match self.peers.decide(owner, op, self.deadline).await {
             Reply::Answered(mut result) => match result.lease.take() {
                 Some(lease) => self.take_lease(&rule.name, hash_part, &owner.id, &lease, sent),

@@ -8,7 +8,7 @@ use weir_core::{CheckError, Decision, Rule};
 use weir_proto::weir::v1::CounterOp;
 
 use super::breaker::Breakers;
-use super::peers::{Reply, LATE_WINDOW};
+use super::peers::{expiry, Reply, LATE_WINDOW};
 use super::remote::{Remote, Via};
 use crate::stats::bump;
 use crate::topology::membership::NodeIdentity;
@@ -95,6 +95,7 @@ impl Remote {
         let op = CounterOp {
             asked_back: true,
             asker_boot: self.routing.boot(),
+            expires_at: expiry(self.now(), LATE_WINDOW),
             ..wire::consume(rule, hash_part, cost, carried)
         };
         let Reply::Answered(result) = self.peers.decide(&previous, op, LATE_WINDOW).await else {
@@ -105,7 +106,7 @@ impl Remote {
             // Given back, if need be, where it was counted.
             Answer::Decided(d) => Some(Ok((d, Via::Owner(previous)))),
             Answer::Refused(e) => Some(Err(e)),
-            Answer::Undecided(_) | Answer::NotReady => None,
+            Answer::Undecided(_) | Answer::NotReady | Answer::Expired => None,
         }
     }
 }

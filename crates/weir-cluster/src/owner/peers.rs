@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use weir_core::Nanos;
 use weir_proto::weir::v1::{CounterOp, OpResult};
 
 pub use crate::link::PeerFailure;
@@ -30,6 +31,40 @@ pub enum Reply {
 /// How long a Decide call may take: answers after a caller's deadline still
 /// arrive within it and are reconciled; one later than this is not.
 pub const LATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// When a consume sent at `sent` (the gateway's clock) with `deadline`
+/// stops being counted anywhere (`CounterOp.expires_at`): half a late
+/// window past the deadline.
+///
+/// Between the deadline and the expiry an owner may still count the op;
+/// its answer then reaches the gateway within the late window (the call
+/// lasts the deadline plus a whole late window), and an admission the
+/// gateway refused is refunded (`Remote::slow`). From the expiry on, the
+/// op is fenced: a node that reads it later (an owner stalled for
+/// seconds, SIGSTOP-like, then resumed; a queue that held it) answers
+/// EXPIRED and counts nothing, so however long the stall, a check the
+/// gateway refused for now is never counted past the window the refund
+/// covers.
+///
+/// An absolute time on the unix clock, not a remaining budget the owner
+/// turns into a time on receipt: a stalled owner reads the op only once it
+/// resumes, so a budget counted from then would restart after the stall
+/// and the op would be counted. The price is clock skew between nodes,
+/// which the half late window absorbs: an owner whose clock is behind by
+/// up to that counts an op that much later, still answered while the
+/// gateway listens and refunded; one ahead by up to that fences nothing
+/// the gateway still waits for (the deadline is milliseconds). Peers'
+/// authentication already needs clocks within 30 s; NTP keeps them
+/// within milliseconds.
+pub fn expiry(sent: Nanos, deadline: Duration) -> Nanos {
+    let fenced = deadline.saturating_add(LATE_WINDOW / 2);
+    sent.saturating_add(u64::try_from(fenced.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Whether `op` is past its expiry at `now` ([`expiry`]).
+pub fn expired(op: &CounterOp, now: Nanos) -> bool {
+    op.expires_at != 0 && now > op.expires_at
+}
 
 /// An owner's answer still to come, if it comes at all.
 pub struct LateAnswer(pub BoxFuture<'static, Option<OpResult>>);

@@ -3,9 +3,11 @@
 //! - The owner answers in time: its decision, and what it had left is
 //!   remembered for the fallback.
 //! - The owner is slow (no answer within the deadline) but not lost: the
-//!   fallback decides that one check (`local` refuses it for now); the
-//!   owner's late answer is reconciled: what it admitted and this gateway
-//!   refused is refunded there, so the owner counts only what was admitted.
+//!   fallback decides that one check (`local` refuses it for now). The op
+//!   carries an expiry past which no node counts it (`peers::expiry`), and
+//!   an answer decided before it is reconciled: what the owner admitted and
+//!   this gateway refused is refunded there, so the owner counts only what
+//!   was admitted.
 //! - The owner is lost (its breaker is open: misses in a row, a refused
 //!   connection, SWIM suspicion): the replica holder decides on its copy of
 //!   the owner's counts. Only when it is unreachable too does this gateway
@@ -26,7 +28,7 @@ use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
 use super::moves::Moves;
-use super::peers::{LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
+use super::peers::{expiry, LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
 use super::refunds::Refunds;
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
@@ -185,12 +187,13 @@ impl Remote {
         now: Nanos,
     ) -> Result<Option<Decision>, CheckError> {
         let id = &target.node.id;
-        let mut op = wire::consume(rule, hash_part, cost, carried);
+        let expires = expiry(now, self.deadline);
+        let mut op = wire::expiring(wire::consume(rule, hash_part, cost, carried), expires);
         if let Some(owner) = target.stand_in_for {
             op = wire::stand_in(op, owner);
         }
         let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
-        self.stats.forwarded(&rule.name);
+        self.stats.forwarded(rule.label());
         match self.peers.decide(target.node, op, self.deadline).await {
             Reply::Answered(mut result) => {
                 self.breakers.answered(id, now);
@@ -215,7 +218,10 @@ impl Remote {
                     // A joiner that has not heard of its cluster: alive,
                     // and ready in a moment. Taken for lost, its holder
                     // stood in, on what it kept after handing it the key.
-                    Answer::NotReady => slow(None).map(Some),
+                    // Or the op expired on its way (it waited out the
+                    // fence somewhere, or the clocks disagree): not
+                    // counted, and as late as an owner that did not answer.
+                    Answer::NotReady | Answer::Expired => slow(None).map(Some),
                 }
             }
             Reply::Late(late) => {
@@ -243,7 +249,10 @@ impl Remote {
 
     /// A limit whose target did not answer in time. Its late answer, if it
     /// comes, is reconciled with what was decided here: an admission there
-    /// that was refused here is refunded there.
+    /// that was refused here is refunded there. An op read after its
+    /// expiry is answered EXPIRED and counted nowhere, so an answer that
+    /// misses the late window can only be one decided in time and then
+    /// held on its way back (`peers::expiry`).
     fn slow(
         &self,
         target: &Target<'_>,

@@ -11,7 +11,7 @@ use super::lease::Lessor;
 use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
 use super::owned::previous_owner;
-use super::peers::{Peers, Reply, LATE_WINDOW};
+use super::peers::{expired, Peers, Reply, LATE_WINDOW};
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
 use crate::stats::{bump, Stats};
@@ -472,6 +472,14 @@ impl OwnerService {
             let empty = CheckError::invalid(InputField::Key, "must not be empty");
             return Some(wire::error_to_wire(&empty));
         }
+        // The fence: every path to a count (here, on a copy, after a wait
+        // for a landing, sent on by a leaving node) comes through this
+        // point, so a consume its gateway has given up on is counted by
+        // no node, however long it was held on its way (`peers::expiry`).
+        if op.kind() == OpKind::Consume && expired(op, self.local.limiter().now()) {
+            bump(&self.stats.expired_ops, 1);
+            return Some(wire::expired());
+        }
         // A gateway whose ring dropped the owner before ours did sends the
         // key here as its new owner: it is decided on the copy, which has
         // the owner's counts, until this node's ring promotes it.
@@ -549,7 +557,6 @@ impl OwnerService {
                 let (Some(rule), None) = (rule, &op.carried) else {
                     return Some(wire::decided(&d));
                 };
-                let d = self.lessor.shorten_denial(rule, &op.key, d);
                 let mut result = wire::decided(&d);
                 if d.allowed {
                     self.replicator.mark(&rule.name, &op.key, d.at);
@@ -604,9 +611,11 @@ impl OwnerService {
         let Some(rule) = rule else {
             return result;
         };
+        // At least the ask itself, from a sender that counts no checks.
+        let used = (op.checks.max(1), op.cost);
         self.lessor
             .hot
-            .record(&rule.name, &op.key, from, op.cost, now);
+            .record_many(&rule.name, &op.key, from, used, now);
         let remaining = limiter.remaining(&op.rule, &op.key).unwrap_or(0);
         result.lease = self.offer(rule, &op.key, from, remaining, now, owned);
         result

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
-pub use rule::{format_duration, By, Rule, Scope};
+pub use rule::{format_duration, By, Rule, Scope, CARRIED_LABEL};
 pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
 pub use tiers::{TierKey, TierWrite};

@@ -324,6 +324,7 @@ fn build(
         shard_of: None,
         scope: r.scope,
         policy,
+        carried: false,
     })
 }
 

@@ -68,9 +68,33 @@ pub struct Rule {
     /// Whether the limit holds per region or across all of them.
     pub scope: Scope,
     pub policy: Policy,
+    /// Set for a limit a request carried ([`Rule::carried`]), never for a
+    /// rule of a set: its name is made of the caller's values.
+    pub carried: bool,
 }
 
+/// The label every limit carried in a request is counted under, in metrics
+/// and in any other tally by rule. A carried limit is named after its value,
+/// so labelling it by name would let a caller mint a series per value; `*`
+/// cannot occur in a rule name, so this label never collides with a rule's.
+pub const CARRIED_LABEL: &str = "override:*";
+
+/// [`CARRIED_LABEL`], allocated once rather than per check.
+static CARRIED: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from(CARRIED_LABEL));
+
 impl Rule {
+    /// The name this rule is counted under: its own, or [`CARRIED_LABEL`]
+    /// for every limit a request carried. Whatever callers send, the
+    /// labels are the rule set's names and this one.
+    pub fn label(&self) -> &Arc<str> {
+        if self.carried {
+            &CARRIED
+        } else {
+            &self.name
+        }
+    }
+
     /// The rule as the config API shows it; parsing this back gives the same rule.
     pub fn to_json(&self) -> serde_json::Value {
         let mut m = serde_json::Map::new();
@@ -131,6 +155,7 @@ impl Rule {
             shard_of: None,
             scope: Scope::Regional,
             policy,
+            carried: true,
         })
     }
 

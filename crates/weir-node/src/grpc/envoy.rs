@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, CheckRequest, CheckResponse, Verdict};
+use weir_core::{CheckError, CheckResponse, Verdict};
 use weir_proto::rls_wire::rate_limit_service_server::RateLimitService;
 use weir_proto::rls_wire::{Encoded, Request as RlsCall};
 
@@ -26,16 +26,13 @@ impl EnvoyRls {
     fn record(
         &self,
         i: usize,
-        check: &CheckRequest,
         outcome: Result<Verdict, CheckError>,
         took: Duration,
     ) -> Result<Verdict, Status> {
         let metrics = &self.state.metrics;
+        // An override is counted under one label whatever its value,
+        // as every edge counts it (`Rule::label`).
         match outcome {
-            Ok(v) if check.limit.is_some() => {
-                metrics.record_override_verdict(&v, took);
-                Ok(v)
-            }
             Ok(v) => {
                 metrics.record_verdict(&v, took);
                 Ok(v)
@@ -108,15 +105,15 @@ impl RateLimitService for EnvoyRls {
         // no vector of outcomes.
         if let [one] = checks.as_slice() {
             let outcome = engine.check(one).await;
-            let verdict = self.record(0, one, outcome, started.elapsed())?;
+            let verdict = self.record(0, outcome, started.elapsed())?;
             return Ok(self.respond(std::slice::from_ref(&verdict)));
         }
         let outcomes = engine.check_many(&checks).await;
         let per_item = started.elapsed() / u32::try_from(checks.len()).unwrap_or(u32::MAX);
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(outcomes.len());
         let mut failed = None;
-        for (i, (o, c)) in outcomes.into_iter().zip(&checks).enumerate() {
-            match self.record(i, c, o, per_item) {
+        for (i, o) in outcomes.into_iter().enumerate() {
+            match self.record(i, o, per_item) {
                 Ok(v) => verdicts.push(v),
                 Err(status) => {
                     failed.get_or_insert(status);

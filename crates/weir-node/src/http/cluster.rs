@@ -126,6 +126,7 @@ fn stats_view(s: &weir_cluster::ClusterStats) -> Value {
         ("slow_decisions", json!(s.slow_decisions)),
         ("replica_decisions", json!(s.replica_decisions)),
         ("late_refunds", json!(s.late_refunds)),
+        ("expired_ops", json!(s.expired_ops)),
         ("charges_owed", json!(s.charges_owed)),
         ("charges_paid", json!(s.charges_paid)),
         ("charges_dropped", json!(s.charges_dropped)),

@@ -483,15 +483,17 @@ fn encode_owner_path(
     )?;
     counter(
         "weir_reconciled_total",
-        "Late owner admissions refunded; admissions decided without the owner: owed, \
-         charged to it, or dropped; a dead owner's recent admissions reported by this \
-         gateway, and added here to a copy that lacked them.",
+        "Late owner admissions refunded; checks that reached this owner after their \
+         gateway gave up, answered without counting (expired); admissions decided \
+         without the owner: owed, charged to it, or dropped; a dead owner's recent \
+         admissions reported by this gateway, and added here to a copy that lacked them.",
     )
     .labeled(
         enc,
         "kind",
         &[
             ("late_refund", s.late_refunds),
+            ("expired", s.expired_ops),
             ("charge_owed", s.charges_owed),
             ("charge_paid", s.charges_paid),
             ("charge_dropped", s.charges_dropped),
