@@ -108,6 +108,18 @@ impl Action {
     }
 }
 
+impl Action {
+    /// The members this action stops, cuts off or slows.
+    fn touches(&self) -> Vec<usize> {
+        match self {
+            Action::Partition { side } => side.clone(),
+            Action::CutOneWay { from, to } => vec![*from, *to],
+            Action::Pause(n) | Action::Crash(n) | Action::Leave(n) | Action::Slow(n, _) => vec![*n],
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -231,14 +243,23 @@ fn episodes_for(
     let mut members = nodes;
     // Members that are gone for good (left), never chosen again.
     let mut gone: Vec<usize> = Vec::new();
+    // Members the episode still going on touches, when the next one
+    // begins before it ends: never chosen by it.
+    let mut busy: Vec<usize> = Vec::new();
     let mut t = Duration::from_millis(rng.random_range(300..2_000));
     let end = duration - Duration::from_millis(500);
     for _ in 0..rng.random_range(1..=3) {
         if t >= end {
             break;
         }
+        let this = out.len();
         let kind = kinds[rng.random_range(0..kinds.len())];
-        let live: Vec<usize> = (0..members).filter(|n| !gone.contains(n)).collect();
+        let live: Vec<usize> = (0..members)
+            .filter(|n| !gone.contains(n) && !busy.contains(n))
+            .collect();
+        if live.is_empty() {
+            break;
+        }
         let pick = |rng: &mut SmallRng| live[rng.random_range(0..live.len())];
         let lasts = Duration::from_millis(rng.random_range(200..3_000));
         let until = (t + lasts).min(end);
@@ -293,7 +314,16 @@ fn episodes_for(
             }
             _ => {}
         }
-        t = until + Duration::from_millis(rng.random_range(100..2_000));
+        busy = out[this..].iter().flat_map(|(_, a)| a.touches()).collect();
+        // One episode in three begins while the last still lasts: where two
+        // mechanisms meet (a join whose old owner then stops answering) is
+        // where a count can be lost.
+        t = if rng.random_bool(1.0 / 3.0) {
+            t + Duration::from_millis(rng.random_range(50..600)).min(lasts)
+        } else {
+            busy.clear();
+            until + Duration::from_millis(rng.random_range(100..2_000))
+        };
     }
     out
 }
