@@ -7,10 +7,13 @@ mod rule;
 mod select;
 mod tiers;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use thiserror::Error;
+
+use crate::determinism::HashState;
 
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
@@ -95,16 +98,28 @@ fn bounded(version: u64) -> Result<u64, RulesError> {
 pub struct RuleSet {
     version: u64,
     writes: tiers::Writes,
-    /// The rules in force: every tier's, less any a name clash between two
-    /// tiers' writes keeps out (see [`RuleSet::merge`]).
+    /// Shared by every copy of the set: a set is cloned for each limiter
+    /// that decides by it (the node's, its replicas', its fallback's), and
+    /// the index of a hundred thousand rules is tens of megabytes.
+    compiled: Arc<Compiled>,
+}
+
+/// The rules in force, every tier's less any a name clash between two
+/// tiers' writes keeps out (see [`RuleSet::merge`]), with their index.
+#[derive(Debug)]
+struct Compiled {
     rules: Vec<Arc<Rule>>,
     index: select::Index,
 }
 
-/// Names unique, and no two rules tied for the same requests.
+/// Names unique, and no two rules tied for the same requests. Linear in
+/// the rules (plus the sort of [`select::refuse_ties`]): a set of a
+/// hundred thousand rules is checked in a fraction of a second.
 fn validate(rules: &[Arc<Rule>]) -> Result<(), RulesError> {
-    for (i, r) in rules.iter().enumerate() {
-        if rules[..i].iter().any(|o| o.name == r.name) {
+    let mut names: HashSet<&str, HashState> = HashSet::default();
+    names.reserve(rules.len());
+    for r in rules {
+        if !names.insert(&r.name) {
             return Err(RuleError {
                 rule: r.name.to_string(),
                 field: "name".into(),
@@ -184,8 +199,25 @@ impl RuleSet {
         RuleSet {
             version,
             writes,
-            rules,
-            index,
+            compiled: Arc::new(Compiled { rules, index }),
+        }
+    }
+
+    /// Every rule enforcing 1/n of its budget ([`Rule::divided`]): what
+    /// one node of n applies alone. Dividing changes limits only, never
+    /// what a rule matches, so the set is not validated again; the
+    /// sub-counters of a sharded rule are divided like any rule.
+    pub fn divided(&self, n: u64) -> RuleSet {
+        let rules: Vec<Arc<Rule>> = self
+            .rules()
+            .iter()
+            .map(|r| Arc::new(r.divided(n)))
+            .collect();
+        let index = select::Index::build(&rules);
+        RuleSet {
+            version: self.version,
+            writes: self.writes.clone(),
+            compiled: Arc::new(Compiled { rules, index }),
         }
     }
 
@@ -359,22 +391,24 @@ impl RuleSet {
 
     /// Written rules kept out of force by a name clash with another tier.
     pub fn displaced(&self) -> Vec<Arc<Rule>> {
+        let in_force: HashSet<*const Rule, HashState> =
+            self.written().map(|r| Arc::as_ptr(r)).collect();
         self.writes
             .values()
             .flat_map(|w| w.rules.iter())
-            .filter(|r| !self.written().any(|f| Arc::ptr_eq(f, r)))
+            .filter(|r| !in_force.contains(&Arc::as_ptr(r)))
             .cloned()
             .collect()
     }
 
     /// Every rule with a counter, sub-counters of sharded rules included.
     pub fn rules(&self) -> &[Arc<Rule>] {
-        &self.rules
+        &self.compiled.rules
     }
 
     /// The rules in force as written: without the sub-counters derived from them.
     pub fn written(&self) -> impl Iterator<Item = &Arc<Rule>> {
-        self.rules.iter().filter(|r| r.shard_of.is_none())
+        self.rules().iter().filter(|r| r.shard_of.is_none())
     }
 
     /// The rules of `tier` in force.
@@ -382,16 +416,16 @@ impl RuleSet {
         self.written().filter(move |r| r.tier.as_deref() == tier)
     }
 
+    /// The rule called `name` and its position, by a lookup: an owner
+    /// finds the rule of every op a peer forwards this way.
     pub fn get(&self, name: &str) -> Option<(usize, &Arc<Rule>)> {
-        self.rules
-            .iter()
-            .enumerate()
-            .find(|(_, r)| &*r.name == name)
+        let i = self.compiled.index.position(name)?;
+        Some((i, &self.rules()[i]))
     }
 
     /// The winning rule of every `by` dimension for this request.
     pub fn select<'r>(&self, req: &select::Subject<'r>) -> Selection {
-        self.index.select(&self.rules, req, None)
+        self.compiled.index.select(self.rules(), req, None)
     }
 
     /// [`RuleSet::select`] for one of several requests selected in turn,
@@ -401,13 +435,18 @@ impl RuleSet {
         req: &select::Subject<'_>,
         memo: &mut SelectMemo,
     ) -> Selection {
-        self.index.select(&self.rules, req, Some(memo))
+        self.compiled.index.select(self.rules(), req, Some(memo))
     }
 }
 
 impl fmt::Display for RuleSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rule set v{} ({} rules)", self.version, self.rules.len())
+        write!(
+            f,
+            "rule set v{} ({} rules)",
+            self.version,
+            self.rules().len()
+        )
     }
 }
 

@@ -425,3 +425,10 @@ fn duration(v: Field<'_>) -> Result<Duration, String> {
     }
     Ok(d)
 }
+
+/// The rules of a JSON body, each with the tier it names, before any
+/// check across rules: what tests compare the set's own checks against.
+#[cfg(test)]
+pub(super) fn set_rules_for_tests(body: &str) -> Vec<super::Rule> {
+    json_rules(&json_doc(body).unwrap(), None).unwrap()
+}
