@@ -87,7 +87,7 @@ impl Engine {
         tier: Option<&str>,
         rules: Vec<Rule>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        self.replace_tier_if(tier, rules, |_| true)
+        self.replace_tier_if(tier, rules, true, |_| true)
     }
 
     /// [`Engine::replace_tier`], only if `precondition` holds for the set in
@@ -95,11 +95,14 @@ impl Engine {
     /// other write can land between the test and the write). When it does
     /// not, nothing changes and the error is [`RulesError::Precondition`]
     /// with the tier's version: how a client refuses to overwrite a change
-    /// it has not seen.
+    /// it has not seen. Unless `allow_empty`, a write of no rules to a tier
+    /// that has some is refused ([`RuleSet::refuse_emptying`]), also under
+    /// the lock, so it is judged against the rules it would remove.
     pub fn replace_tier_if(
         &self,
         tier: Option<&str>,
         rules: Vec<Rule>,
+        allow_empty: bool,
         precondition: impl FnOnce(&RuleSet) -> bool,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.write_rules(|current| {
@@ -109,6 +112,7 @@ impl Engine {
                     version: current.tier_version(tier),
                 });
             }
+            current.refuse_emptying(tier, &rules, allow_empty)?;
             current.with_tier(tier, rules, current.next_version()?)
         })
     }

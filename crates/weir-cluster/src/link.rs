@@ -5,8 +5,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
 };
 
 use crate::topology::membership::NodeIdentity;
@@ -55,10 +55,11 @@ pub trait Link: Send + Sync + 'static {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>>;
 
+    /// What `to` holds that differs from the writes `have` names.
     fn pull_rules(
         &self,
         to: &NodeIdentity,
-        have_version: u64,
+        have: PullRulesRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>>;
 

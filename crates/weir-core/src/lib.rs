@@ -32,7 +32,8 @@ pub use error::{with_causes, CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Applied, Gate, Limiter, LimiterConfig, Placed, Verdict};
 pub use rules::{
-    By, Hot, Rule, RuleError, RuleSet, RulesError, Scope, MAX_VERSION as MAX_RULES_VERSION,
+    By, Hot, Rule, RuleError, RuleSet, RulesError, RulesFile, Scope, TierBody,
+    MAX_VERSION as MAX_RULES_VERSION,
 };
 pub use snapshot::{Absorb, CarriedLimit, CounterSnapshot};
 pub use store::{AbsorbError, StoreCounts};

@@ -248,6 +248,10 @@ impl Metrics {
         self.rules_reloads.get()
     }
 
+    pub fn rules_reload_failures(&self) -> u64 {
+        self.rules_reload_failures.get()
+    }
+
     /// The Prometheus text exposition (version 0.0.4) of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();

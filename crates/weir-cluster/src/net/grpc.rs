@@ -284,10 +284,10 @@ impl Link for TonicLink {
     fn pull_rules(
         &self,
         to: &NodeIdentity,
-        have_version: u64,
+        have: PullRulesRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
-        let req = self.request(PullRulesRequest { have_version }, deadline);
+        let req = self.request(have, deadline);
         self.call(to, deadline, |mut c| async move { c.pull_rules(req).await })
     }
 

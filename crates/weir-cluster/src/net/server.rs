@@ -59,16 +59,17 @@ impl Peer for PeerService {
         self.alive()?;
         self.handler
             .push_rules(r.into_inner())
+            .await
             .map(Response::new)
             .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     async fn pull_rules(
         &self,
-        _r: Request<PullRulesRequest>,
+        r: Request<PullRulesRequest>,
     ) -> Result<Response<WireRuleSet>, Status> {
         self.alive()?;
-        Ok(Response::new(self.handler.pull_rules()))
+        Ok(Response::new(self.handler.pull_rules(r.get_ref())))
     }
 
     async fn sync_counts(&self, r: Request<SyncRequest>) -> Result<Response<SyncResponse>, Status> {

@@ -22,6 +22,38 @@ pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
 pub use tiers::{TierKey, TierWrite};
 
+/// A rules file as parsed: its rules, and whether it says that no rules
+/// at all is what it means (`allow_empty = true`).
+#[derive(Debug, Clone)]
+pub struct RulesFile {
+    pub set: RuleSet,
+    pub allow_empty: bool,
+}
+
+impl RulesFile {
+    /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
+    /// `version` and `allow_empty`).
+    pub fn parse(text: &str) -> Result<RulesFile, RulesError> {
+        parse::from_toml(text)
+    }
+
+    /// Whether reading this file in place of one with rules would lift
+    /// every limit by accident: it holds no rules and does not say
+    /// `allow_empty = true`. A file truncated by a writer that is not done
+    /// yet (`: > rules.toml`) reads as exactly that.
+    pub fn empty_by_accident(&self) -> bool {
+        !self.allow_empty && self.set.written_len() == 0
+    }
+}
+
+/// The body of a `PUT /v1/limits/{tier}`: the tier's new rules, and whether
+/// the writer means to leave the tier with none (`"allow_empty": true`).
+#[derive(Debug, Clone)]
+pub struct TierBody {
+    pub rules: Vec<Rule>,
+    pub allow_empty: bool,
+}
+
 /// A rule that cannot be accepted, naming the rule and the field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("rule \"{rule}\", field \"{field}\": {reason}")]
@@ -205,20 +237,11 @@ impl RuleSet {
 
     /// Every rule enforcing 1/n of its budget ([`Rule::divided`]): what
     /// one node of n applies alone. Dividing changes limits only, never
-    /// what a rule matches, so the set is not validated again; the
-    /// sub-counters of a sharded rule are divided like any rule.
+    /// what a rule matches, so the set is not validated again; a sharded
+    /// rule's sub-counters are parts of its divided limit.
     pub fn divided(&self, n: u64) -> RuleSet {
-        let rules: Vec<Arc<Rule>> = self
-            .rules()
-            .iter()
-            .map(|r| Arc::new(r.divided(n)))
-            .collect();
-        let index = select::Index::build(&rules);
-        RuleSet {
-            version: self.version,
-            writes: self.writes.clone(),
-            compiled: Arc::new(Compiled { rules, index }),
-        }
+        let rules = self.written().map(|r| Arc::new(r.divided(n))).collect();
+        RuleSet::indexed(self.version, self.writes.clone(), rules)
     }
 
     pub fn empty() -> RuleSet {
@@ -226,15 +249,48 @@ impl RuleSet {
     }
 
     /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
-    /// `version`).
+    /// `version` and `allow_empty`).
     pub fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
-        parse::from_toml(text)
+        parse::from_toml(text).map(|f| f.set)
     }
 
     /// Parses the config API's JSON: `{"rules":[{...}]}`, each rule taking the
     /// given tier (a rule naming another tier is refused).
     pub fn parse_tier_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
+        parse::tier_from_json(tier, body).map(|b| b.rules)
+    }
+
+    /// [`RuleSet::parse_tier_json`] with the body's `allow_empty` flag.
+    pub fn parse_tier_body(tier: Option<&str>, body: &str) -> Result<TierBody, RulesError> {
         parse::tier_from_json(tier, body)
+    }
+
+    /// How many rules are in force as written (sub-counters not counted).
+    pub fn written_len(&self) -> usize {
+        self.written().count()
+    }
+
+    /// Refuses a write that would leave `tier` with no rules while it has
+    /// some, unless the writer said `allow_empty`: an empty body is more
+    /// often a client's mistake than a wish to lift every limit of a tier.
+    pub fn refuse_emptying(
+        &self,
+        tier: Option<&str>,
+        rules: &[Rule],
+        allow_empty: bool,
+    ) -> Result<(), RulesError> {
+        if allow_empty || !rules.is_empty() || self.tier(tier).next().is_none() {
+            return Ok(());
+        }
+        Err(RuleError {
+            rule: "(request body)".into(),
+            field: "rules".into(),
+            reason: format!(
+                "is empty and would remove every rule of tier {}; send \"allow_empty\": true to mean it",
+                tier_label(&tier.map(str::to_string))
+            ),
+        }
+        .into())
     }
 
     /// Parses a whole set in JSON: `{"version":N,"rules":[...]}`, every tier
@@ -288,11 +344,7 @@ impl RuleSet {
             let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
             off_tier(&rules, &tier)?;
             candidate.extend(rules.iter().cloned());
-            let write = TierWrite {
-                version,
-                origin: Arc::from(""),
-                rules,
-            };
+            let write = TierWrite::new(version, Arc::from(""), rules);
             writes.insert(tier, write);
         }
         // Validated with the rules in force, as a file is: a name in force
@@ -347,10 +399,11 @@ impl RuleSet {
     /// The same rules as one write at another version, at most [`MAX_VERSION`].
     pub fn with_version(&self, version: u64) -> Result<RuleSet, RulesError> {
         let version = bounded(version)?;
-        let mut writes = self.writes.clone();
-        for w in writes.values_mut() {
-            w.version = version;
-        }
+        let writes = self
+            .writes
+            .iter()
+            .map(|(t, w)| (t.clone(), w.at_version(version)))
+            .collect();
         Ok(RuleSet {
             version,
             writes,
@@ -392,7 +445,7 @@ impl RuleSet {
     /// Written rules kept out of force by a name clash with another tier.
     pub fn displaced(&self) -> Vec<Arc<Rule>> {
         let in_force: HashSet<*const Rule, HashState> =
-            self.written().map(|r| Arc::as_ptr(r)).collect();
+            self.written().map(Arc::as_ptr).collect();
         self.writes
             .values()
             .flat_map(|w| w.rules.iter())

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{By, Hot, Rule, RuleError, RuleSet, RulesError, Scope};
+use super::{By, Hot, Rule, RuleError, RuleSet, RulesError, RulesFile, Scope, TierBody};
 use crate::algorithm::{AlgorithmKind, Policy};
 use crate::rules::RoutePattern;
 
@@ -51,7 +51,7 @@ fn json_field(v: &serde_json::Value) -> Field<'_> {
     }
 }
 
-pub(super) fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
+pub(super) fn from_toml(text: &str) -> Result<RulesFile, RulesError> {
     let doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| RulesError::Syntax {
@@ -59,10 +59,16 @@ pub(super) fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
             message: e.to_string(),
         })?;
     let mut version = 0;
+    let mut allow_empty = false;
     let mut rules = Vec::new();
     for (key, value) in &doc {
         match key.as_str() {
             "version" => version = parse_version(toml_field(value))?,
+            "allow_empty" => {
+                allow_empty = value
+                    .as_bool()
+                    .ok_or_else(|| top_level("allow_empty", "must be true or false"))?
+            }
             "rule" => {
                 let Some(tables) = value.as_array() else {
                     return Err(top_level("rule", "must be an array of [[rule]] tables"));
@@ -86,7 +92,10 @@ pub(super) fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
             }
         }
     }
-    RuleSet::new(version, rules)
+    Ok(RulesFile {
+        set: RuleSet::new(version, rules)?,
+        allow_empty,
+    })
 }
 
 fn top_level(field: &str, reason: &str) -> RulesError {
@@ -150,7 +159,7 @@ fn json_rules(
     Ok(rules)
 }
 
-pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
+pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<TierBody, RulesError> {
     // The tier every rule will take, held to the bounds of a rule's own
     // `tier` field, so a set written here is one a rules file could hold
     // and a peer will accept.
@@ -158,13 +167,25 @@ pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>
         text(Field::Str(t), MAX_NAME_LEN).map_err(|reason| body_level("tier", &reason))?;
     }
     let doc = json_doc(body)?;
-    if let Some(k) = doc.keys().find(|k| k.as_str() != "rules") {
+    if let Some(k) = doc
+        .keys()
+        .find(|k| !matches!(k.as_str(), "rules" | "allow_empty"))
+    {
         return Err(body_level(
             k,
-            "unknown field; the body is {\"rules\": [...]}",
+            "unknown field; the body is {\"rules\": [...]} (and \"allow_empty\": true to empty a tier)",
         ));
     }
-    json_rules(&doc, Some(tier))
+    let allow_empty = match doc.get("allow_empty") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| body_level("allow_empty", "must be true or false"))?,
+    };
+    Ok(TierBody {
+        rules: json_rules(&doc, Some(tier))?,
+        allow_empty,
+    })
 }
 
 pub(super) fn set_from_json(body: &str) -> Result<RuleSet, RulesError> {

@@ -55,15 +55,36 @@ pub async fn put_limits(
         Ok(b) => b,
         Err(p) => return p.into_response(),
     };
-    let Ok(text) = std::str::from_utf8(&bytes) else {
+    if std::str::from_utf8(&bytes).is_err() {
         return Problem::invalid("body", "the body is not UTF-8").into_response();
-    };
-    let replaced = RuleSet::parse_tier_json(tier.as_deref(), text).and_then(|rules| {
+    }
+    // Parsing, validating and indexing a set of many rules is CPU work
+    // of a size the caller chooses: on the blocking pool, the workers
+    // go on answering checks meanwhile.
+    let writer = (state.clone(), tier.clone());
+    let replaced = tokio::task::spawn_blocking(move || {
+        let (state, tier) = writer;
+        let text = std::str::from_utf8(&bytes).expect("checked above");
         let t = tier.as_deref();
-        state
-            .engine
-            .replace_tier_if(t, rules, |current| condition.allows(&tier_tag(current, t)))
-    });
+        RuleSet::parse_tier_body(t, text).and_then(|body| {
+            state
+                .engine
+                .replace_tier_if(t, body.rules, body.allow_empty, |current| {
+                    condition.allows(&tier_tag(current, t))
+                })
+        })
+    })
+    .await;
+    let replaced = match replaced {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "a rules write failed to finish");
+            return Problem::unavailable(
+                "the write did not finish; the rules in force are unchanged",
+            )
+            .into_response();
+        }
+    };
     match replaced {
         Ok(set) => {
             tracing::info!(

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use weir_core::{LimiterConfig, RuleSet, SystemClock};
 use weir_proto::weir::v1::{
     DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
 };
 
 use super::*;
@@ -64,7 +64,7 @@ impl Link for SlowOwner {
     fn pull_rules(
         &self,
         _: &NodeIdentity,
-        _: u64,
+        _: PullRulesRequest,
         _: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
         unreachable!("the batcher only decides")
