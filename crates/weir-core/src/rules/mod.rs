@@ -1,5 +1,6 @@
 //! The rule model (docs/configuration.md, "The rules file"): which limits a request meets.
 
+mod file;
 mod hot;
 mod parse;
 mod pattern;
@@ -34,7 +35,7 @@ impl RulesFile {
     /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
     /// `version` and `allow_empty`).
     pub fn parse(text: &str) -> Result<RulesFile, RulesError> {
-        parse::from_toml(text)
+        file::from_toml(text)
     }
 
     /// Whether reading this file in place of one with rules would lift
@@ -251,7 +252,7 @@ impl RuleSet {
     /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
     /// `version` and `allow_empty`).
     pub fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
-        parse::from_toml(text).map(|f| f.set)
+        file::from_toml(text).map(|f| f.set)
     }
 
     /// Parses the config API's JSON: `{"rules":[{...}]}`, each rule taking the
@@ -444,8 +445,7 @@ impl RuleSet {
 
     /// Written rules kept out of force by a name clash with another tier.
     pub fn displaced(&self) -> Vec<Arc<Rule>> {
-        let in_force: HashSet<*const Rule, HashState> =
-            self.written().map(Arc::as_ptr).collect();
+        let in_force: HashSet<*const Rule, HashState> = self.written().map(Arc::as_ptr).collect();
         self.writes
             .values()
             .flat_map(|w| w.rules.iter())
