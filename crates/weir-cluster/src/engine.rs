@@ -16,6 +16,7 @@ use weir_core::{
 use crate::cluster::Cluster;
 use crate::strategy::local::LocalStrategy;
 use crate::strategy::Strategy;
+use crate::topology::tier_writes::{self, Condition, TierWriteError};
 
 /// The decision engine a node serves.
 pub struct Engine {
@@ -115,6 +116,34 @@ impl Engine {
             current.refuse_emptying(tier, &rules, allow_empty)?;
             current.with_tier(tier, rules, current.next_version()?)
         })
+    }
+
+    /// A `PUT /v1/limits/{tier}` body written as one write, if `condition`
+    /// holds for the tier's entity tag ([`tier_writes::tier_tag`]) when it
+    /// is written. In a cluster the tier's owner on the ring makes it (see
+    /// [`tier_writes`]); alone, this engine, on the blocking pool: parsing
+    /// and indexing a large set is no work for the workers.
+    pub async fn write_tier(
+        self: &Arc<Self>,
+        tier: Option<String>,
+        body: String,
+        condition: Condition,
+    ) -> Result<Arc<RuleSet>, TierWriteError> {
+        if let Some(cluster) = &self.cluster {
+            return cluster.write_tier(tier, body, condition).await;
+        }
+        let engine = self.clone();
+        let written = crate::offload::blocking(move || {
+            let t = tier.as_deref();
+            let body = RuleSet::parse_tier_body(t, &body)?;
+            engine.replace_tier_if(t, body.rules, body.allow_empty, |current| {
+                condition.allows(&tier_writes::tier_tag(current, t))
+            })
+        })
+        .await;
+        written
+            .ok_or(TierWriteError::Unfinished)?
+            .map_err(Into::into)
     }
 
     /// Installs a whole set (a rules file read at start or by hand): every

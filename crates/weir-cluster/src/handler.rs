@@ -7,7 +7,8 @@ use weir_proto::weir::v1::{
     Breaker, BreakerState, Breakers, CallFate, DecideRequest, DecideResponse, FallbackSummary,
     HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
     PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::owner::handoff;
@@ -157,6 +158,11 @@ impl PeerHandler {
             version: self.limiter.rules().version(),
             applied,
         })
+    }
+
+    /// A tier's write forwarded to this member as the tier's owner.
+    pub async fn write_tier(&self, req: WriteTierRequest) -> WriteTierResponse {
+        crate::topology::tier_writes::serve(self.rules.clone(), req).await
     }
 
     pub fn pull_rules(&self, have: &PullRulesRequest) -> WireRuleSet {

@@ -6,7 +6,8 @@ use futures::future::BoxFuture;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
     PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::topology::membership::NodeIdentity;
@@ -54,6 +55,14 @@ pub trait Link: Send + Sync + 'static {
         set: WireRuleSet,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>>;
+
+    /// A tier's write made by `to`, the tier's owner.
+    fn write_tier(
+        &self,
+        to: &NodeIdentity,
+        req: WriteTierRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>>;
 
     /// What `to` holds that differs from the writes `have` names.
     fn pull_rules(

@@ -20,7 +20,8 @@ use weir_core::{Clock, Limiter, Nanos};
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
     PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::cluster::{Cluster, ClusterError, Transport};
@@ -748,6 +749,17 @@ impl Link for MemoryLink {
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
         self.call(to, deadline, "pull_rules", have, |h, have| async move {
             Ok(h.pull_rules(&have))
+        })
+    }
+
+    fn write_tier(
+        &self,
+        to: &NodeIdentity,
+        req: WriteTierRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>> {
+        self.call(to, deadline, "write_tier", req, |h, req| async move {
+            Ok(h.write_tier(req).await)
         })
     }
 

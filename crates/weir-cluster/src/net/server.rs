@@ -9,6 +9,7 @@ use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
     MembersResponse, NodeSummary, PullRulesRequest, PushRulesResponse, ReplicateRequest,
     ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    WriteTierRequest, WriteTierResponse,
 };
 
 use crate::handler::PeerHandler;
@@ -70,6 +71,14 @@ impl Peer for PeerService {
     ) -> Result<Response<WireRuleSet>, Status> {
         self.alive()?;
         Ok(Response::new(self.handler.pull_rules(r.get_ref())))
+    }
+
+    async fn write_tier(
+        &self,
+        r: Request<WriteTierRequest>,
+    ) -> Result<Response<WriteTierResponse>, Status> {
+        self.alive()?;
+        Ok(Response::new(self.handler.write_tier(r.into_inner()).await))
     }
 
     async fn sync_counts(&self, r: Request<SyncRequest>) -> Result<Response<SyncResponse>, Status> {

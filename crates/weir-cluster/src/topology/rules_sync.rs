@@ -187,6 +187,19 @@ impl Rules {
         Ok(true)
     }
 
+    /// The set in force.
+    pub fn current_set(&self) -> Arc<RuleSet> {
+        self.limiter.rules()
+    }
+
+    pub(crate) fn routing(&self) -> &Arc<Routing> {
+        &self.routing
+    }
+
+    pub(crate) fn link(&self) -> &Arc<dyn Link> {
+        &self.link
+    }
+
     /// The set in force, as peers exchange it: only the tiers whose write
     /// differs from those `have` names (every tier when it names none).
     pub fn current(&self, have: &PullRulesRequest) -> WireRuleSet {
@@ -248,7 +261,7 @@ pub fn to_wire(set: &RuleSet) -> WireRuleSet {
 }
 
 /// The tiers of `set` written after version `after`: what one write changed.
-fn to_wire_since(set: &RuleSet, after: u64) -> WireRuleSet {
+pub(crate) fn to_wire_since(set: &RuleSet, after: u64) -> WireRuleSet {
     to_wire_where(set, |_, w| w.version > after)
 }
 

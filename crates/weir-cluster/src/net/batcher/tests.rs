@@ -11,7 +11,8 @@ use weir_core::{LimiterConfig, RuleSet, SystemClock};
 use weir_proto::weir::v1::{
     DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
     PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
-    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use super::*;
@@ -67,6 +68,15 @@ impl Link for SlowOwner {
         _: PullRulesRequest,
         _: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn write_tier(
+        &self,
+        _: &NodeIdentity,
+        _: WriteTierRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>> {
         unreachable!("the batcher only decides")
     }
 
