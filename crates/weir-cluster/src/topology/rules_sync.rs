@@ -103,17 +103,22 @@ impl Rules {
         let me = self.routing.me();
         let (set, before) =
             write_signed(&self.install, &self.limiter, me, write, &*self.on_change)?;
-        self.push(to_wire_since(&set, before));
+        self.push(|| to_wire_since(&set, before));
         Ok(set)
     }
 
-    fn push(&self, wire: WireRuleSet) {
+    /// Pushes `wire()` to every peer; builds nothing when there is none
+    /// (the JSON of a large tier is a good part of what a write costs).
+    fn push(&self, wire: impl FnOnce() -> WireRuleSet) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let pushes: Vec<_> = self
-            .routing
-            .peers()
+        let peers = self.routing.peers();
+        if peers.is_empty() {
+            return;
+        }
+        let wire = wire();
+        let pushes: Vec<_> = peers
             .into_iter()
             .map(|m| {
                 let call = self.link.push_rules(&m, wire.clone(), RULES_CALL_DEADLINE);
