@@ -117,6 +117,7 @@ def run(n):
             )
             if ready:
                 break
+            gone(procs)
             if time.monotonic() - start > 300:
                 raise SystemExit(f"{n} rules: not ready after 300 s")
             time.sleep(0.05)
@@ -143,7 +144,7 @@ def run(n):
                 failed[0] += 0 if ok else 1
                 time.sleep(PROBE_EVERY)
 
-        threads = [threading.Thread(target=probe, args=(p,)) for p in ports]
+        threads = [threading.Thread(target=probe, args=(p,), daemon=True) for p in ports]
         for th in threads:
             th.start()
         spreads = []
@@ -152,6 +153,7 @@ def run(n):
             t = time.monotonic()
             write_atomic(f"{path}.0", rules_text(n, want))
             while not all(limit7(p)[1] == want for p in ports):
+                gone(procs)
                 if time.monotonic() - t > 120:
                     raise SystemExit(f"{n} rules: rewrite {round_} not seen after 120 s")
                 time.sleep(0.02)
@@ -175,6 +177,13 @@ def run(n):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def gone(procs):
+    """Stops the run when a node has exited: its ports would only refuse."""
+    dead = [p.args[3] for p in procs if p.poll() is not None]
+    if dead:
+        raise SystemExit(f"node(s) {dead} exited; see {OUT}")
 
 
 def _ready(port):
