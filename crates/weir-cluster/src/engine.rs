@@ -171,12 +171,12 @@ impl Engine {
         next: RuleSet,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.write_rules(|current| {
-            let changes = previous.unwrap_or(current).tier_changes(&next);
+            let changes = previous.unwrap_or(current).shared_tier_changes(&next);
             if changes.is_empty() {
                 return Ok(current.clone());
             }
             let version = next.version().max(current.next_version()?);
-            current.with_tiers(changes, version)
+            current.with_shared_tiers(changes, version)
         })
     }
 

@@ -129,7 +129,7 @@ fn child(n: usize) {
     let current = lim.rules();
     let version = current.next_version().expect("below the ceiling");
     let written = current
-        .with_tiers(set.tier_changes(&next), version)
+        .with_shared_tiers(set.shared_tier_changes(&next), version)
         .expect("a valid edit");
     lim.install(written);
     let reload = t.elapsed();

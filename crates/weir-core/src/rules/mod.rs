@@ -329,6 +329,22 @@ impl RuleSet {
         changes: Vec<(TierKey, Vec<Rule>)>,
         version: u64,
     ) -> Result<RuleSet, RulesError> {
+        let shared = changes
+            .into_iter()
+            .map(|(tier, rules)| (tier, rules.into_iter().map(Arc::new).collect()))
+            .collect();
+        self.with_shared_tiers(shared, version)
+    }
+
+    /// [`RuleSet::with_tiers`] with the rules already shared: an edit of a
+    /// rules file writes the very rules the file was parsed into, so the
+    /// set in force and the file's set hold one copy of each rule between
+    /// them, not two.
+    pub fn with_shared_tiers(
+        &self,
+        changes: Vec<(TierKey, Vec<Arc<Rule>>)>,
+        version: u64,
+    ) -> Result<RuleSet, RulesError> {
         bounded(version)?;
         let mut writes = self.writes.clone();
         let mut candidate: Vec<Arc<Rule>> = self
@@ -342,7 +358,6 @@ impl RuleSet {
                     "must be above the version of every tier it replaces",
                 ));
             }
-            let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
             off_tier(&rules, &tier)?;
             candidate.extend(rules.iter().cloned());
             let write = TierWrite::new(version, Arc::from(""), rules);
@@ -357,6 +372,14 @@ impl RuleSet {
     /// What turns this set into `next`: each tier whose written rules
     /// differ, with `next`'s rules (none, for a tier `next` lacks).
     pub fn tier_changes(&self, next: &RuleSet) -> Vec<(TierKey, Vec<Rule>)> {
+        self.shared_tier_changes(next)
+            .into_iter()
+            .map(|(tier, rules)| (tier, rules.iter().map(|r| (**r).clone()).collect()))
+            .collect()
+    }
+
+    /// [`RuleSet::tier_changes`] with `next`'s rules shared, not copied.
+    pub fn shared_tier_changes(&self, next: &RuleSet) -> Vec<(TierKey, Vec<Arc<Rule>>)> {
         let rules_of = |s: &RuleSet, t: &TierKey| -> Vec<Arc<Rule>> {
             s.writes.get(t).map(|w| w.rules.clone()).unwrap_or_default()
         };
@@ -366,10 +389,7 @@ impl RuleSet {
         tiers
             .into_iter()
             .filter(|t| rules_of(self, t) != rules_of(next, t))
-            .map(|t| {
-                let rules = rules_of(next, t).iter().map(|r| (**r).clone()).collect();
-                (t.clone(), rules)
-            })
+            .map(|t| (t.clone(), rules_of(next, t)))
             .collect()
     }
 
