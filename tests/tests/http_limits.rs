@@ -222,3 +222,32 @@ async fn malformed_json_body_is_400_naming_body() {
         parts(put(&node, "free", Some(&auth), "{\"rules\":".into()).await).await;
     assert_eq!((status, &problem["field"]), (400, &json!("body")));
 }
+
+/// Guard: `{"rules":[]}` to a tier with rules is refused naming the field
+/// (an empty body is more often a mistake than a wish to lift every limit
+/// of the tier); with `"allow_empty": true` it empties the tier.
+#[tokio::test]
+async fn put_that_would_empty_a_tier_is_422_unless_it_says_allow_empty() {
+    let node = start().await;
+    let auth = format!("Bearer {TOKEN}");
+    let empty = json!({"rules": []}).to_string();
+    let (status, _, problem) = parts(put(&node, "free", Some(&auth), empty).await).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["field"], "rules");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("allow_empty"),
+        "{problem}"
+    );
+    assert_eq!(
+        names(&node.get_json("/v1/limits/free").await),
+        ["free-per-client"]
+    );
+    let meant = json!({"rules": [], "allow_empty": true}).to_string();
+    let (status, _, doc) = parts(put(&node, "free", Some(&auth), meant).await).await;
+    assert_eq!(status, 200, "{doc}");
+    assert!(names(&doc).is_empty());
+    // A tier with no rules may be written empty without saying so.
+    let (status, _, _) =
+        parts(put(&node, "gold", Some(&auth), json!({"rules": []}).to_string()).await).await;
+    assert_eq!(status, 200);
+}

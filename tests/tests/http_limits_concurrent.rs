@@ -155,32 +155,58 @@ async fn a_malformed_if_match_is_400_naming_it() {
         .is_empty());
 }
 
+/// Guard: every write to one tier is made by one member (the tier's owner
+/// on the ring), so of two writes through two nodes on the strength of one
+/// `ETag`, exactly one lands and the other is 412; the write that landed
+/// is in force on both nodes, and nothing of the other is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn of_two_conditional_writes_to_one_tier_on_two_nodes_the_loser_sees_from_the_tag() {
-    let nodes = start_cluster(2, RULES, |c| c.admin_token = Some(TOKEN.into())).await;
-    let tag = etag(&nodes[0], "free").await.unwrap();
-    let (ra, rb) = (tier_rules("free-a", 5), tier_rules("free-b", 7));
-    let (a, b) = tokio::join!(
-        put(&nodes[0], "free", Some(&tag), &ra),
-        put(&nodes[1], "free", Some(&tag), &rb)
-    );
-    let tags: Vec<String> = [&a, &b]
-        .iter()
-        .filter(|r| r.status() == 200)
-        .map(|r| header(r.headers(), "etag").unwrap().to_string())
-        .collect();
-    assert!(!tags.is_empty(), "at least one write lands");
-    // Both nodes settle on one write, and its tag is one a writer was given.
-    wait_until("both nodes list the same write", || async {
-        let (t0, t1) = (etag(&nodes[0], "free").await, etag(&nodes[1], "free").await);
-        t0 == t1 && t0.as_ref().is_some_and(|t| tags.contains(t))
-    })
-    .await;
-    let settled = etag(&nodes[0], "free").await.unwrap();
-    // The other writer's tag (when both landed) is not the one in force:
-    // writing on the strength of it is refused.
-    for lost in tags.iter().filter(|t| **t != settled) {
-        let res = put(&nodes[0], "free", Some(lost), &tier_rules("free-c", 9)).await;
-        assert_eq!(res.status(), 412);
+async fn of_two_conditional_writes_to_one_tier_on_two_nodes_exactly_one_lands() {
+    let nodes = start_cluster(3, RULES, |c| c.admin_token = Some(TOKEN.into())).await;
+    // Rounds over several tiers, so the tier's owner is sometimes one of
+    // the writers' nodes and sometimes the third.
+    for tier in ["free", "pro", "gold", "team", "trial", "edu"] {
+        let tag = etag(&nodes[0], tier).await.unwrap();
+        let (ra, rb) = (
+            tier_rules(&format!("{tier}-a"), 5),
+            tier_rules(&format!("{tier}-b"), 7),
+        );
+        let (a, b) = tokio::join!(
+            put(&nodes[0], tier, Some(&tag), &ra),
+            put(&nodes[1], tier, Some(&tag), &rb)
+        );
+        let mut statuses = [a.status().as_u16(), b.status().as_u16()];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [200, 412],
+            "{tier}: one write lands, the other is refused"
+        );
+        let won = [&a, &b]
+            .into_iter()
+            .find(|r| r.status() == 200)
+            .map(|r| header(r.headers(), "etag").unwrap().to_string())
+            .unwrap();
+        // The node that wrote answers with the write in force on it.
+        for node in &nodes {
+            wait_until(
+                &format!("{tier}: every node holds the write that landed"),
+                || async { etag(node, tier).await.as_deref() == Some(won.as_str()) },
+            )
+            .await;
+        }
+    }
+}
+
+/// A write through a node that is not the tier's owner is in force on
+/// that node when its 200 is sent: a GET right after shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_write_is_in_force_on_the_node_that_answered() {
+    let nodes = start_cluster(3, RULES, |c| c.admin_token = Some(TOKEN.into())).await;
+    for (i, tier) in ["free", "pro", "gold", "team"].into_iter().enumerate() {
+        let node = &nodes[i % nodes.len()];
+        let (status, h, _) =
+            parts(put(node, tier, None, &tier_rules(&format!("{tier}-r"), 3)).await).await;
+        assert_eq!(status, 200);
+        assert_eq!(etag(node, tier).await.as_deref(), header(&h, "etag"));
     }
 }

@@ -118,3 +118,26 @@ async fn a_configmap_style_symlink_swap_is_reloaded() {
     wait_for_limit(&node, 3).await;
     assert!(version(&node).await > v0);
 }
+
+/// Guard: a rules file truncated while its rules are in force (`: >
+/// rules.toml`) is refused, counted and logged; every limit stays.
+#[tokio::test]
+async fn a_rules_file_truncated_to_nothing_keeps_the_rules_and_counts_the_failure() {
+    let node = TestNode::start(&rules(1), |_| {}).await;
+    node.write_rules("");
+    wait_until("the refusal is counted in /metrics", || async {
+        node.metric("weir_rules_reload_failures_total").await >= Some(1.0)
+    })
+    .await;
+    assert_eq!(limit(&node).await, 1, "the rules stay in force");
+    assert_eq!(node.check(json!({"key": "k"})).await.status(), 200);
+    assert_eq!(node.check(json!({"key": "k"})).await.status(), 429);
+    // Said explicitly, no rules is what the file means.
+    node.write_rules("allow_empty = true\n");
+    wait_until("the rules are removed", || async {
+        node.get_json("/v1/limits/*").await["rules"]
+            .as_array()
+            .is_some_and(|r| r.is_empty())
+    })
+    .await;
+}

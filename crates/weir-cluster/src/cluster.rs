@@ -46,6 +46,7 @@ use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
 use crate::topology::rules_sync::{Rules, RulesHints};
 use crate::topology::seeds::SeedResolver;
+use crate::topology::tier_writes::{self, Condition, TierWriteError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -485,6 +486,17 @@ impl Cluster {
     /// Region protocol counters (reports sent, grants, failed calls).
     pub fn regional(&self) -> Option<&Arc<Regional>> {
         self.inner.regional.as_ref()
+    }
+
+    /// A `PUT /v1/limits/{tier}`: made by the tier's owner on the ring
+    /// (here, or forwarded), `condition` judged there under its rules lock.
+    pub async fn write_tier(
+        &self,
+        tier: Option<String>,
+        body: String,
+        condition: Condition,
+    ) -> Result<Arc<RuleSet>, TierWriteError> {
+        tier_writes::write(self.inner.rules.clone(), tier, body, condition).await
     }
 
     /// Applies a local rule write and pushes the result to every member.

@@ -43,13 +43,7 @@ impl Divided {
     pub fn rebuild(&self, rules: &RuleSet, n: usize) {
         let n = n.max(1);
         self.n.store(n, Ordering::Relaxed);
-        let divided = rules.rules().iter().map(|r| r.divided(n as u64)).collect();
-        match RuleSet::new(rules.version(), divided) {
-            Ok(set) => self.limiter.install_resized(set),
-            // Dividing changes only limits, never what a rule matches, so a
-            // valid set stays valid; keep the last good one if not.
-            Err(e) => tracing::error!(error = %e, "cannot divide the rules"),
-        }
+        self.limiter.install_resized(rules.divided(n as u64));
     }
 
     pub fn members(&self) -> usize {

@@ -16,6 +16,7 @@ use weir_core::{
 use crate::cluster::Cluster;
 use crate::strategy::local::LocalStrategy;
 use crate::strategy::Strategy;
+use crate::topology::tier_writes::{self, Condition, TierWriteError};
 
 /// The decision engine a node serves.
 pub struct Engine {
@@ -87,7 +88,7 @@ impl Engine {
         tier: Option<&str>,
         rules: Vec<Rule>,
     ) -> Result<Arc<RuleSet>, RulesError> {
-        self.replace_tier_if(tier, rules, |_| true)
+        self.replace_tier_if(tier, rules, true, |_| true)
     }
 
     /// [`Engine::replace_tier`], only if `precondition` holds for the set in
@@ -95,11 +96,14 @@ impl Engine {
     /// other write can land between the test and the write). When it does
     /// not, nothing changes and the error is [`RulesError::Precondition`]
     /// with the tier's version: how a client refuses to overwrite a change
-    /// it has not seen.
+    /// it has not seen. Unless `allow_empty`, a write of no rules to a tier
+    /// that has some is refused ([`RuleSet::refuse_emptying`]), also under
+    /// the lock, so it is judged against the rules it would remove.
     pub fn replace_tier_if(
         &self,
         tier: Option<&str>,
         rules: Vec<Rule>,
+        allow_empty: bool,
         precondition: impl FnOnce(&RuleSet) -> bool,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.write_rules(|current| {
@@ -109,8 +113,37 @@ impl Engine {
                     version: current.tier_version(tier),
                 });
             }
+            current.refuse_emptying(tier, &rules, allow_empty)?;
             current.with_tier(tier, rules, current.next_version()?)
         })
+    }
+
+    /// A `PUT /v1/limits/{tier}` body written as one write, if `condition`
+    /// holds for the tier's entity tag ([`tier_writes::tier_tag`]) when it
+    /// is written. In a cluster the tier's owner on the ring makes it (see
+    /// [`tier_writes`]); alone, this engine, on the blocking pool: parsing
+    /// and indexing a large set is no work for the workers.
+    pub async fn write_tier(
+        self: &Arc<Self>,
+        tier: Option<String>,
+        body: String,
+        condition: Condition,
+    ) -> Result<Arc<RuleSet>, TierWriteError> {
+        if let Some(cluster) = &self.cluster {
+            return cluster.write_tier(tier, body, condition).await;
+        }
+        let engine = self.clone();
+        let written = crate::offload::blocking(move || {
+            let t = tier.as_deref();
+            let body = RuleSet::parse_tier_body(t, &body)?;
+            engine.replace_tier_if(t, body.rules, body.allow_empty, |current| {
+                condition.allows(&tier_writes::tier_tag(current, t))
+            })
+        })
+        .await;
+        written
+            .ok_or(TierWriteError::Unfinished)?
+            .map_err(Into::into)
     }
 
     /// Installs a whole set (a rules file read at start or by hand): every
@@ -138,12 +171,12 @@ impl Engine {
         next: RuleSet,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.write_rules(|current| {
-            let changes = previous.unwrap_or(current).tier_changes(&next);
+            let changes = previous.unwrap_or(current).shared_tier_changes(&next);
             if changes.is_empty() {
                 return Ok(current.clone());
             }
             let version = next.version().max(current.next_version()?);
-            current.with_tiers(changes, version)
+            current.with_shared_tiers(changes, version)
         })
     }
 

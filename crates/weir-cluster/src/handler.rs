@@ -6,8 +6,9 @@ use weir_core::{Limiter, RulesError};
 use weir_proto::weir::v1::{
     Breaker, BreakerState, Breakers, CallFate, DecideRequest, DecideResponse, FallbackSummary,
     HandoffRequest, HandoffResponse, HotKey, HotKeys, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::owner::handoff;
@@ -151,16 +152,21 @@ impl PeerHandler {
         })
     }
 
-    pub fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
-        let applied = self.rules.adopt(&wire, "a push")?;
+    pub async fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
+        let applied = self.rules.adopt(wire, "a push").await?;
         Ok(PushRulesResponse {
             version: self.limiter.rules().version(),
             applied,
         })
     }
 
-    pub fn pull_rules(&self) -> WireRuleSet {
-        self.rules.current()
+    /// A tier's write forwarded to this member as the tier's owner.
+    pub async fn write_tier(&self, req: WriteTierRequest) -> WriteTierResponse {
+        crate::topology::tier_writes::serve(self.rules.clone(), req).await
+    }
+
+    pub fn pull_rules(&self, have: &PullRulesRequest) -> WireRuleSet {
+        self.rules.current(have)
     }
 
     pub fn sync_counts(&self, req: SyncRequest) -> Result<SyncResponse, SyncRefused> {

@@ -5,8 +5,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::topology::membership::NodeIdentity;
@@ -55,10 +56,19 @@ pub trait Link: Send + Sync + 'static {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>>;
 
+    /// A tier's write made by `to`, the tier's owner.
+    fn write_tier(
+        &self,
+        to: &NodeIdentity,
+        req: WriteTierRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>>;
+
+    /// What `to` holds that differs from the writes `have` names.
     fn pull_rules(
         &self,
         to: &NodeIdentity,
-        have_version: u64,
+        have: PullRulesRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>>;
 

@@ -53,7 +53,7 @@ async fn a_node_without_the_secret_is_never_a_member_and_its_peer_calls_are_refu
     let e = client.decide(decide()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
     let e = client
-        .pull_rules(PullRulesRequest { have_version: 0 })
+        .pull_rules(PullRulesRequest::default())
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated);

@@ -32,7 +32,7 @@ pub use error::{with_causes, CheckError, InputField, Unavailable};
 pub use key::{hash_part, CounterKey};
 pub use limiter::{Applied, Gate, Limiter, LimiterConfig, Placed, Verdict};
 pub use rules::{
-    By, Hot, Rule, RuleError, RuleSet, RulesError, Scope, CARRIED_LABEL,
+    By, Hot, Rule, RuleError, RuleSet, RulesError, RulesFile, Scope, TierBody, CARRIED_LABEL,
     MAX_VERSION as MAX_RULES_VERSION,
 };
 pub use snapshot::{Absorb, CarriedLimit, CounterSnapshot};

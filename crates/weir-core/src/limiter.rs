@@ -1,6 +1,5 @@
 //! The limiter: rules, counters and a clock composed into one `check`.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -99,7 +98,13 @@ pub enum Placed {
 struct Tables {
     rules: Arc<RuleSet>,
     counters: Vec<Arc<Counters>>,
-    by_name: HashMap<Arc<str>, usize>,
+}
+
+impl Tables {
+    /// The position of the rule called `name` (the set's own index).
+    fn position(&self, name: &str) -> Option<usize> {
+        self.rules.get(name).map(|(i, _)| i)
+    }
 }
 
 /// Validates a request and selects its limits in `rules`, refusing a cost
@@ -215,7 +220,6 @@ impl Limiter {
             tables: ArcSwap::from_pointee(Tables {
                 rules: Arc::new(RuleSet::empty()),
                 counters: Vec::new(),
-                by_name: HashMap::new(),
             }),
             carried: Carried::new(config.max_keys_per_rule),
             gate: Arc::default(),
@@ -284,7 +288,7 @@ impl Limiter {
     /// Gives back what the admitted limits of a denied request consumed.
     fn refund_all(&self, t: &Tables, applied: &[Applied], cost: u64) {
         for a in applied.iter().filter(|a| a.decision.allowed) {
-            if let Some(&i) = t.by_name.get(&a.rule.name) {
+            if let Some(i) = t.position(&a.rule.name) {
                 t.counters[i].refund(&a.hash_part, a.decision.at, cost);
             }
             if let Some(g) = self.gate_of(&a.rule) {
@@ -324,12 +328,10 @@ impl Limiter {
         let now = self.clock.now();
         let max_keys = self.config.max_keys_per_rule;
         let mut counters = Vec::with_capacity(rules.rules().len());
-        let mut by_name = HashMap::new();
-        for (i, r) in rules.rules().iter().enumerate() {
+        for r in rules.rules() {
             let previous = old
-                .by_name
-                .get(&r.name)
-                .map(|&j| (&old.rules.rules()[j], &old.counters[j]));
+                .position(&r.name)
+                .map(|j| (&old.rules.rules()[j], &old.counters[j]));
             let table = match previous {
                 Some((_, c)) if *c.policy() == r.policy => Some(c.clone()),
                 Some((was, c)) if resize && only_limit_changed(was, r) => {
@@ -338,12 +340,10 @@ impl Limiter {
                 _ => None,
             };
             counters.push(table.unwrap_or_else(|| Arc::new(Counters::new(r.policy, max_keys))));
-            by_name.insert(r.name.clone(), i);
         }
         self.tables.store(Arc::new(Tables {
             rules: Arc::new(rules),
             counters,
-            by_name,
         }));
     }
 
@@ -513,9 +513,8 @@ impl Limiter {
 
     fn counters(&self, rule: &str) -> Result<Arc<Counters>, CheckError> {
         let t = self.tables.load();
-        t.by_name
-            .get(rule)
-            .map(|&i| t.counters[i].clone())
+        t.position(rule)
+            .map(|i| t.counters[i].clone())
             .ok_or_else(|| Unavailable::UnknownRule(rule.to_string()).into())
     }
 
@@ -542,9 +541,8 @@ impl Limiter {
 
     fn rule_and_counters(&self, rule: &str) -> Result<(Arc<Rule>, Arc<Counters>), CheckError> {
         let t = self.tables.load();
-        t.by_name
-            .get(rule)
-            .map(|&i| (t.rules.rules()[i].clone(), t.counters[i].clone()))
+        t.position(rule)
+            .map(|i| (t.rules.rules()[i].clone(), t.counters[i].clone()))
             .ok_or_else(|| Unavailable::UnknownRule(rule.to_string()).into())
     }
 

@@ -7,6 +7,7 @@
 //! it, racing threads each read the same balance and admit past the limit).
 
 use std::hash::BuildHasher;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use compact_str::CompactString;
@@ -396,22 +397,51 @@ macro_rules! each_store {
     };
 }
 
-/// Every key's state under one policy.
-pub struct Counters {
-    policy: Policy,
-    inner: Inner,
-}
-
-impl Counters {
-    pub fn new(policy: Policy, max_keys: usize) -> Self {
-        let inner = match policy {
+impl Inner {
+    fn new(policy: Policy, max_keys: usize) -> Inner {
+        match policy {
             Policy::TokenBucket(a) => Inner::TokenBucket(KeyedStore::new(a, max_keys)),
             Policy::LeakyBucket(a) => Inner::LeakyBucket(KeyedStore::new(a, max_keys)),
             Policy::FixedWindow(a) => Inner::FixedWindow(KeyedStore::new(a, max_keys)),
             Policy::SlidingLog(a) => Inner::SlidingLog(KeyedStore::new(a, max_keys)),
             Policy::SlidingCounter(a) => Inner::SlidingCounter(KeyedStore::new(a, max_keys)),
-        };
-        Counters { policy, inner }
+        }
+    }
+}
+
+/// Every key's state under one policy.
+///
+/// The table is made at the first key written, not with the rule: a map
+/// of a million-key ceiling is 128 shards of two cache lines each, 16 KB
+/// before it holds a key, and a set of a hundred thousand per-tenant
+/// rules (most of them idle on any one node, and held again by the
+/// node's replica and fallback limiters) spent gigabytes on empty maps.
+/// Reads of a table not yet made find nothing, as they would in an
+/// empty one.
+pub struct Counters {
+    policy: Policy,
+    max_keys: usize,
+    inner: OnceLock<Inner>,
+}
+
+impl Counters {
+    pub fn new(policy: Policy, max_keys: usize) -> Self {
+        Counters {
+            policy,
+            max_keys,
+            inner: OnceLock::new(),
+        }
+    }
+
+    /// The table, when a key was ever written.
+    fn made(&self) -> Option<&Inner> {
+        self.inner.get()
+    }
+
+    /// The table, made now if no key was written before.
+    fn make(&self) -> &Inner {
+        self.inner
+            .get_or_init(|| Inner::new(self.policy, self.max_keys))
     }
 
     pub fn policy(&self) -> &Policy {
@@ -435,7 +465,7 @@ impl Counters {
         max_delay: Option<Duration>,
     ) -> Result<Decision, Full> {
         debug_assert!(cost >= 1 && cost <= self.policy.max_cost());
-        each_store!(&self.inner, s => s.consume(key, now, cost, max_delay))
+        each_store!(self.make(), s => s.consume(key, now, cost, max_delay))
     }
 
     /// Brings the slots of `keys` into cache ahead of their decisions
@@ -443,22 +473,27 @@ impl Counters {
     /// `keys` the table holds: a warming that hashed or sharded otherwise
     /// than the map would miss them, and no answer would show it.
     pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) -> usize {
-        each_store!(&self.inner, s => s.warm(keys))
+        match self.made() {
+            Some(inner) => each_store!(inner, s => s.warm(keys)),
+            None => 0,
+        }
     }
 
     /// Gives back what a decision taken at `at` consumed.
     pub fn refund(&self, key: &str, at: Nanos, cost: u64) {
-        each_store!(&self.inner, s => s.refund(key, at, cost))
+        if let Some(inner) = self.made() {
+            each_store!(inner, s => s.refund(key, at, cost))
+        }
     }
 
     /// Records `cost` spent elsewhere on `key`, whatever the limit.
     pub fn charge(&self, key: &str, now: Nanos, cost: u64) -> Result<(), Full> {
-        each_store!(&self.inner, s => s.charge(key, now, cost))
+        each_store!(self.make(), s => s.charge(key, now, cost))
     }
 
     /// `key`'s state, as a copy.
     pub fn get(&self, key: &str) -> Option<State> {
-        match &self.inner {
+        match self.made()? {
             Inner::TokenBucket(s) => s.get(key).map(State::TokenBucket),
             Inner::LeakyBucket(s) => s.get(key).map(State::LeakyBucket),
             Inner::FixedWindow(s) => s.get(key).map(State::FixedWindow),
@@ -470,7 +505,7 @@ impl Counters {
     /// Replaces `key`'s state whole. False when the state is of another
     /// algorithm, breaks its invariants, or is new and the store is full.
     pub fn put(&self, key: &str, state: State, now: Nanos) -> bool {
-        match (&self.inner, state) {
+        match (self.make(), state) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.put(key, st, now).is_ok(),
             (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.put(key, st, now).is_ok(),
             (Inner::FixedWindow(s), State::FixedWindow(st)) => s.put(key, st, now).is_ok(),
@@ -484,13 +519,15 @@ impl Counters {
     /// keys changed meanwhile may be missed or seen).
     pub fn keys(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<CompactString> {
         let mut out = Vec::new();
-        each_store!(&self.inner, s => s.keys(&mut out, &mut keep));
+        if let Some(inner) = self.made() {
+            each_store!(inner, s => s.keys(&mut out, &mut keep));
+        }
         out
     }
 
     /// Removes and returns `key`'s state.
     pub fn remove(&self, key: &str) -> Option<State> {
-        match &self.inner {
+        match self.made()? {
             Inner::TokenBucket(s) => s.remove(key).map(State::TokenBucket),
             Inner::LeakyBucket(s) => s.remove(key).map(State::LeakyBucket),
             Inner::FixedWindow(s) => s.remove(key).map(State::FixedWindow),
@@ -503,7 +540,10 @@ impl Counters {
     /// its state now counted elsewhere; true when something was. Nothing
     /// changes when `sent` is of another algorithm.
     pub fn settle(&self, key: &str, sent: &State, now: Nanos) -> bool {
-        match (&self.inner, sent) {
+        let Some(inner) = self.made() else {
+            return false;
+        };
+        match (inner, sent) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.settle(key, st, now),
             (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.settle(key, st, now),
             (Inner::FixedWindow(s), State::FixedWindow(st)) => s.settle(key, st, now),
@@ -515,21 +555,27 @@ impl Counters {
 
     /// Drops every key at rest (its state equal to a fresh one); returns how many.
     pub fn sweep(&self, now: Nanos) -> usize {
-        each_store!(&self.inner, s => s.sweep(now))
+        self.made()
+            .map_or(0, |inner| each_store!(inner, s => s.sweep(now)))
     }
 
     pub fn len(&self) -> usize {
-        each_store!(&self.inner, s => s.ceiling.len())
+        self.made()
+            .map_or(0, |inner| each_store!(inner, s => s.ceiling.len()))
     }
 
     /// Whether a counter is held for `key` (a read: nothing moves).
     pub fn contains(&self, key: &str) -> bool {
-        each_store!(&self.inner, s => s.map.contains_key(key))
+        self.made()
+            .is_some_and(|inner| each_store!(inner, s => s.map.contains_key(key)))
     }
 
     /// What this table did at its key ceiling.
     pub fn counts(&self) -> StoreCounts {
-        each_store!(&self.inner, s => s.ceiling.counts())
+        self.made().map_or_else(
+            StoreCounts::default,
+            |inner| each_store!(inner, s => s.ceiling.counts()),
+        )
     }
 
     pub fn is_empty(&self) -> bool {
@@ -539,7 +585,7 @@ impl Counters {
     /// How many locks the keys are spread over.
     #[cfg(test)]
     fn shard_count(&self) -> usize {
-        each_store!(&self.inner, s => s.map.shards().len())
+        each_store!(self.make(), s => s.map.shards().len())
     }
 
     /// This table under `policy`, a policy of the same algorithm and window
@@ -549,7 +595,16 @@ impl Counters {
     /// timestamps; a bucket's state is relative to its capacity, so
     /// `None` there, as for a change of algorithm.
     pub fn resized(&self, policy: Policy, max_keys: usize, now: Nanos) -> Option<Counters> {
-        let inner = match (&self.inner, policy) {
+        let Some(made) = self.made() else {
+            let counting = matches!(
+                (self.policy, policy),
+                (Policy::FixedWindow(_), Policy::FixedWindow(_))
+                    | (Policy::SlidingLog(_), Policy::SlidingLog(_))
+                    | (Policy::SlidingCounter(_), Policy::SlidingCounter(_))
+            );
+            return counting.then(|| Counters::new(policy, max_keys));
+        };
+        let inner = match (made, policy) {
             (Inner::FixedWindow(s), Policy::FixedWindow(a)) => {
                 Inner::FixedWindow(s.resized(a, max_keys, now))
             }
@@ -561,7 +616,11 @@ impl Counters {
             }
             _ => return None,
         };
-        Some(Counters { policy, inner })
+        Some(Counters {
+            policy,
+            max_keys,
+            inner: OnceLock::from(inner),
+        })
     }
 
     /// Removes and returns the keys `keep` rejects, as portable states: what a
@@ -578,7 +637,10 @@ impl Counters {
         keep: &mut dyn FnMut(&str) -> bool,
         take: bool,
     ) -> Vec<(CompactString, State)> {
-        match &self.inner {
+        let Some(inner) = self.made() else {
+            return Vec::new();
+        };
+        match inner {
             Inner::TokenBucket(s) => wrap(s.unkept(keep, take), State::TokenBucket),
             Inner::LeakyBucket(s) => wrap(s.unkept(keep, take), State::LeakyBucket),
             Inner::FixedWindow(s) => wrap(s.unkept(keep, take), State::FixedWindow),
@@ -590,7 +652,7 @@ impl Counters {
     /// Folds a handed-over state into `key`, after checking it against its
     /// algorithm's invariants and the key ceiling.
     pub fn absorb(&self, key: &str, state: State, now: Nanos) -> Result<(), AbsorbError> {
-        match (&self.inner, state) {
+        match (self.make(), state) {
             (Inner::TokenBucket(s), State::TokenBucket(st)) => s.absorb(key, st, now),
             (Inner::LeakyBucket(s), State::LeakyBucket(st)) => s.absorb(key, st, now),
             (Inner::FixedWindow(s), State::FixedWindow(st)) => s.absorb(key, st, now),

@@ -16,7 +16,7 @@ use weir_cluster::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use weir_core::NANOS_PER_SEC;
 use weir_proto::weir::v1::{ActivitySecond, RuleActivity};
 
-use crate::metrics::{Metrics, OVERRIDE_LABEL};
+use crate::metrics::Metrics;
 use crate::state::NodeState;
 
 /// Running totals since start, as read at the end of one second.
@@ -94,30 +94,19 @@ impl ActivitySource for Activity {
     }
 }
 
-/// The totals now: every rule in force (and the Envoy overrides' label)
-/// from the metrics, the cluster's fallback and deny-cache counts.
+/// The totals now: every rule (and the Envoy overrides' label) that saw
+/// checks, from the metrics, and the cluster's fallback and deny-cache counts.
 fn totals(state: &NodeState) -> Totals {
     let m: &Metrics = &state.metrics;
     let rules = state.engine.rules();
-    let mut names: Vec<Arc<str>> = rules.rules().iter().map(|r| r.name.clone()).collect();
-    names.push(Arc::from(OVERRIDE_LABEL));
+    let shadow = rules.rules().iter().filter(|r| r.shadow).map(|r| &r.name);
     let stats = state
         .engine
         .cluster()
         .map(|c| c.stats())
         .unwrap_or_default();
     Totals {
-        rules: names
-            .into_iter()
-            .map(|r| {
-                let t = [
-                    m.checks(&r, "allowed"),
-                    m.checks(&r, "denied"),
-                    m.shadow_would_deny(&r),
-                ];
-                (r, t)
-            })
-            .collect(),
+        rules: m.rule_totals(shadow),
         fallback_decisions: stats.fallback_decisions,
         deny_cache_hits: stats.deny_cache_hits,
         replica_decisions: (state.engine.cluster().map(|c| c.strategy().name()) == Some("owner"))

@@ -17,6 +17,7 @@ use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 use crate::config::ServeConfig;
 use crate::metrics::scrape::NodeCollector;
 use crate::metrics::Metrics;
+use crate::reload::Loaded;
 use crate::state::NodeState;
 
 #[derive(Debug, Error)]
@@ -56,7 +57,7 @@ pub struct Node {
 
 /// The rules to start with, and the file's text when they came from one (the
 /// reloader compares against it, so an event that changes nothing installs nothing).
-pub(crate) fn load_rules(config: &ServeConfig) -> Result<(RuleSet, Option<String>), NodeError> {
+pub(crate) fn load_rules(config: &ServeConfig) -> Result<(RuleSet, Option<Loaded>), NodeError> {
     let Some(path) = &config.rules_file else {
         return Ok((crate::default_rules::default_rules(), None));
     };
@@ -69,7 +70,11 @@ pub(crate) fn load_rules(config: &ServeConfig) -> Result<(RuleSet, Option<String
         path: shown,
         source,
     })?;
-    Ok((rules, Some(text)))
+    let loaded = Loaded {
+        text,
+        set: rules.clone(),
+    };
+    Ok((rules, Some(loaded)))
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, NodeError> {
@@ -84,7 +89,16 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
-        let (rules, rules_text) = load_rules(&config)?;
+        // A large file takes a moment to parse and index: off the runtime's
+        // workers, which may already serve another node in this process.
+        let (rules, rules_text) = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || load_rules(&config))
+                .await
+                .map_err(|e| {
+                    NodeError::Config(format!("loading the rules did not finish: {e}"))
+                })??
+        };
         let limiter = Arc::new(Limiter::new(
             rules,
             Arc::new(SystemClock::new()),

@@ -1,4 +1,4 @@
-//! Reloads the rules file when it changes; a broken file keeps the last good set.
+//! Reloads the rules file when it changes; a broken file, or one emptied by accident, keeps the last good set.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::time::Duration;
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use weir_core::RuleSet;
+use weir_core::{RuleSet, RulesFile};
 
 use crate::state::NodeState;
 
@@ -16,14 +16,21 @@ use crate::state::NodeState;
 /// waiting for this long without a new event reads the finished file once.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// The file as last installed: its text (an event that leaves it as it
+/// was installs nothing) and its rules (what an edit is compared with).
+pub struct Loaded {
+    pub text: String,
+    pub set: RuleSet,
+}
+
 /// Starts watching `path`. The watch is in place when this returns, so a
-/// change made right after a node starts is seen. `loaded` is the text the
+/// change made right after a node starts is seen. `loaded` is the file the
 /// node started with. None if the directory cannot be watched (logged; the
 /// node runs on with the rules it has).
 pub fn spawn(
     state: Arc<NodeState>,
     path: PathBuf,
-    loaded: Option<String>,
+    loaded: Option<Loaded>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
     // The parent directory is watched, not the file: an editor that saves by
@@ -67,7 +74,7 @@ pub fn spawn(
 async fn watch_loop(
     state: Arc<NodeState>,
     path: PathBuf,
-    mut last_loaded: Option<String>,
+    mut last_loaded: Option<Loaded>,
     mut changes: mpsc::UnboundedReceiver<()>,
     stop: impl Future<Output = ()>,
 ) {
@@ -88,13 +95,28 @@ async fn watch_loop(
                 },
             }
         }
-        reload(&state, &path, &mut last_loaded);
+        // Parsing and indexing tens of thousands of rules takes a while:
+        // on the blocking pool, no worker that answers checks or drives
+        // gossip waits for it.
+        let (s, p, mut last) = (state.clone(), path.clone(), last_loaded.take());
+        let done = tokio::task::spawn_blocking(move || {
+            reload(&s, &p, &mut last);
+            last
+        });
+        match done.await {
+            Ok(last) => last_loaded = last,
+            Err(e) => {
+                state.metrics.record_reload_failure();
+                tracing::error!(error = %e, "the rules reload did not finish; keeping the rules in force");
+                return;
+            }
+        }
     }
 }
 
 /// Reads, validates and installs the file. On any failure the set in force
 /// stays, and the failure is logged and counted.
-fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
+pub(crate) fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<Loaded>) {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
@@ -105,32 +127,49 @@ fn reload(state: &NodeState, path: &Path, last_loaded: &mut Option<String>) {
     };
     // A touch, a metadata change or another file's event is not a new rule
     // set; installing it again would bump the version for nothing.
-    if last_loaded.as_deref() == Some(text.as_str()) {
+    if last_loaded.as_ref().is_some_and(|l| l.text == text) {
         return;
     }
-    // Only what the edit changed is written: the previous text parsed
-    // (it was installed, so it is valid) says which tiers those are.
-    let previous = last_loaded
-        .as_deref()
-        .and_then(|t| RuleSet::from_toml(t).ok());
-    let installed = RuleSet::from_toml(&text).and_then(|set| match &previous {
-        Some(p) => state.engine.install_edit(p, set),
-        None => state.engine.install(set),
-    });
+    let file = match RulesFile::parse(&text) {
+        Ok(f) => f,
+        Err(e) => return refused(state, path, &e),
+    };
+    // A file with no rules replacing one with rules is what a writer that
+    // truncates before it writes leaves for a moment (`: > rules.toml`):
+    // taken at its word, it would lift every limit. Only a file that says
+    // `allow_empty = true` may do that.
+    let had_rules = match last_loaded {
+        Some(l) => l.set.written_len() > 0,
+        None => state.engine.rules().written_len() > 0,
+    };
+    if file.empty_by_accident() && had_rules {
+        state.metrics.record_reload_failure();
+        tracing::warn!(path = %path.display(), "the rules file holds no rules; keeping the rules in force (write `allow_empty = true` in it to remove every rule)");
+        return;
+    }
+    // Only what the edit changed is written: the previous file's rules
+    // say which tiers those are.
+    let set = file.set;
+    let installed = match last_loaded {
+        Some(l) => state.engine.install_edit(&l.set, set.clone()),
+        None => state.engine.install(set.clone()),
+    };
     match installed {
         Ok(installed) => {
             state.metrics.record_reload();
-            *last_loaded = Some(text);
+            *last_loaded = Some(Loaded { text, set });
             tracing::info!(path = %path.display(), version = installed.version(), rules = installed.rules().len(), "rules reloaded");
         }
-        Err(e) => {
-            state.metrics.record_reload_failure();
-            let (rule, field) = e
-                .rule_error()
-                .map_or(("", ""), |r| (r.rule.as_str(), r.field.as_str()));
-            tracing::warn!(path = %path.display(), rule, field, error = %e, "invalid rules file; keeping the rules in force");
-        }
+        Err(e) => refused(state, path, &e),
     }
+}
+
+fn refused(state: &NodeState, path: &Path, e: &weir_core::RulesError) {
+    state.metrics.record_reload_failure();
+    let (rule, field) = e
+        .rule_error()
+        .map_or(("", ""), |r| (r.rule.as_str(), r.field.as_str()));
+    tracing::warn!(path = %path.display(), rule, field, error = %e, "invalid rules file; keeping the rules in force");
 }
 
 #[cfg(test)]

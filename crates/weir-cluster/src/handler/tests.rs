@@ -350,7 +350,7 @@ proptest! {
         let tier_version = if apart { version / 2 } else { version };
         let tier = TierRules { tier: None, version: tier_version, origin: "peer".into(), rules_json: json };
         let wire = WireRuleSet { version, tiers: vec![tier] };
-        let _ = n.within(async { handler.push_rules(wire) });
+        let _ = n.within(async { handler.push_rules(wire).await });
         n.still_sound();
         // A write after any push still lands, or is refused: it never wraps.
         let written = n.cluster.write_rules(|cur| cur.with_tier(None, Vec::new(), cur.next_version()?));

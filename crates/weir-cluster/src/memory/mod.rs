@@ -19,8 +19,9 @@ use tokio::sync::mpsc;
 use weir_core::{Clock, Limiter, Nanos};
 use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use crate::cluster::{Cluster, ClusterError, Transport};
@@ -735,6 +736,7 @@ impl Link for MemoryLink {
     ) -> BoxFuture<'static, Result<PushRulesResponse, PeerFailure>> {
         self.call(to, deadline, "push_rules", set, |h, set| async move {
             h.push_rules(set)
+                .await
                 .map_err(|e| PeerFailure::Refused(e.to_string()))
         })
     }
@@ -742,11 +744,22 @@ impl Link for MemoryLink {
     fn pull_rules(
         &self,
         to: &NodeIdentity,
-        _have: u64,
+        have: PullRulesRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
-        self.call(to, deadline, "pull_rules", (), |h, ()| async move {
-            Ok(h.pull_rules())
+        self.call(to, deadline, "pull_rules", have, |h, have| async move {
+            Ok(h.pull_rules(&have))
+        })
+    }
+
+    fn write_tier(
+        &self,
+        to: &NodeIdentity,
+        req: WriteTierRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>> {
+        self.call(to, deadline, "write_tier", req, |h, req| async move {
+            Ok(h.write_tier(req).await)
         })
     }
 

@@ -12,6 +12,7 @@ use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
     MembersResponse, NodeSummary, PullRulesRequest, PushRulesResponse, ReplicateRequest,
     ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    WriteTierRequest, WriteTierResponse,
 };
 
 use super::auth::PeerToken;
@@ -284,11 +285,21 @@ impl Link for TonicLink {
     fn pull_rules(
         &self,
         to: &NodeIdentity,
-        have_version: u64,
+        have: PullRulesRequest,
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
-        let req = self.request(PullRulesRequest { have_version }, deadline);
+        let req = self.request(have, deadline);
         self.call(to, deadline, |mut c| async move { c.pull_rules(req).await })
+    }
+
+    fn write_tier(
+        &self,
+        to: &NodeIdentity,
+        req: WriteTierRequest,
+        deadline: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>> {
+        let req = self.request(req, deadline);
+        self.call(to, deadline, |mut c| async move { c.write_tier(req).await })
     }
 
     fn sync_counts(

@@ -9,6 +9,7 @@ use weir_proto::weir::v1::{
     DecideRequest, DecideResponse, HandoffRequest, HandoffResponse, MembersRequest,
     MembersResponse, NodeSummary, PullRulesRequest, PushRulesResponse, ReplicateRequest,
     ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse,
+    WriteTierRequest, WriteTierResponse,
 };
 
 use crate::handler::PeerHandler;
@@ -59,16 +60,25 @@ impl Peer for PeerService {
         self.alive()?;
         self.handler
             .push_rules(r.into_inner())
+            .await
             .map(Response::new)
             .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     async fn pull_rules(
         &self,
-        _r: Request<PullRulesRequest>,
+        r: Request<PullRulesRequest>,
     ) -> Result<Response<WireRuleSet>, Status> {
         self.alive()?;
-        Ok(Response::new(self.handler.pull_rules()))
+        Ok(Response::new(self.handler.pull_rules(r.get_ref())))
+    }
+
+    async fn write_tier(
+        &self,
+        r: Request<WriteTierRequest>,
+    ) -> Result<Response<WriteTierResponse>, Status> {
+        self.alive()?;
+        Ok(Response::new(self.handler.write_tier(r.into_inner()).await))
     }
 
     async fn sync_counts(&self, r: Request<SyncRequest>) -> Result<Response<SyncResponse>, Status> {

@@ -6,3 +6,4 @@ pub mod ring;
 pub mod routing;
 pub mod rules_sync;
 pub mod seeds;
+pub mod tier_writes;

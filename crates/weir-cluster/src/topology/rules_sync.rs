@@ -7,6 +7,13 @@
 //! write one tier both keep the same one of the two. Writes go out by push
 //! at once; pulls after a join and a periodic pull from one random peer
 //! (anti-entropy) repair anything a push missed.
+//!
+//! What travels is the difference: a push carries only the tiers its write
+//! changed, and a pull names every write the puller holds (tier, version,
+//! origin, digest) so the answer carries only the tiers that differ; two
+//! nodes in agreement exchange no rules at all. Parsing, validating and
+//! installing what arrives runs on the blocking pool, never on the workers
+//! that answer checks and drive gossip.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use weir_core::rules::TierWrite;
 use weir_core::{Limiter, RuleSet, RulesError};
-use weir_proto::weir::v1::{RuleSet as WireRuleSet, TierRules};
+use weir_proto::weir::v1::{PullRulesRequest, RuleSet as WireRuleSet, TierRules, TierStamp};
 
 use super::membership::NodeIdentity;
 use super::routing::Routing;
@@ -59,8 +66,9 @@ pub type OnRules = Arc<dyn Fn(&RuleSet) + Send + Sync>;
 /// The rule set in force on this node, kept converged with the peers'.
 pub struct Rules {
     /// Held across read-merge-install, so a local write and a received set
-    /// cannot both build on the same set and one undo the other.
-    install: Mutex<()>,
+    /// cannot both build on the same set and one undo the other. Shared
+    /// with the blocking task that merges a peer's set.
+    install: Arc<Mutex<()>>,
     limiter: Arc<Limiter>,
     link: Arc<dyn Link>,
     routing: Arc<Routing>,
@@ -77,7 +85,7 @@ impl Rules {
         on_change: OnRules,
     ) -> Self {
         Rules {
-            install: Mutex::new(()),
+            install: Arc::default(),
             limiter,
             link,
             routing,
@@ -93,18 +101,24 @@ impl Rules {
         write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
     ) -> Result<Arc<RuleSet>, RulesError> {
         let me = self.routing.me();
-        let set = write_signed(&self.install, &self.limiter, me, write, &*self.on_change)?;
-        self.push(to_wire(&set));
+        let (set, before) =
+            write_signed(&self.install, &self.limiter, me, write, &*self.on_change)?;
+        self.push(|| to_wire_since(&set, before));
         Ok(set)
     }
 
-    fn push(&self, wire: WireRuleSet) {
+    /// Pushes `wire()` to every peer; builds nothing when there is none
+    /// (the JSON of a large tier is a good part of what a write costs).
+    fn push(&self, wire: impl FnOnce() -> WireRuleSet) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let pushes: Vec<_> = self
-            .routing
-            .peers()
+        let peers = self.routing.peers();
+        if peers.is_empty() {
+            return;
+        }
+        let wire = wire();
+        let pushes: Vec<_> = peers
             .into_iter()
             .map(|m| {
                 let call = self.link.push_rules(&m, wire.clone(), RULES_CALL_DEADLINE);
@@ -121,12 +135,12 @@ impl Rules {
         rt.spawn(futures::future::join_all(pushes));
     }
 
-    /// Merges in the rule set of `from`.
+    /// Merges in what `from` holds that differs from ours.
     pub async fn pull(&self, from: &NodeIdentity) {
-        let have = self.limiter.rules().version();
+        let have = stamps(&self.limiter.rules());
         match self.link.pull_rules(from, have, RULES_CALL_DEADLINE).await {
             Ok(wire) => {
-                let _ = self.adopt(&wire, &from.id);
+                let _ = self.adopt(wire, &from.id).await;
             }
             Err(e) => tracing::debug!(peer = %from.id, error = %e, "rules pull failed"),
         }
@@ -141,14 +155,28 @@ impl Rules {
         }
     }
 
-    /// Merges a peer's set into ours; Ok(true) when anything changed. An
-    /// invalid set is refused whole and changes nothing.
-    pub fn adopt(&self, wire: &WireRuleSet, from: &str) -> Result<bool, RulesError> {
-        let merged = from_wire(wire)
-            .and_then(|offered| merge_in(&self.install, &self.limiter, &offered, &*self.on_change))
-            .inspect_err(|e| {
-                tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
-            })?;
+    /// Merges a peer's set (some or all of its tiers) into ours; Ok(true)
+    /// when anything changed. An invalid set is refused whole and changes
+    /// nothing. A set with no tiers changes nothing and costs nothing.
+    pub async fn adopt(&self, wire: WireRuleSet, from: &str) -> Result<bool, RulesError> {
+        if wire.tiers.is_empty() && wire.version <= self.limiter.rules().version() {
+            return Ok(false);
+        }
+        let (install, limiter, on_change) = (
+            self.install.clone(),
+            self.limiter.clone(),
+            self.on_change.clone(),
+        );
+        // Tens of thousands of rules take tens of milliseconds to parse and
+        // index: on a worker, that is checks and gossip probes waiting.
+        let merged = crate::offload::blocking(move || {
+            from_wire(&wire).and_then(|offered| merge_in(&install, &limiter, &offered, &*on_change))
+        })
+        .await
+        .unwrap_or(Ok(None))
+        .inspect_err(|e| {
+            tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
+        })?;
         let Some(set) = merged else {
             return Ok(false);
         };
@@ -164,9 +192,23 @@ impl Rules {
         Ok(true)
     }
 
-    /// The set in force, as peers exchange it.
-    pub fn current(&self) -> WireRuleSet {
-        to_wire(&self.limiter.rules())
+    /// The set in force.
+    pub fn current_set(&self) -> Arc<RuleSet> {
+        self.limiter.rules()
+    }
+
+    pub(crate) fn routing(&self) -> &Arc<Routing> {
+        &self.routing
+    }
+
+    pub(crate) fn link(&self) -> &Arc<dyn Link> {
+        &self.link
+    }
+
+    /// The set in force, as peers exchange it: only the tiers whose write
+    /// differs from those `have` names (every tier when it names none).
+    pub fn current(&self, have: &PullRulesRequest) -> WireRuleSet {
+        differing(&self.limiter.rules(), have)
     }
 
     /// Pulls from peers that hinted at a newer set, until the hints end.
@@ -183,20 +225,21 @@ impl Rules {
 /// wrote with `me`, puts the result in force and tells `installed`, still
 /// under `install`: two installs tell it in the order they happened, so
 /// the last set it hears is the one in force.
+/// Returns the new set and the version it was written over.
 fn write_signed(
     install: &Mutex<()>,
     limiter: &Limiter,
     me: &str,
     write: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
     installed: &(dyn Fn(&RuleSet) + Send + Sync),
-) -> Result<Arc<RuleSet>, RulesError> {
+) -> Result<(Arc<RuleSet>, u64), RulesError> {
     let _one = install.lock();
     let current = limiter.rules();
     let next = write(&current)?.signed(me, current.version());
     limiter.install(next);
     let set = limiter.rules();
     installed(&set);
-    Ok(set)
+    Ok((set, current.version()))
 }
 
 /// Merges `offered` into the set in force under `install`, telling
@@ -219,15 +262,57 @@ fn merge_in(
 
 /// A set as peers exchange it: every tier's last write.
 pub fn to_wire(set: &RuleSet) -> WireRuleSet {
+    to_wire_where(set, |_, _| true)
+}
+
+/// The tiers of `set` written after version `after`: what one write changed.
+pub(crate) fn to_wire_since(set: &RuleSet, after: u64) -> WireRuleSet {
+    to_wire_where(set, |_, w| w.version > after)
+}
+
+fn to_wire_where(set: &RuleSet, keep: impl Fn(&Option<String>, &TierWrite) -> bool) -> WireRuleSet {
     WireRuleSet {
         version: set.version(),
         tiers: set
             .writes()
+            .filter(|(tier, w)| keep(tier, w))
             .map(|(tier, w)| TierRules {
                 tier: tier.clone(),
                 version: w.version,
                 origin: w.origin.to_string(),
                 rules_json: w.rules_json().to_string(),
+            })
+            .collect(),
+    }
+}
+
+/// The tiers of `set` whose write differs from the one `have` names for
+/// that tier (or that `have` lacks); every tier when `have` names none.
+fn differing(set: &RuleSet, have: &PullRulesRequest) -> WireRuleSet {
+    if have.have.is_empty() {
+        return to_wire(set);
+    }
+    let held: std::collections::HashMap<(Option<&str>, u64, &str), u64> = have
+        .have
+        .iter()
+        .map(|h| ((h.tier.as_deref(), h.version, h.origin.as_str()), h.digest))
+        .collect();
+    to_wire_where(set, |tier, w| {
+        held.get(&(tier.as_deref(), w.version, &*w.origin)) != Some(&w.digest())
+    })
+}
+
+/// A pull naming every write `set` holds.
+pub fn stamps(set: &RuleSet) -> PullRulesRequest {
+    PullRulesRequest {
+        have_version: set.version(),
+        have: set
+            .writes()
+            .map(|(tier, w)| TierStamp {
+                tier: tier.clone(),
+                version: w.version,
+                origin: w.origin.to_string(),
+                digest: w.digest(),
             })
             .collect(),
     }
@@ -240,11 +325,8 @@ pub fn from_wire(wire: &WireRuleSet) -> Result<RuleSet, RulesError> {
         .iter()
         .map(|t| {
             let rules = RuleSet::parse_tier_json(t.tier.as_deref(), &t.rules_json)?;
-            let write = TierWrite {
-                version: t.version,
-                origin: t.origin.as_str().into(),
-                rules: rules.into_iter().map(Arc::new).collect(),
-            };
+            let rules = rules.into_iter().map(Arc::new).collect();
+            let write = TierWrite::new(t.version, t.origin.as_str().into(), rules);
             Ok((t.tier.clone(), write))
         })
         .collect::<Result<Vec<_>, RulesError>>()?;
@@ -286,7 +368,7 @@ mod tests {
             &self,
             f: impl FnOnce(&RuleSet) -> Result<RuleSet, RulesError>,
         ) -> Result<WireRuleSet, RulesError> {
-            write_signed(&self.1, &self.0, self.2, f, &|_| {}).map(|s| to_wire(&s))
+            write_signed(&self.1, &self.0, self.2, f, &|_| {}).map(|(s, _)| to_wire(&s))
         }
 
         fn offer(&self, wire: &WireRuleSet) -> Result<bool, RulesError> {
@@ -322,6 +404,62 @@ mod tests {
         });
         assert_eq!(node.0.rules().version(), 3);
         assert_eq!(*heard.lock().unwrap(), [2, 3]);
+    }
+
+    /// Guard: a pull names what the puller holds, and the answer carries
+    /// only what differs: nothing between nodes in agreement, the one tier
+    /// a write changed, a start file that differs at the same version.
+    #[test]
+    fn a_pull_carries_only_the_tiers_that_differ() {
+        let (a, b) = (
+            Node::new(set(5, 1), "node-a"),
+            Node::new(set(5, 1), "node-b"),
+        );
+        let answer = differing(&a.0.rules(), &stamps(&b.0.rules()));
+        assert!(answer.tiers.is_empty(), "in agreement: no rules travel");
+        a.write(|cur| cur.with_tier(Some("free"), tier_rules("free", 10), cur.next_version()?))
+            .unwrap();
+        let answer = differing(&a.0.rules(), &stamps(&b.0.rules()));
+        let tiers: Vec<_> = answer.tiers.iter().map(|t| t.tier.as_deref()).collect();
+        assert_eq!(tiers, [Some("free")], "only the tier written");
+        assert!(b.offer(&answer).unwrap());
+        assert_eq!(
+            to_wire(&b.0.rules()),
+            to_wire(&a.0.rules()),
+            "the part was enough"
+        );
+        // Same version, same (empty) origin, other rules: the digest tells.
+        let c = Node::new(set(6, 1), "node-c");
+        let answer = differing(&c.0.rules(), &stamps(&Node::new(set(5, 1), "x").0.rules()));
+        assert_eq!(answer.tiers.len(), 1);
+        // A caller that names nothing gets every tier.
+        assert_eq!(
+            differing(&a.0.rules(), &PullRulesRequest::default())
+                .tiers
+                .len(),
+            2
+        );
+    }
+
+    /// Guard: a push carries the tiers its write changed and no other.
+    #[test]
+    fn a_write_pushes_only_the_tiers_it_wrote() {
+        let a = Node::new(set(5, 1), "node-a");
+        let (written, before) = write_signed(
+            &a.1,
+            &a.0,
+            a.2,
+            |cur| cur.with_tier(Some("pro"), tier_rules("pro", 20), cur.next_version()?),
+            &|_| {},
+        )
+        .unwrap();
+        let pushed = to_wire_since(&written, before);
+        let tiers: Vec<_> = pushed.tiers.iter().map(|t| t.tier.as_deref()).collect();
+        assert_eq!(tiers, [Some("pro")]);
+        let b = Node::new(set(5, 1), "node-b");
+        assert!(b.offer(&pushed).unwrap());
+        assert_eq!(b.limit_of("pro-r"), Some(20));
+        assert_eq!(b.limit_of("r"), Some(5), "the tiers not carried stay");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The rule model (docs/configuration.md, "The rules file"): which limits a request meets.
 
+mod file;
 mod hot;
 mod parse;
 mod pattern;
@@ -7,10 +8,13 @@ mod rule;
 mod select;
 mod tiers;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use thiserror::Error;
+
+use crate::determinism::HashState;
 
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
@@ -18,6 +22,38 @@ pub use rule::{format_duration, By, Rule, Scope, CARRIED_LABEL};
 pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
 pub use tiers::{TierKey, TierWrite};
+
+/// A rules file as parsed: its rules, and whether it says that no rules
+/// at all is what it means (`allow_empty = true`).
+#[derive(Debug, Clone)]
+pub struct RulesFile {
+    pub set: RuleSet,
+    pub allow_empty: bool,
+}
+
+impl RulesFile {
+    /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
+    /// `version` and `allow_empty`).
+    pub fn parse(text: &str) -> Result<RulesFile, RulesError> {
+        file::from_toml(text)
+    }
+
+    /// Whether reading this file in place of one with rules would lift
+    /// every limit by accident: it holds no rules and does not say
+    /// `allow_empty = true`. A file truncated by a writer that is not done
+    /// yet (`: > rules.toml`) reads as exactly that.
+    pub fn empty_by_accident(&self) -> bool {
+        !self.allow_empty && self.set.written_len() == 0
+    }
+}
+
+/// The body of a `PUT /v1/limits/{tier}`: the tier's new rules, and whether
+/// the writer means to leave the tier with none (`"allow_empty": true`).
+#[derive(Debug, Clone)]
+pub struct TierBody {
+    pub rules: Vec<Rule>,
+    pub allow_empty: bool,
+}
 
 /// A rule that cannot be accepted, naming the rule and the field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -95,16 +131,28 @@ fn bounded(version: u64) -> Result<u64, RulesError> {
 pub struct RuleSet {
     version: u64,
     writes: tiers::Writes,
-    /// The rules in force: every tier's, less any a name clash between two
-    /// tiers' writes keeps out (see [`RuleSet::merge`]).
+    /// Shared by every copy of the set: a set is cloned for each limiter
+    /// that decides by it (the node's, its replicas', its fallback's), and
+    /// the index of a hundred thousand rules is tens of megabytes.
+    compiled: Arc<Compiled>,
+}
+
+/// The rules in force, every tier's less any a name clash between two
+/// tiers' writes keeps out (see [`RuleSet::merge`]), with their index.
+#[derive(Debug)]
+struct Compiled {
     rules: Vec<Arc<Rule>>,
     index: select::Index,
 }
 
-/// Names unique, and no two rules tied for the same requests.
+/// Names unique, and no two rules tied for the same requests. Linear in
+/// the rules (plus the sort of [`select::refuse_ties`]): a set of a
+/// hundred thousand rules is checked in a fraction of a second.
 fn validate(rules: &[Arc<Rule>]) -> Result<(), RulesError> {
-    for (i, r) in rules.iter().enumerate() {
-        if rules[..i].iter().any(|o| o.name == r.name) {
+    let mut names: HashSet<&str, HashState> = HashSet::default();
+    names.reserve(rules.len());
+    for r in rules {
+        if !names.insert(&r.name) {
             return Err(RuleError {
                 rule: r.name.to_string(),
                 field: "name".into(),
@@ -184,9 +232,17 @@ impl RuleSet {
         RuleSet {
             version,
             writes,
-            rules,
-            index,
+            compiled: Arc::new(Compiled { rules, index }),
         }
+    }
+
+    /// Every rule enforcing 1/n of its budget ([`Rule::divided`]): what
+    /// one node of n applies alone. Dividing changes limits only, never
+    /// what a rule matches, so the set is not validated again; a sharded
+    /// rule's sub-counters are parts of its divided limit.
+    pub fn divided(&self, n: u64) -> RuleSet {
+        let rules = self.written().map(|r| Arc::new(r.divided(n))).collect();
+        RuleSet::indexed(self.version, self.writes.clone(), rules)
     }
 
     pub fn empty() -> RuleSet {
@@ -194,15 +250,48 @@ impl RuleSet {
     }
 
     /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
-    /// `version`).
+    /// `version` and `allow_empty`).
     pub fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
-        parse::from_toml(text)
+        file::from_toml(text).map(|f| f.set)
     }
 
     /// Parses the config API's JSON: `{"rules":[{...}]}`, each rule taking the
     /// given tier (a rule naming another tier is refused).
     pub fn parse_tier_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
+        parse::tier_from_json(tier, body).map(|b| b.rules)
+    }
+
+    /// [`RuleSet::parse_tier_json`] with the body's `allow_empty` flag.
+    pub fn parse_tier_body(tier: Option<&str>, body: &str) -> Result<TierBody, RulesError> {
         parse::tier_from_json(tier, body)
+    }
+
+    /// How many rules are in force as written (sub-counters not counted).
+    pub fn written_len(&self) -> usize {
+        self.written().count()
+    }
+
+    /// Refuses a write that would leave `tier` with no rules while it has
+    /// some, unless the writer said `allow_empty`: an empty body is more
+    /// often a client's mistake than a wish to lift every limit of a tier.
+    pub fn refuse_emptying(
+        &self,
+        tier: Option<&str>,
+        rules: &[Rule],
+        allow_empty: bool,
+    ) -> Result<(), RulesError> {
+        if allow_empty || !rules.is_empty() || self.tier(tier).next().is_none() {
+            return Ok(());
+        }
+        Err(RuleError {
+            rule: "(request body)".into(),
+            field: "rules".into(),
+            reason: format!(
+                "is empty and would remove every rule of tier {}; send \"allow_empty\": true to mean it",
+                tier_label(&tier.map(str::to_string))
+            ),
+        }
+        .into())
     }
 
     /// Parses a whole set in JSON: `{"version":N,"rules":[...]}`, every tier
@@ -240,6 +329,22 @@ impl RuleSet {
         changes: Vec<(TierKey, Vec<Rule>)>,
         version: u64,
     ) -> Result<RuleSet, RulesError> {
+        let shared = changes
+            .into_iter()
+            .map(|(tier, rules)| (tier, rules.into_iter().map(Arc::new).collect()))
+            .collect();
+        self.with_shared_tiers(shared, version)
+    }
+
+    /// [`RuleSet::with_tiers`] with the rules already shared: an edit of a
+    /// rules file writes the very rules the file was parsed into, so the
+    /// set in force and the file's set hold one copy of each rule between
+    /// them, not two.
+    pub fn with_shared_tiers(
+        &self,
+        changes: Vec<(TierKey, Vec<Arc<Rule>>)>,
+        version: u64,
+    ) -> Result<RuleSet, RulesError> {
         bounded(version)?;
         let mut writes = self.writes.clone();
         let mut candidate: Vec<Arc<Rule>> = self
@@ -253,14 +358,9 @@ impl RuleSet {
                     "must be above the version of every tier it replaces",
                 ));
             }
-            let rules: Vec<Arc<Rule>> = rules.into_iter().map(Arc::new).collect();
             off_tier(&rules, &tier)?;
             candidate.extend(rules.iter().cloned());
-            let write = TierWrite {
-                version,
-                origin: Arc::from(""),
-                rules,
-            };
+            let write = TierWrite::new(version, Arc::from(""), rules);
             writes.insert(tier, write);
         }
         // Validated with the rules in force, as a file is: a name in force
@@ -272,6 +372,14 @@ impl RuleSet {
     /// What turns this set into `next`: each tier whose written rules
     /// differ, with `next`'s rules (none, for a tier `next` lacks).
     pub fn tier_changes(&self, next: &RuleSet) -> Vec<(TierKey, Vec<Rule>)> {
+        self.shared_tier_changes(next)
+            .into_iter()
+            .map(|(tier, rules)| (tier, rules.iter().map(|r| (**r).clone()).collect()))
+            .collect()
+    }
+
+    /// [`RuleSet::tier_changes`] with `next`'s rules shared, not copied.
+    pub fn shared_tier_changes(&self, next: &RuleSet) -> Vec<(TierKey, Vec<Arc<Rule>>)> {
         let rules_of = |s: &RuleSet, t: &TierKey| -> Vec<Arc<Rule>> {
             s.writes.get(t).map(|w| w.rules.clone()).unwrap_or_default()
         };
@@ -281,10 +389,7 @@ impl RuleSet {
         tiers
             .into_iter()
             .filter(|t| rules_of(self, t) != rules_of(next, t))
-            .map(|t| {
-                let rules = rules_of(next, t).iter().map(|r| (**r).clone()).collect();
-                (t.clone(), rules)
-            })
+            .map(|t| (t.clone(), rules_of(next, t)))
             .collect()
     }
 
@@ -315,10 +420,11 @@ impl RuleSet {
     /// The same rules as one write at another version, at most [`MAX_VERSION`].
     pub fn with_version(&self, version: u64) -> Result<RuleSet, RulesError> {
         let version = bounded(version)?;
-        let mut writes = self.writes.clone();
-        for w in writes.values_mut() {
-            w.version = version;
-        }
+        let writes = self
+            .writes
+            .iter()
+            .map(|(t, w)| (t.clone(), w.at_version(version)))
+            .collect();
         Ok(RuleSet {
             version,
             writes,
@@ -359,22 +465,23 @@ impl RuleSet {
 
     /// Written rules kept out of force by a name clash with another tier.
     pub fn displaced(&self) -> Vec<Arc<Rule>> {
+        let in_force: HashSet<*const Rule, HashState> = self.written().map(Arc::as_ptr).collect();
         self.writes
             .values()
             .flat_map(|w| w.rules.iter())
-            .filter(|r| !self.written().any(|f| Arc::ptr_eq(f, r)))
+            .filter(|r| !in_force.contains(&Arc::as_ptr(r)))
             .cloned()
             .collect()
     }
 
     /// Every rule with a counter, sub-counters of sharded rules included.
     pub fn rules(&self) -> &[Arc<Rule>] {
-        &self.rules
+        &self.compiled.rules
     }
 
     /// The rules in force as written: without the sub-counters derived from them.
     pub fn written(&self) -> impl Iterator<Item = &Arc<Rule>> {
-        self.rules.iter().filter(|r| r.shard_of.is_none())
+        self.rules().iter().filter(|r| r.shard_of.is_none())
     }
 
     /// The rules of `tier` in force.
@@ -382,16 +489,16 @@ impl RuleSet {
         self.written().filter(move |r| r.tier.as_deref() == tier)
     }
 
+    /// The rule called `name` and its position, by a lookup: an owner
+    /// finds the rule of every op a peer forwards this way.
     pub fn get(&self, name: &str) -> Option<(usize, &Arc<Rule>)> {
-        self.rules
-            .iter()
-            .enumerate()
-            .find(|(_, r)| &*r.name == name)
+        let i = self.compiled.index.position(name)?;
+        Some((i, &self.rules()[i]))
     }
 
     /// The winning rule of every `by` dimension for this request.
     pub fn select<'r>(&self, req: &select::Subject<'r>) -> Selection {
-        self.index.select(&self.rules, req, None)
+        self.compiled.index.select(self.rules(), req, None)
     }
 
     /// [`RuleSet::select`] for one of several requests selected in turn,
@@ -401,13 +508,18 @@ impl RuleSet {
         req: &select::Subject<'_>,
         memo: &mut SelectMemo,
     ) -> Selection {
-        self.index.select(&self.rules, req, Some(memo))
+        self.compiled.index.select(self.rules(), req, Some(memo))
     }
 }
 
 impl fmt::Display for RuleSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rule set v{} ({} rules)", self.version, self.rules.len())
+        write!(
+            f,
+            "rule set v{} ({} rules)",
+            self.version,
+            self.rules().len()
+        )
     }
 }
 

@@ -1,12 +1,12 @@
-//! Rules from TOML files and JSON bodies, validated field by field.
+//! Rules from JSON bodies, and every rule's fields validated one by one.
 //!
-//! Both formats are read into one loose field representation and checked by
-//! the same code, so a rule refused in a file is refused through the API with
-//! the same words.
+//! Both formats (TOML files are read in `file.rs`) are read into one loose
+//! field representation and checked by the same code, so a rule refused in
+//! a file is refused through the API with the same words.
 
 use std::time::Duration;
 
-use super::{By, Hot, Rule, RuleError, RuleSet, RulesError, Scope};
+use super::{By, Hot, Rule, RuleError, RuleSet, RulesError, Scope, TierBody};
 use crate::algorithm::{AlgorithmKind, Policy};
 use crate::rules::RoutePattern;
 
@@ -17,24 +17,12 @@ const MAX_EXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
 
 /// A rule field as either format delivers it.
 #[derive(Debug, Clone, Copy)]
-enum Field<'a> {
+pub(super) enum Field<'a> {
     Str(&'a str),
     Int(i64),
     Float(f64),
     Bool(bool),
     Other(&'static str),
-}
-
-fn toml_field(v: &toml::Value) -> Field<'_> {
-    match v {
-        toml::Value::String(s) => Field::Str(s),
-        toml::Value::Integer(i) => Field::Int(*i),
-        toml::Value::Float(f) => Field::Float(*f),
-        toml::Value::Boolean(b) => Field::Bool(*b),
-        toml::Value::Datetime(_) => Field::Other("date"),
-        toml::Value::Array(_) => Field::Other("array"),
-        toml::Value::Table(_) => Field::Other("table"),
-    }
 }
 
 fn json_field(v: &serde_json::Value) -> Field<'_> {
@@ -51,45 +39,7 @@ fn json_field(v: &serde_json::Value) -> Field<'_> {
     }
 }
 
-pub(super) fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
-    let doc: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| RulesError::Syntax {
-            format: "TOML",
-            message: e.to_string(),
-        })?;
-    let mut version = 0;
-    let mut rules = Vec::new();
-    for (key, value) in &doc {
-        match key.as_str() {
-            "version" => version = parse_version(toml_field(value))?,
-            "rule" => {
-                let Some(tables) = value.as_array() else {
-                    return Err(top_level("rule", "must be an array of [[rule]] tables"));
-                };
-                for (i, t) in tables.iter().enumerate() {
-                    let Some(t) = t.as_table() else {
-                        return Err(top_level("rule", "each [[rule]] must be a table"));
-                    };
-                    let fields: Vec<_> =
-                        t.iter().map(|(k, v)| (k.as_str(), toml_field(v))).collect();
-                    rules.push(build(i + 1, &fields, None)?);
-                }
-            }
-            other => {
-                return Err(RuleError {
-                    rule: "(rules file)".into(),
-                    field: other.into(),
-                    reason: "unknown top-level key; rules go in [[rule]] tables".into(),
-                }
-                .into())
-            }
-        }
-    }
-    RuleSet::new(version, rules)
-}
-
-fn top_level(field: &str, reason: &str) -> RulesError {
+pub(super) fn top_level(field: &str, reason: &str) -> RulesError {
     RuleError {
         rule: "(rules file)".into(),
         field: field.into(),
@@ -108,7 +58,7 @@ fn body_level(field: &str, reason: &str) -> RulesError {
     .into()
 }
 
-fn parse_version(f: Field<'_>) -> Result<u64, RulesError> {
+pub(super) fn parse_version(f: Field<'_>) -> Result<u64, RulesError> {
     match f {
         Field::Int(i) if i >= 0 => Ok(i as u64),
         _ => Err(top_level("version", "must be a non-negative integer")),
@@ -150,7 +100,7 @@ fn json_rules(
     Ok(rules)
 }
 
-pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>, RulesError> {
+pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<TierBody, RulesError> {
     // The tier every rule will take, held to the bounds of a rule's own
     // `tier` field, so a set written here is one a rules file could hold
     // and a peer will accept.
@@ -158,13 +108,25 @@ pub(super) fn tier_from_json(tier: Option<&str>, body: &str) -> Result<Vec<Rule>
         text(Field::Str(t), MAX_NAME_LEN).map_err(|reason| body_level("tier", &reason))?;
     }
     let doc = json_doc(body)?;
-    if let Some(k) = doc.keys().find(|k| k.as_str() != "rules") {
+    if let Some(k) = doc
+        .keys()
+        .find(|k| !matches!(k.as_str(), "rules" | "allow_empty"))
+    {
         return Err(body_level(
             k,
-            "unknown field; the body is {\"rules\": [...]}",
+            "unknown field; the body is {\"rules\": [...]} (and \"allow_empty\": true to empty a tier)",
         ));
     }
-    json_rules(&doc, Some(tier))
+    let allow_empty = match doc.get("allow_empty") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| body_level("allow_empty", "must be true or false"))?,
+    };
+    Ok(TierBody {
+        rules: json_rules(&doc, Some(tier))?,
+        allow_empty,
+    })
 }
 
 pub(super) fn set_from_json(body: &str) -> Result<RuleSet, RulesError> {
@@ -178,7 +140,7 @@ pub(super) fn set_from_json(body: &str) -> Result<RuleSet, RulesError> {
 
 /// Validates one rule. `forced_tier` is the config API's path tier: the rule
 /// takes it, and a rule naming a different tier is refused.
-fn build(
+pub(super) fn build(
     pos: usize,
     fields: &[(&str, Field<'_>)],
     forced_tier: Option<Option<&str>>,
@@ -425,4 +387,11 @@ fn duration(v: Field<'_>) -> Result<Duration, String> {
         return Err("must be longer than zero".into());
     }
     Ok(d)
+}
+
+/// The rules of a JSON body, each with the tier it names, before any
+/// check across rules: what tests compare the set's own checks against.
+#[cfg(test)]
+pub(super) fn set_rules_for_tests(body: &str) -> Vec<super::Rule> {
+    json_rules(&json_doc(body).unwrap(), None).unwrap()
 }

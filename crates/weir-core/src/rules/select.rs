@@ -11,6 +11,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 
 use super::{By, Rule, RuleError};
+use crate::determinism::HashState;
 
 /// The request attributes selection looks at, already validated.
 #[derive(Debug, Clone, Copy)]
@@ -116,31 +117,63 @@ fn matches(r: &Rule, s: &Subject<'_>) -> bool {
         && (r.by == By::Client || s.ip.is_some())
 }
 
-/// Candidates by client id, so a set with thousands of per-client rules
-/// still costs a request only its own rules plus the general ones.
+/// Rule positions under a text key (a client id, a route, a tier).
+type Table<V> = HashMap<Box<str>, V, HashState>;
+
+/// The tier key of a rule or a request in the index: a tier's name, or
+/// the empty text for none (a tier name is never empty, so they never meet).
+fn tier_key(tier: Option<&str>) -> &str {
+    tier.unwrap_or("")
+}
+
+/// Candidates by client id, and the general rules by tier and exact route,
+/// so what a request costs to select does not grow with the rules it cannot
+/// match: a set of a hundred thousand per-tenant routes costs a request
+/// two lookups, its tier's and the any-tier exact route, plus the rules
+/// with a pattern (or no route) of those two tiers.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Index {
-    by_client: HashMap<String, Vec<usize>>,
-    general: Vec<usize>,
+    by_client: Table<Vec<usize>>,
+    /// General rules with an exact route: by tier key, then by route.
+    exact: Table<Table<Vec<usize>>>,
+    /// General rules with a wildcard route or none, by tier key.
+    patterns: Table<Vec<usize>>,
     scores: Vec<Score>,
+    /// Every rule's position by name, sub-counters included.
+    by_name: Table<usize>,
 }
 
 impl Index {
     pub(super) fn build(rules: &[Arc<Rule>]) -> Index {
         let mut ix = Index::default();
+        ix.scores.reserve(rules.len());
         for (i, r) in rules.iter().enumerate() {
             ix.scores.push(score(r));
+            ix.by_name.insert(Box::from(&*r.name), i);
             // A sharded rule's sub-counters are chosen by the cluster, never
             // by a request.
             if r.shard_of.is_some() {
                 continue;
             }
-            match &r.client {
-                Some(c) => ix.by_client.entry(c.clone()).or_default().push(i),
-                None => ix.general.push(i),
+            let tier = Box::from(tier_key(r.tier.as_deref()));
+            match (&r.client, &r.route) {
+                (Some(c), _) => ix.by_client.entry(c.as_str().into()).or_default().push(i),
+                (None, Some(p)) if p.is_exact() => ix
+                    .exact
+                    .entry(tier)
+                    .or_default()
+                    .entry(p.as_str().into())
+                    .or_default()
+                    .push(i),
+                (None, _) => ix.patterns.entry(tier).or_default().push(i),
             }
         }
         ix
+    }
+
+    /// The position of the rule called `name`.
+    pub(super) fn position(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
     }
 
     pub(super) fn select(
@@ -151,7 +184,17 @@ impl Index {
     ) -> Selection {
         let search = || {
             let mut best = [None; 4];
-            self.weigh(&mut best, rules, &self.general, s);
+            // The request's tier, then the rules for any tier (when the
+            // request names one; else they are the same key).
+            let tiers = [Some(tier_key(s.tier)), s.tier.map(|_| "")];
+            for tier in tiers.into_iter().flatten() {
+                if let Some(own) = self.exact.get(tier).and_then(|t| t.get(s.route)) {
+                    self.weigh(&mut best, rules, own, s);
+                }
+                if let Some(own) = self.patterns.get(tier) {
+                    self.weigh(&mut best, rules, own, s);
+                }
+            }
             best
         };
         // A lone request keeps no memo: noting what it saw (a copy of its
@@ -252,30 +295,101 @@ impl SelectMemo {
 
 /// Refuses two rules that would win the same request at the same precedence:
 /// which one applied would depend on file order.
+///
+/// Only rules alike in every part of their precedence (dimension, shadow,
+/// score, client, tier) can tie, so the rules are grouped by that first,
+/// in one pass. Within a group every route is exact, or every one a
+/// pattern, or none is given (exactness is part of the score): exact
+/// routes tie when equal (a set lookup), rules without a route always
+/// tie, and patterns are compared only where they can overlap
+/// ([`pattern_ties`]). A set of n per-tenant routes is checked in
+/// O(n log n), not by comparing every pair.
 pub(super) fn refuse_ties(rules: &[Arc<Rule>]) -> Result<(), RuleError> {
-    let written: Vec<&Arc<Rule>> = rules.iter().filter(|r| r.shard_of.is_none()).collect();
-    for (j, b) in written.iter().enumerate() {
-        for a in &written[..j] {
-            let tied = a.by == b.by
-                && a.shadow == b.shadow
-                && score(a) == score(b)
-                && a.client == b.client
-                && a.tier == b.tier
-                && match (&a.route, &b.route) {
-                    (Some(x), Some(y)) => x.overlaps(y),
-                    _ => true,
-                };
-            if tied {
-                return Err(RuleError {
-                    rule: b.name.to_string(),
-                    field: "route".into(),
-                    reason: format!(
-                        "ties with rule \"{}\": both match the same requests at the same precedence",
-                        a.name
-                    ),
-                });
-            }
+    type Group = (By, bool, Score, Option<String>, Option<String>);
+    let mut groups: HashMap<Group, Vec<usize>, HashState> = HashMap::default();
+    for (i, r) in rules.iter().enumerate() {
+        if r.shard_of.is_some() {
+            continue;
+        }
+        let key = (r.by, r.shadow, score(r), r.client.clone(), r.tier.clone());
+        groups.entry(key).or_default().push(i);
+    }
+    // The tie reported is the one of the earliest rule to tie with an
+    // earlier one, as a reader going down the file meets it.
+    let mut first: Option<(usize, usize)> = None;
+    for members in groups.values() {
+        let found = match &rules[members[0]].route {
+            None => (members.len() > 1).then(|| (members[1], members[0])),
+            Some(p) if p.is_exact() => exact_ties(rules, members),
+            Some(_) => pattern_ties(rules, members),
+        };
+        if let Some(pair) = found {
+            first = Some(first.map_or(pair, |f| f.min(pair)));
         }
     }
-    Ok(())
+    match first {
+        None => Ok(()),
+        Some((b, a)) => Err(RuleError {
+            rule: rules[b].name.to_string(),
+            field: "route".into(),
+            reason: format!(
+                "ties with rule \"{}\": both match the same requests at the same precedence",
+                rules[a].name
+            ),
+        }),
+    }
 }
+
+/// The first rule of `members` (positions in file order) whose exact route
+/// an earlier one has, with that earlier one.
+fn exact_ties(rules: &[Arc<Rule>], members: &[usize]) -> Option<(usize, usize)> {
+    let mut seen: HashMap<&str, usize, HashState> = HashMap::default();
+    for &b in members {
+        let route = rules[b].route.as_ref().map_or("", |p| p.as_str());
+        if let Some(&a) = seen.get(route) {
+            return Some((b, a));
+        }
+        seen.insert(route, b);
+    }
+    None
+}
+
+/// Two patterns of `members` that some route matches both, as (later,
+/// earlier) in file order. A route both match begins with both literal
+/// prefixes (up to the first `*`), so one prefix begins the other: in
+/// prefix order, each pattern is compared only with the chain of earlier
+/// ones whose prefix begins its own, and of those only with the ones whose
+/// literal suffix agrees with its own the same way, before the full test.
+fn pattern_ties(rules: &[Arc<Rule>], members: &[usize]) -> Option<(usize, usize)> {
+    let text = |i: usize| rules[i].route.as_ref().map_or("", |p| p.as_str());
+    let prefix = |i: usize| text(i).split('*').next().unwrap_or("");
+    let suffix = |i: usize| text(i).rsplit('*').next().unwrap_or("");
+    let mut sorted = members.to_vec();
+    sorted.sort_by(|&a, &b| prefix(a).cmp(prefix(b)).then(a.cmp(&b)));
+    let mut chain: Vec<usize> = Vec::new();
+    let mut found: Option<(usize, usize)> = None;
+    for &c in &sorted {
+        while chain
+            .last()
+            .is_some_and(|&top| !prefix(c).starts_with(prefix(top)))
+        {
+            chain.pop();
+        }
+        for &o in &chain {
+            let (sc, so) = (suffix(c), suffix(o));
+            if !(sc.ends_with(so) || so.ends_with(sc)) {
+                continue;
+            }
+            let (pc, po) = (rules[c].route.as_ref(), rules[o].route.as_ref());
+            if pc.zip(po).is_some_and(|(x, y)| x.overlaps(y)) {
+                let pair = (c.max(o), c.min(o));
+                found = Some(found.map_or(pair, |f| f.min(pair)));
+            }
+        }
+        chain.push(c);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests;

@@ -532,3 +532,49 @@ fn a_selection_holds_the_key_and_the_ip_once_in_88_bytes() {
     // move was a call to memcpy (docs/performance.md).
     assert_eq!(std::mem::size_of::<Selection>(), 88);
 }
+
+/// Guard: a file with no rules reads as an accident unless it says so.
+#[test]
+fn a_file_without_rules_is_empty_by_accident_unless_it_says_allow_empty() {
+    assert!(RulesFile::parse("").unwrap().empty_by_accident());
+    assert!(RulesFile::parse("version = 3\n")
+        .unwrap()
+        .empty_by_accident());
+    assert!(!RulesFile::parse("allow_empty = true\n")
+        .unwrap()
+        .empty_by_accident());
+    assert!(!RulesFile::parse(GOOD).unwrap().empty_by_accident());
+    let e = refused("allow_empty = \"yes\"\n");
+    assert_eq!(
+        (e.rule.as_str(), e.field.as_str()),
+        ("(rules file)", "allow_empty")
+    );
+}
+
+/// Guard: a write that would empty a tier holding rules names the field,
+/// unless the body says `allow_empty`; a tier already empty may be written empty.
+#[test]
+fn a_body_emptying_a_tier_is_refused_unless_it_says_allow_empty() {
+    let set = RuleSet::from_toml(GOOD).unwrap();
+    let body = RuleSet::parse_tier_body(Some("free"), r#"{"rules":[]}"#).unwrap();
+    assert!(!body.allow_empty);
+    let e = set
+        .refuse_emptying(Some("free"), &body.rules, false)
+        .unwrap_err();
+    let e = e.rule_error().unwrap();
+    assert_eq!(e.field, "rules");
+    assert!(e.reason.contains("\"free\""), "{}", e.reason);
+    let body =
+        RuleSet::parse_tier_body(Some("free"), r#"{"rules":[],"allow_empty":true}"#).unwrap();
+    assert!(body.allow_empty);
+    assert!(set
+        .refuse_emptying(Some("free"), &body.rules, body.allow_empty)
+        .is_ok());
+    assert!(
+        set.refuse_emptying(Some("gold"), &[], false).is_ok(),
+        "nothing to remove"
+    );
+    let bad =
+        RuleSet::parse_tier_body(Some("free"), r#"{"rules":[],"allow_empty":1}"#).unwrap_err();
+    assert_eq!(bad.rule_error().unwrap().field, "allow_empty");
+}

@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::Rule;
 
@@ -20,7 +20,7 @@ use super::Rule;
 pub type TierKey = Option<String>;
 
 /// One tier's rules as last written, and which write that was.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TierWrite {
     /// The version the write took: above every version its writer held, so
     /// a write always outranks what its writer had seen.
@@ -32,9 +32,52 @@ pub struct TierWrite {
     /// [`in_force`]); they are kept here either way, so the merge is over
     /// writes and not over what each node made of them.
     pub rules: Vec<Arc<Rule>>,
+    /// [`TierWrite::digest`], worked out once: peers compare digests of
+    /// every tier on each anti-entropy pull.
+    digest: Arc<OnceLock<u64>>,
+}
+
+/// Two writes are equal when they hold the same rules under the same
+/// version and origin, whether or not either has worked out its digest.
+impl PartialEq for TierWrite {
+    fn eq(&self, other: &TierWrite) -> bool {
+        (self.version, &self.origin, &self.rules) == (other.version, &other.origin, &other.rules)
+    }
 }
 
 impl TierWrite {
+    pub fn new(version: u64, origin: Arc<str>, rules: Vec<Arc<Rule>>) -> TierWrite {
+        TierWrite {
+            version,
+            origin,
+            rules,
+            digest: Arc::default(),
+        }
+    }
+
+    /// A 64-bit FNV-1a hash of the rules' JSON, the same on every node
+    /// and build: two nodes whose writes of a tier have the same version,
+    /// origin and digest hold the same rules, so a pull need not carry
+    /// them. Two start files at one version share version and origin
+    /// (none) and differ only here.
+    pub fn digest(&self) -> u64 {
+        *self.digest.get_or_init(|| {
+            let text = self.rules_json().to_string();
+            text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+        })
+    }
+
+    /// The same write under another version (its digest stays: the rules
+    /// are the same).
+    pub(super) fn at_version(&self, version: u64) -> TierWrite {
+        TierWrite {
+            version,
+            ..self.clone()
+        }
+    }
+
     /// The rules as the config API writes them: `{"rules":[...]}`.
     pub fn rules_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -109,11 +152,7 @@ pub(super) fn group(rules: &[Arc<Rule>], version: u64, origin: &Arc<str>) -> Wri
     for r in rules {
         writes
             .entry(r.tier.clone())
-            .or_insert_with(|| TierWrite {
-                version,
-                origin: origin.clone(),
-                rules: Vec::new(),
-            })
+            .or_insert_with(|| TierWrite::new(version, origin.clone(), Vec::new()))
             .rules
             .push(r.clone());
     }

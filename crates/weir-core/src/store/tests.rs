@@ -309,3 +309,44 @@ fn shards_are_a_power_of_two_between_the_cores_and_the_cap() {
         least
     );
 }
+
+/// Guard: a rule's table is made at its first write, so a set of many
+/// idle rules holds no empty maps; reads of it find nothing until then.
+#[test]
+fn a_table_is_made_at_its_first_write_and_reads_before_find_nothing() {
+    let c = counters(AlgorithmKind::FixedWindow, 5, 1_000_000);
+    assert!(c.made().is_none(), "no table for a rule never written");
+    assert_eq!((c.len(), c.get("k"), c.contains("k")), (0, None, false));
+    assert_eq!(c.sweep(SEC), 0);
+    c.refund("k", SEC, 1);
+    assert!(c.unkept(&mut |_| false, true).is_empty());
+    assert!(c.made().is_none(), "reads and refunds make no table");
+    assert!(c.consume("k", SEC, 1).unwrap().allowed);
+    assert!(c.made().is_some());
+    assert_eq!(c.len(), 1);
+    // A resized table of a counting rule never written is still unmade.
+    let idle = counters(AlgorithmKind::SlidingWindowCounter, 5, 10);
+    let p = Policy::new(
+        AlgorithmKind::SlidingWindowCounter,
+        9,
+        Duration::from_secs(60),
+        None,
+        None,
+    )
+    .unwrap();
+    let resized = idle.resized(p, 10, SEC).expect("same algorithm");
+    assert!(resized.made().is_none());
+    let bucket = counters(AlgorithmKind::TokenBucket, 5, 10);
+    let p = Policy::new(
+        AlgorithmKind::TokenBucket,
+        9,
+        Duration::from_secs(60),
+        None,
+        None,
+    )
+    .unwrap();
+    assert!(
+        bucket.resized(p, 10, SEC).is_none(),
+        "a bucket is never resized"
+    );
+}

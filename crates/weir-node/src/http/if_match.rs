@@ -3,6 +3,8 @@
 use axum::http::header::IF_MATCH;
 use axum::http::HeaderMap;
 
+use weir_cluster::topology::tier_writes::Condition;
+
 use super::problem::Problem;
 
 /// What the caller's `If-Match` asks of the tier's current entity tag.
@@ -44,11 +46,11 @@ impl IfMatch {
         }
     }
 
-    /// Whether a resource whose tag is `current` meets the condition.
-    pub fn allows(&self, current: &str) -> bool {
+    /// The condition as the member that writes the tier judges it.
+    pub fn into_condition(self) -> Condition {
         match self {
-            IfMatch::Any => true,
-            IfMatch::OneOf(tags) => tags.iter().any(|t| t == current),
+            IfMatch::Any => Condition::Any,
+            IfMatch::OneOf(tags) => Condition::OneOf(tags),
         }
     }
 }
@@ -88,12 +90,14 @@ mod tests {
     fn tags_stars_lists_and_weak_tags() {
         assert_eq!(parse(&[]).unwrap(), IfMatch::Any);
         assert_eq!(parse(&["*"]).unwrap(), IfMatch::Any);
-        let one = parse(&[r#""3-ab""#]).unwrap();
+        let one = parse(&[r#""3-ab""#]).unwrap().into_condition();
         assert!(one.allows(r#""3-ab""#));
         assert!(!one.allows(r#""4-ab""#));
-        let list = parse(&[r#""1-a", "2-b""#, r#""3-c""#]).unwrap();
+        let list = parse(&[r#""1-a", "2-b""#, r#""3-c""#])
+            .unwrap()
+            .into_condition();
         assert!(list.allows(r#""2-b""#) && list.allows(r#""3-c""#));
-        let weak = parse(&[r#"W/"3-ab""#]).unwrap();
+        let weak = parse(&[r#"W/"3-ab""#]).unwrap().into_condition();
         assert!(
             !weak.allows(r#""3-ab""#),
             "a weak tag never matches strongly"

@@ -9,8 +9,8 @@ use axum::http::header::ETAG;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use weir_cluster::topology::tier_writes::TierWriteError;
+pub use weir_cluster::topology::tier_writes::{tier_json, tier_tag};
 use weir_core::{RuleSet, RulesError, MAX_TIER_LEN};
 
 use super::auth::authorize;
@@ -55,15 +55,13 @@ pub async fn put_limits(
         Ok(b) => b,
         Err(p) => return p.into_response(),
     };
-    let Ok(text) = std::str::from_utf8(&bytes) else {
+    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
         return Problem::invalid("body", "the body is not UTF-8").into_response();
     };
-    let replaced = RuleSet::parse_tier_json(tier.as_deref(), text).and_then(|rules| {
-        let t = tier.as_deref();
-        state
-            .engine
-            .replace_tier_if(t, rules, |current| condition.allows(&tier_tag(current, t)))
-    });
+    let replaced = state
+        .engine
+        .write_tier(tier.clone(), text, condition.into_condition())
+        .await;
     match replaced {
         Ok(set) => {
             tracing::info!(
@@ -73,7 +71,11 @@ pub async fn put_limits(
             );
             tier_response(&set, tier.as_deref())
         }
-        Err(e) => rules_problem(&e).into_response(),
+        Err(TierWriteError::Rules(e)) => rules_problem(&e).into_response(),
+        Err(e) => {
+            tracing::warn!(tier = tier.as_deref().unwrap_or(ANY_TIER), error = %e, "a rules write was not made");
+            Problem::unavailable(format!("{e}; the rules in force are unchanged")).into_response()
+        }
     }
 }
 
@@ -115,24 +117,4 @@ fn path_tier(tier: Result<Path<String>, PathRejection>) -> Result<Option<String>
         ));
     }
     Ok(Some(tier))
-}
-
-/// `{"version":N,"rules":[...]}` for one tier of `set`: the version of the
-/// tier's last write, and its rules in force.
-pub fn tier_json(set: &RuleSet, tier: Option<&str>) -> Value {
-    json!({
-        "version": set.tier_version(tier),
-        "rules": set.tier(tier).map(|r| r.to_json()).collect::<Vec<_>>(),
-    })
-}
-
-/// The entity tag of one tier as [`tier_json`] shows it: its version and a
-/// digest of the listing. Two writes that took one version on two nodes at
-/// once have different tags, so a caller who wrote one sees from the tag
-/// whether it is the one in force, and `If-Match` with it refuses to
-/// overwrite the other.
-pub fn tier_tag(set: &RuleSet, tier: Option<&str>) -> String {
-    let digest = Sha256::digest(tier_json(set, tier).to_string().as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("\"{}-{hex}\"", set.tier_version(tier))
 }

@@ -114,7 +114,7 @@ impl CheckCounts {
     }
 
     /// Every shard's counts added up, by rule.
-    fn totals(&self) -> BTreeMap<Arc<str>, [u64; OUTCOMES]> {
+    pub(super) fn totals(&self) -> BTreeMap<Arc<str>, [u64; OUTCOMES]> {
         let mut all = BTreeMap::<Arc<str>, [u64; OUTCOMES]>::new();
         for shard in self.shards.iter() {
             // One shard locked at a time, and nothing else touched meanwhile.

@@ -32,6 +32,9 @@ fn a_batch_is_counted_per_label_and_timed_per_check() {
     assert_eq!(m.checks("r", "allowed"), 2);
     assert_eq!(m.checks("r", "denied"), 1);
     assert_eq!(m.checks("", "unlimited"), 1);
+    // Per rule, only the rules that saw checks; the unlimited label is none.
+    let none: Vec<Arc<str>> = Vec::new();
+    assert_eq!(m.rule_totals(none.iter()), [(Arc::from("r"), [2, 1, 0])]);
     let text = m.render();
     assert!(text.contains("weir_decision_seconds_count 4\n"), "{text}");
     assert!(

@@ -10,8 +10,9 @@ use std::sync::Mutex;
 use weir_core::{LimiterConfig, RuleSet, SystemClock};
 use weir_proto::weir::v1::{
     DecideResponse, HandoffRequest, HandoffResponse, MembersResponse, NodeSummary,
-    PushRulesResponse, ReplicateRequest, ReplicateResponse, RuleSet as WireRuleSet, SummaryRequest,
-    SyncRequest, SyncResponse,
+    PullRulesRequest, PushRulesResponse, ReplicateRequest, ReplicateResponse,
+    RuleSet as WireRuleSet, SummaryRequest, SyncRequest, SyncResponse, WriteTierRequest,
+    WriteTierResponse,
 };
 
 use super::*;
@@ -64,9 +65,18 @@ impl Link for SlowOwner {
     fn pull_rules(
         &self,
         _: &NodeIdentity,
-        _: u64,
+        _: PullRulesRequest,
         _: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
+        unreachable!("the batcher only decides")
+    }
+
+    fn write_tier(
+        &self,
+        _: &NodeIdentity,
+        _: WriteTierRequest,
+        _: Duration,
+    ) -> BoxFuture<'static, Result<WriteTierResponse, PeerFailure>> {
         unreachable!("the batcher only decides")
     }
 
