@@ -18,66 +18,17 @@
 //! Run: `cargo bench -p weir-core --bench rules`. Results go in
 //! docs/performance.md ("Rule sets at scale").
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use weir_core::{CheckRequest, FakeClock, Limiter, LimiterConfig, RuleSet, NANOS_PER_SEC};
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-/// Counts live heap bytes, as `benches/memory.rs` does. Implementing
-/// `GlobalAlloc` is unsafe by definition; every call is forwarded
-/// unchanged to `System`, so its obligations are System's. This is a
-/// bench binary: the library keeps `forbid(unsafe_code)`.
-struct Counting;
-
-fn grew(by: usize) {
-    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every method forwards its arguments to `System` as given and
-// returns System's result; the counters never touch the memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract for `layout` is passed on unchanged.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, hence from System, with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` came from System with `layout`; the caller vouches for `new_size`.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            grew(new_size);
-        }
-        p
-    }
-}
+#[path = "common/counting.rs"]
+mod counting;
+use counting::{Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

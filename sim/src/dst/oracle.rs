@@ -230,9 +230,10 @@ mod tests {
             .map(|i| outcome("a", "GET /log", 1_000 + i * 40, 1_001 + i * 40, true))
             .collect();
         assert_eq!(score(&log).excesses[0].excess, 1);
-        // The bucket holds 10 and refills 5/s: 12 within 400 ms is 10 + 2 = one over.
-        let tb: Vec<Outcome> = (0..12)
-            .map(|i| outcome("a", "GET /tb", 1_000 + i * 33, 1_001 + i * 33, true))
+        // The bucket holds 10 and refills 5/s: 13 within 361 ms is one
+        // over 10 + 5 x 0.361 = 11.8.
+        let tb: Vec<Outcome> = (0..13)
+            .map(|i| outcome("a", "GET /tb", 1_000 + i * 30, 1_001 + i * 30, true))
             .collect();
         assert_eq!(score(&tb).excesses[0].excess, 1);
         // Spread over 2.4 s, 12 fit: 10 + 5 * 2.4 = 22.
