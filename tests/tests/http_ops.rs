@@ -69,6 +69,38 @@ async fn health_and_readiness_follow_the_node_lifecycle() {
     );
 }
 
+/// Guard: a node given seeds is not ready until it has joined, and
+/// becomes ready once its grace alone has passed (its seeds never
+/// answered: it is the cluster's first member).
+#[tokio::test]
+async fn a_seeded_node_is_ready_once_joined_or_once_its_seeds_never_answered() {
+    // A UDP port on loopback that nothing answers on.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let seed = silent.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let node = TestNode::start(RULES, |c| {
+        c.cluster.seeds = vec![seed];
+        c.cluster.secret = Some("readyz-test-cluster-secret".into());
+    })
+    .await;
+    let res = node.get("/readyz").await;
+    // The grace is five announce intervals (5 s at the default profile);
+    // a host so busy that the first probe came later has nothing to show.
+    if started.elapsed() < std::time::Duration::from_secs(4) {
+        assert_eq!(res.status(), 503);
+        assert_eq!(res.text().await.unwrap(), "joining its cluster\n");
+        assert_eq!(
+            node.get("/healthz").await.status(),
+            200,
+            "alive while joining"
+        );
+    }
+    wait_until("ready once the grace has passed", || async {
+        node.get("/readyz").await.status() == 200
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn cluster_view_lists_this_node_with_its_bound_addresses() {
     let node = TestNode::start(RULES, |c| c.node_id = Some("n-1".into())).await;

@@ -347,6 +347,13 @@ impl Cluster {
         self.inner.routing.ring()
     }
 
+    /// Whether this node, given seeds, has not heard of its cluster yet
+    /// (and its grace alone has not passed): it owns no key, and its
+    /// checks wait for the join.
+    pub fn joining(&self) -> bool {
+        self.inner.routing.joining()
+    }
+
     /// The members this node asks about the keys it took from them on
     /// joining, until each says its handoff is done (or the wait ends).
     pub fn awaiting(&self) -> Vec<String> {

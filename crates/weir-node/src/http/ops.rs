@@ -26,12 +26,16 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready while every listener is up and shutdown has not begun, so a load
-/// balancer stops sending before the node stops answering.
+/// Ready while every listener is up, the node has joined the cluster its
+/// seeds lead to, and shutdown has not begun: a rollout sends no traffic
+/// to a node whose checks would wait for its join, and a load balancer
+/// stops sending before the node stops answering.
 pub async fn readyz(State(state): State<Arc<NodeState>>) -> (StatusCode, &'static str) {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !state.ready.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
     }
+    if state.engine.cluster().is_some_and(|c| c.joining()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "joining its cluster\n");
+    }
+    (StatusCode::OK, "ready\n")
 }
