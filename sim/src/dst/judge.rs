@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use weir_core::{Nanos, RuleSet};
+use weir_core::{AlgorithmKind, Nanos, Rule, RuleSet};
 
 use super::oracle::{self, Score};
 use super::rules::RULES;
@@ -51,15 +51,25 @@ pub fn faults(schedule: &Schedule) -> BTreeMap<FaultKind, u64> {
     out
 }
 
-/// The most a counter of limit `limit` may admit beyond an exact limiter
-/// under `schedule`'s faults (docs/cluster.md, "What the simulator checks").
-pub fn allowed_excess(schedule: &Schedule, limit: u64) -> u64 {
+/// The most a counter of `rule` may admit beyond an exact limiter under
+/// `schedule`'s faults (docs/cluster.md, "What the simulator checks").
+pub fn allowed_excess(schedule: &Schedule, rule: &Rule) -> u64 {
+    let limit = rule.limit;
     let has = |f: fn(&Action) -> bool| schedule.actions.iter().any(|(_, a)| f(a));
     let mut bound = 0;
     // Each side of a cut admits at most what was left at the cut: once
-    // more, L at worst, per key and window.
-    if has(|a| matches!(a, Action::Partition { .. } | Action::CutOneWay { .. })) {
+    // more, L at worst, per key and window. A bucket is judged over any
+    // span, and refills on both sides while the cut lasts: L x T / W more
+    // over a cut of T.
+    if let Some(cut) = longest_cut(schedule) {
         bound += limit;
+        if matches!(
+            rule.algorithm,
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+        ) {
+            let w = rule.window.as_nanos().max(1);
+            bound += (u128::from(limit) * cut.as_nanos()).div_ceil(w) as u64;
+        }
     }
     // One copy: the dead owner's keys restart from a fresh budget (one more
     // L), and until detection the fallback decides (N-1) x ceil(L/N) more.
@@ -93,8 +103,9 @@ pub fn judge(schedule: &Schedule, ran: Ran) -> Report {
         });
     }
     for e in &score.excesses {
-        let limit = rules.get(&e.counter.rule).map_or(0, |(_, r)| r.limit);
-        let bound = allowed_excess(schedule, limit);
+        let bound = rules
+            .get(&e.counter.rule)
+            .map_or(0, |(_, r)| allowed_excess(schedule, r));
         if e.excess > bound {
             violations.push(Violation {
                 at: Some(e.at),
@@ -117,10 +128,75 @@ pub fn judge(schedule: &Schedule, ran: Ran) -> Report {
     }
 }
 
+/// The longest a partition or one-way cut lasted, to its heal (or the end
+/// of the run).
+fn longest_cut(schedule: &Schedule) -> Option<std::time::Duration> {
+    let mut longest = None;
+    let mut since = None;
+    for (t, a) in &schedule.actions {
+        match a {
+            Action::Partition { .. } | Action::CutOneWay { .. } => {
+                since = since.or(Some(*t));
+            }
+            Action::Heal => {
+                if let Some(s) = since.take() {
+                    longest = longest.max(Some(*t - s));
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = since {
+        longest = longest.max(Some(schedule.duration.saturating_sub(s)));
+    }
+    longest
+}
+
 impl Violation {
     /// One line: the seed, the moment, what broke.
     pub fn line(&self, seed: u64) -> String {
         let when = self.at.map(at).unwrap_or_else(|| "end".into());
         format!("VIOLATION seed {seed} {when}: {}", self.what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn cut_for(secs: u64) -> Schedule {
+        Schedule {
+            seed: 1,
+            nodes: 5,
+            replicas: 2,
+            duration: Duration::from_secs(10),
+            jitter: Duration::ZERO,
+            loss: 0.0,
+            duplication: 0.0,
+            actions: vec![
+                (Duration::from_secs(1), Action::Partition { side: vec![0] }),
+                (Duration::from_secs(1 + secs), Action::Heal),
+            ],
+            checks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_cut_allows_l_per_window_and_a_bucket_its_refill_on_both_sides_too() {
+        let rules = RuleSet::from_toml(RULES).unwrap();
+        let rule = |name: &str| rules.get(name).unwrap().1.clone();
+        // 10 per 2 s: a 2 s cut lets the far side refill 10 more.
+        assert_eq!(allowed_excess(&cut_for(2), &rule("tb")), 20);
+        assert_eq!(allowed_excess(&cut_for(2), &rule("gcra")), 20);
+        // Judged within a window, or per aligned window: L in each.
+        assert_eq!(allowed_excess(&cut_for(2), &rule("log")), 10);
+        assert_eq!(allowed_excess(&cut_for(2), &rule("fw")), 10);
+        let calm = Schedule {
+            actions: Vec::new(),
+            ..cut_for(0)
+        };
+        assert_eq!(allowed_excess(&calm, &rule("tb")), 0);
     }
 }
