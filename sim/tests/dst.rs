@@ -41,6 +41,8 @@ fn a_seed_replays_the_same_on_any_number_of_threads() {
         run_all(&one, one.seeds.clone()),
         run_all(&two, two.seeds.clone()),
     );
+    assert_eq!(a.digests.len(), 6);
+    assert_eq!(a.digests, b.digests);
     assert_eq!((a.checks, a.over, a.under), (b.checks, b.over, b.under));
 }
 

@@ -175,6 +175,9 @@ pub struct Total {
     pub under: u64,
     pub violations: u64,
     pub simulated_secs: f64,
+    /// Every run's digest, in seed order: equal totals on one thread and on
+    /// several mean the same messages and answers, not just the same sums.
+    pub digests: Vec<u64>,
 }
 
 /// Runs `seeds` on `--jobs` threads, each run alone on its thread, and
@@ -224,6 +227,7 @@ fn add(total: &mut Total, r: &Report) {
     total.under += r.score.under;
     total.violations += r.violations.len() as u64;
     total.simulated_secs += r.simulated_secs;
+    total.digests.push(r.digest);
     for (k, n) in &r.faults {
         *total.faults.entry(*k).or_default() += n;
     }
