@@ -32,8 +32,9 @@ static LATENCY_BUCKETS: [f64; 12] = [
 ];
 
 /// `weir_checks_total`'s labels. The rule is a name from the rule set,
-/// [`OVERRIDE_LABEL`] (every carried limit's, [`weir_core::Rule::label`]) or empty, and the verdict one of five words, so the
-/// series are bounded by the rules, whatever callers send.
+/// [`OVERRIDE_LABEL`] (every carried limit's, [`weir_core::Rule::label`])
+/// or empty, and the verdict one of five words, so the series are bounded
+/// by the rules, whatever callers send.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     rule: Arc<str>,
