@@ -73,7 +73,11 @@ pub fn allowed_excess(schedule: &Schedule, rule: &Rule) -> u64 {
     }
     // One copy: the dead owner's keys restart from a fresh budget (one more
     // L), and until detection the fallback decides (N-1) x ceil(L/N) more.
-    if schedule.replicas < 2 && has(|a| matches!(a, Action::Crash(_))) {
+    // Two copies are both lost when their two holders crash, together or
+    // one after the other (a restarted holder gets copies back only of the
+    // keys decided since): a run that crashes two members is held to the
+    // one-copy bound.
+    if has(|a| matches!(a, Action::Crash(_))) && crashed_members(schedule) >= schedule.replicas {
         let n = schedule.nodes as u64;
         bound += limit + (n - 1) * limit.div_ceil(n);
     }
@@ -130,6 +134,19 @@ pub fn judge(schedule: &Schedule, ran: Ran) -> Report {
 
 /// The longest a partition or one-way cut lasted, to its heal (or the end
 /// of the run).
+/// How many distinct members the schedule crashes.
+fn crashed_members(schedule: &Schedule) -> usize {
+    let crashed: std::collections::BTreeSet<usize> = schedule
+        .actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::Crash(n) => Some(*n),
+            _ => None,
+        })
+        .collect();
+    crashed.len()
+}
+
 fn longest_cut(schedule: &Schedule) -> Option<std::time::Duration> {
     let mut longest = None;
     let mut since = None;
@@ -198,5 +215,34 @@ mod tests {
             ..cut_for(0)
         };
         assert_eq!(allowed_excess(&calm, &rule("tb")), 0);
+    }
+
+    fn crashes(members: &[usize], replicas: usize) -> Schedule {
+        let actions = members
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (Duration::from_secs(1 + i as u64), Action::Crash(n)))
+            .collect();
+        Schedule {
+            replicas,
+            actions,
+            ..cut_for(0)
+        }
+    }
+
+    #[test]
+    fn one_crashed_member_keeps_two_copies_exact_and_two_lose_both_copies() {
+        let rules = RuleSet::from_toml(RULES).unwrap();
+        let fw = rules.get("fw").unwrap().1.clone();
+        // 10 + 4 x ceil(10 / 5): a fresh budget and the fallback's shares.
+        let one_copy = 18;
+        assert_eq!(allowed_excess(&crashes(&[2], 2), &fw), 0);
+        assert_eq!(
+            allowed_excess(&crashes(&[2, 2], 2), &fw),
+            0,
+            "one member twice"
+        );
+        assert_eq!(allowed_excess(&crashes(&[2, 3], 2), &fw), one_copy);
+        assert_eq!(allowed_excess(&crashes(&[2], 1), &fw), one_copy);
     }
 }

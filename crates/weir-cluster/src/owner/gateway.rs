@@ -322,8 +322,14 @@ impl Gateway {
                 self.remote.report_lost(&gone.id, old);
             }
         }
+        // A breaker judges a process: one restarted under its id answers
+        // anew. Kept open, its gateways stood in on a copy beside it (and
+        // the holder too), and the key had two counts.
+        let boot = |r: &Ring, id: &str| r.members().iter().find(|m| m.id == id).map(|m| m.boot);
+        let same_process =
+            |id: &str| is_member(id) && (boot(old, id).is_none_or(|b| boot(ring, id) == Some(b)));
         let now = self.local.limiter().now();
-        self.remote.breakers().retain_members(is_member, now);
+        self.remote.breakers().retain_members(same_process, now);
         self.remote.peers.retain(&is_member);
     }
 

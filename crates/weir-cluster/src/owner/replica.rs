@@ -260,6 +260,14 @@ impl Replicas {
             .map(|m| m.owner.clone())
     }
 
+    /// Whether the copy held of (rule, key) has stand-in admissions its
+    /// owner has not applied.
+    pub fn owes(&self, rule: &str, hash_part: &str) -> bool {
+        self.meta
+            .get(&key(rule, hash_part))
+            .is_some_and(|m| uncharged(&m) > 0)
+    }
+
     /// The copy held of (rule, key), if one is.
     #[cfg(test)]
     pub fn copy(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {

@@ -136,6 +136,17 @@ impl OwnerService {
                     }
                     continue;
                 }
+                // Stood in for by a gateway that takes the key's owner for
+                // lost, while this node hears the owner and holds no copy
+                // of its count: the copy went to a new process of the owner
+                // (restarted under its id), which decides the key on it.
+                // Decided here too, on what this node's counters have of
+                // the key, the key had two counts.
+                if let Some(owner) = other.filter(|o| self.back_from_loss(op, o)) {
+                    sent_on.push((i, owner.clone(), Onward::Owner(None)));
+                    results.push(None);
+                    continue;
+                }
                 let elsewhere = other.filter(|_| Self::sent_as_owner(op));
                 let copied = elsewhere.filter(|o| self.holds_copy(op, o));
                 if let Some((owner, taken)) = self.goes_to_owner(op, elsewhere, copied.is_some()) {
@@ -271,6 +282,18 @@ impl OwnerService {
     /// one this node's ring lists: `owner` restarted.
     fn restarted(op: &CounterOp, owner: &NodeIdentity, from: &str) -> bool {
         op.asker_boot != 0 && owner.id == from && owner.boot != op.asker_boot
+    }
+
+    /// Whether `op`, a consume standing in for `owner` (the key's owner on
+    /// this node's ring), goes to `owner` instead: this node trusts it and
+    /// holds no copy of the key from it to decide on.
+    fn back_from_loss(&self, op: &CounterOp, owner: &NodeIdentity) -> bool {
+        op.stand_in_for == *owner.id
+            && !op.sent_on
+            && op.kind() == OpKind::Consume
+            && op.carried.is_none()
+            && !self.replicas.owes(&op.rule, &op.key)
+            && self.breakers.trusted(&owner.id)
     }
 
     /// Whether a gateway sent `op` here as the key's owner: a consume,
