@@ -2,7 +2,7 @@
 //!
 //! - [`Client`]: weir's gRPC API (concurrent checks batched into one call)
 //!   or its HTTP API, each check with a deadline.
-//! - [`retry`]: full jitter, Retry-After handling and a retry budget.
+//! - [`retry`](mod@retry): full jitter, Retry-After handling and a retry budget.
 //! - [`layer`]: [`RateLimitLayer`], which checks every incoming request
 //!   against an in-process limiter, an embedded node or a remote node
 //!   before the service runs.

@@ -423,7 +423,7 @@ impl Policy {
         }
     }
 
-    /// A state received from a peer, validated as [`Algorithm::admit`]
+    /// A state received from a peer, validated as `Algorithm::admit`
     /// does; None too when it is another algorithm's.
     pub fn admit(&self, state: State, now: Nanos) -> Option<State> {
         Some(match (self, state) {
