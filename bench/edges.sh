@@ -18,7 +18,7 @@
 # servers' CPU per request, and the load average.
 #
 #   bench/edges.sh                      # 3 rounds x 2 pairs x 4 s per figure, 10-15 minutes
-#   PAIRS=4 SECS=2 bench/edges.sh       # four shorter pairs a round (docs/performance.md, "Finer pairs")
+#   PAIRS=4 SECS=2 bench/edges.sh       # four shorter pairs a round
 #   ROUNDS=1 PAIRS=1 SECS=2 bench/edges.sh   # a quick look
 #   NODE_THREADS=1 bench/edges.sh       # the node (and the bare servers) on one worker thread
 #   WEIR=old/weir bench/edges.sh        # another build of the node against the same references

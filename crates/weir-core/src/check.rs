@@ -52,7 +52,20 @@ pub struct CheckRequest {
 }
 
 impl CheckRequest {
-    /// A check of cost 1 with no tier, no IP and no carried limit.
+    /// A check of cost 1 with no tier, no IP and no carried limit; the
+    /// builder methods set the rest.
+    ///
+    /// ```
+    /// use weir_core::CheckRequest;
+    ///
+    /// let req = CheckRequest::new("cust_42", "POST /v1/charges")
+    ///     .cost(3)
+    ///     .tier("free")
+    ///     .ip("203.0.113.9");
+    /// assert_eq!((req.cost, req.tier.as_deref()), (3, Some("free")));
+    /// assert!(req.validate().is_ok());
+    /// assert_eq!(CheckRequest::new("k", "r").cost(0).validate().unwrap_err().field(), Some("cost"));
+    /// ```
     pub fn new(key: impl Into<String>, route: impl Into<String>) -> Self {
         CheckRequest {
             key: key.into(),

@@ -57,6 +57,15 @@ impl Clock for SystemClock {
 }
 
 /// A clock that moves only when a test says so, forwards or backwards.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{Clock, FakeClock, NANOS_PER_SEC};
+///
+/// let clock = FakeClock::at_secs(100.0);
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(clock.now(), 101 * NANOS_PER_SEC + NANOS_PER_SEC / 2);
+/// ```
 #[derive(Debug, Default)]
 pub struct FakeClock {
     now: AtomicU64,

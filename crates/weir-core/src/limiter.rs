@@ -200,7 +200,35 @@ pub trait Gate: Send + Sync {
     fn give_back(&self, rule: &Rule, hash_part: &str, at: Nanos, cost: u64);
 }
 
-/// Decides checks in this process.
+/// Decides checks in this process: a rule set, its counters and a clock.
+///
+/// A [`Limiter`] is shared by reference (or in an [`Arc`]) between
+/// threads; `check` takes `&self`. A new rule set replaces the old one with
+/// [`Limiter::install`], keeping the counters of the rules that did not
+/// change.
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir_core::{CheckRequest, Limiter, LimiterConfig, RuleSet, SystemClock};
+///
+/// let rules = RuleSet::from_toml(r#"
+///     [[rule]]
+///     name      = "per-client"
+///     algorithm = "token_bucket"
+///     limit     = 10
+///     window    = "1s"
+///     burst     = 20
+/// "#)?;
+/// let limiter = Limiter::new(
+///     rules,
+///     Arc::new(SystemClock::new()),
+///     LimiterConfig { max_keys_per_rule: 100_000 },
+/// );
+/// let verdict = limiter.check(&CheckRequest::new("cust_42", "GET /").cost(5))?;
+/// assert!(verdict.allowed);
+/// assert_eq!(verdict.binding().unwrap().decision.remaining, 15);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Limiter {
     clock: Arc<dyn Clock>,
     config: LimiterConfig,
@@ -358,6 +386,39 @@ impl Limiter {
     /// request that one enforcing limit denies consumes nothing from the
     /// others (what they admitted is refunded before this returns).
     /// A request that carries its own limit is decided against it alone.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use weir_core::{CheckRequest, FakeClock, Limiter, RuleSet};
+    ///
+    /// let rules = RuleSet::from_toml(r#"
+    ///     [[rule]]
+    ///     name = "per-client"
+    ///     algorithm = "fixed_window"
+    ///     limit = 100
+    ///     window = "60s"
+    ///
+    ///     [[rule]]
+    ///     name = "per-ip"
+    ///     by = "ip"
+    ///     algorithm = "fixed_window"
+    ///     limit = 1
+    ///     window = "60s"
+    /// "#)?;
+    /// let limiter = Limiter::new(rules, Arc::new(FakeClock::at_secs(1e9)), Default::default());
+    /// let from = |key: &str| CheckRequest::new(key, "GET /").ip("203.0.113.9");
+    /// assert!(limiter.check(&from("alice"))?.allowed);
+    /// // The same address again: per-ip denies, and per-client keeps bob's budget.
+    /// let denied = limiter.check(&from("bob"))?;
+    /// assert!(!denied.allowed);
+    /// assert_eq!(denied.binding().unwrap().rule.name.as_ref(), "per-ip");
+    /// assert_eq!(limiter.remaining("per-client", "bob"), Some(100));
+    ///
+    /// // Bad input is refused naming its field, and consumes nothing.
+    /// let err = limiter.check(&CheckRequest::new("", "GET /")).unwrap_err();
+    /// assert_eq!(err.field(), Some("key"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check(&self, req: &CheckRequest) -> Result<Verdict, CheckError> {
         if let Some(rule) = &req.limit {
             req.validate()?;

@@ -411,6 +411,24 @@ impl Inner {
 
 /// Every key's state under one policy.
 ///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::store::Counters;
+/// use weir_core::{AlgorithmKind, Policy, NANOS_PER_SEC};
+///
+/// let policy = Policy::new(AlgorithmKind::LeakyBucket, 2, Duration::from_secs(1), None, None)?;
+/// let counters = Counters::new(policy, 1_000_000);
+/// let now = 1_000 * NANOS_PER_SEC;
+/// // GCRA spaces 2 a second 500 ms apart: an early second request waits.
+/// assert!(counters.consume("cust_42", now, 1).unwrap().allowed);
+/// let early = counters.consume("cust_42", now, 1).unwrap();
+/// assert!(!early.allowed);
+/// assert_eq!(early.retry_after, Duration::from_millis(500));
+/// assert!(counters.consume("cust_42", now + NANOS_PER_SEC / 2, 1).unwrap().allowed);
+/// assert!(counters.consume("cust_7", now, 1).unwrap().allowed);
+/// # Ok::<(), weir_core::algorithm::ParamError>(())
+/// ```
+///
 /// The table is made at the first key written, not with the rule: a map
 /// of a million-key ceiling is 128 shards of two cache lines each, 16 KB
 /// before it holds a key, and a set of a hundred thousand per-tenant

@@ -188,6 +188,15 @@ fn compose_nodes(text: &str, entrypoint: &[String]) -> Result<Vec<ComposeNode>, 
     let mut out = Vec::new();
     for (name, svc) in services {
         let name = name.as_str().ok_or("service name")?.to_string();
+        // Envoy and its upstream run images of their own; every other
+        // service runs weir.
+        if svc
+            .get("image")
+            .and_then(Value::as_str)
+            .is_some_and(|image| !image.starts_with("weir"))
+        {
+            continue;
+        }
         let entry = match svc.get("entrypoint") {
             Some(e) => strings(e, "entrypoint")?,
             None => entrypoint.to_vec(),

@@ -31,7 +31,8 @@ pub use prost_types;
 pub use tonic;
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every `.proto` compiled into
-/// this crate (including the well-known types they import), for gRPC reflection.
+/// this crate (including the well-known types they import): the schema of
+/// every message and service, for tools that read one at run time.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/weir_descriptor.bin"));
 

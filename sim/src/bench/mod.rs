@@ -12,7 +12,7 @@
 //! The node under test is one of:
 //! - `--spawn target/release/weir`: `weir serve` as a separate process, so
 //!   the node and the generator are two processes sharing the machine
-//!   (the figures in docs/performance-history.md, "One node, closed and
+//!   (the figures in docs/performance.md, "One node, closed and
 //!   open loop");
 //! - `--http URL` / `--grpc URL`: a node already running;
 //! - neither: a node started in this process on its own runtime.

@@ -27,6 +27,34 @@ pub const DEFAULT_MAX_BATCH: usize = 256;
 
 /// A handle to one weir node. Cheap to clone; every clone shares one
 /// connection (gRPC channel or HTTP pool) and, for gRPC, one batch queue.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use weir_client::{CheckRequest, Client, ClientError};
+///
+/// # async fn run() -> Result<(), ClientError> {
+/// let client = Client::grpc("http://127.0.0.1:8081")?;
+/// let answer = client.check(CheckRequest::new("cust_42", "POST /v1/charges")).await?;
+/// if answer.allowed {
+///     println!("{} left of {}", answer.remaining, answer.limit);
+/// } else {
+///     println!("retry in {:?}", answer.retry_after);
+/// }
+///
+/// // Over HTTP, with a deadline of its own and a node's self-signed certificate.
+/// let client = Client::builder()
+///     .deadline(Duration::from_millis(20))
+///     .ca_certificate_pem(std::fs::read("node-cert.pem").unwrap())
+///     .http("https://weir.internal:8080")?;
+/// match client.check(CheckRequest::new("cust_42", "GET /").cost(2)).await {
+///     Ok(answer) => println!("allowed: {}", answer.allowed),
+///     // Unreachable or too slow: fail open or closed, never as a 429.
+///     Err(ClientError::Unavailable(_) | ClientError::Timeout(_)) => {}
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,

@@ -29,6 +29,23 @@ pub enum KeyExtractor {
 }
 
 impl KeyExtractor {
+    /// The key from a request header; a request without it is refused
+    /// with 400 naming the header.
+    ///
+    /// ```
+    /// use weir_client::KeyExtractor;
+    ///
+    /// let by_api_key = KeyExtractor::header("x-api-key");
+    /// // Anything else: the client id an authentication layer put in the
+    /// // request's extensions, say; None refuses the request with 400.
+    /// #[derive(Clone)]
+    /// struct ClientId(String);
+    /// let by_client = KeyExtractor::from_fn(|parts| {
+    ///     parts.extensions.get::<ClientId>().map(|c| c.0.clone())
+    /// });
+    /// # let _ = (by_api_key, by_client);
+    /// ```
+    ///
     /// # Panics
     /// When `name` is not a valid header name: a configuration mistake
     /// found at start-up, not per request.

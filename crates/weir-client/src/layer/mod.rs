@@ -71,6 +71,28 @@ struct Config {
 /// Checks each request against a [`Decide`] (an in-process limiter, an
 /// embedded node's engine, or a remote node's [`crate::Client`]) before the
 /// inner service.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use weir_client::{Client, FailureMode, HeaderSet, KeyExtractor, RateLimitLayer};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// // A remote node: concurrent checks share gRPC calls.
+/// let node = Client::grpc("http://127.0.0.1:8081")?;
+/// let layer = RateLimitLayer::new(node, KeyExtractor::PeerIp)
+///     .tier("anonymous")
+///     .failure_mode(FailureMode::Closed) // 503 when the node cannot answer
+///     .allowed_headers(HeaderSet::Ietf)
+///     .max_delay(Duration::from_millis(200));
+/// let app = axum::Router::new()
+///     .route("/", axum::routing::get(|| async { "hello" }))
+///     .layer(layer);
+/// // PeerIp reads axum's ConnectInfo<SocketAddr>.
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+/// axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct RateLimitLayer {
     config: Arc<Config>,

@@ -35,6 +35,21 @@ pub enum BudgetError {
 /// of successes then banks an arbitrarily large balance, which a later
 /// outage can spend as an unbounded storm. Production callers should set
 /// [`with_max`](Self::with_max).
+///
+/// ```
+/// use weir_client::RetryBudget;
+///
+/// // A tenth of a retry earned per success, 2 to start with, at most 10 banked.
+/// let budget = RetryBudget::new(0.1, 2.0)?.with_max(10.0)?;
+/// assert!(budget.try_retry());
+/// assert!(budget.try_retry());
+/// assert!(!budget.try_retry(), "the seed is spent");
+/// for _ in 0..10 {
+///     budget.record_success();
+/// }
+/// assert!(budget.try_retry(), "ten successes paid for one more");
+/// # Ok::<(), weir_client::BudgetError>(())
+/// ```
 #[derive(Debug)]
 pub struct RetryBudget {
     balance: AtomicU64,

@@ -70,6 +70,40 @@ pub struct Outcome<T> {
 /// when the server sent Retry-After, otherwise [`full_jitter`], as does a
 /// transient error. The budget is checked before waiting, so a refused
 /// retry returns at once instead of sleeping first.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::time::Duration;
+/// use http::{Response, StatusCode};
+/// use rand::SeedableRng;
+/// use weir_client::retry::Stop;
+/// use weir_client::{retry, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // This layer is the one that retries 429s; the others pass them through.
+/// let policy = RetryPolicy { designated_retrier: true, ..RetryPolicy::default() };
+/// let calls = AtomicU32::new(0);
+/// let mut waits = Vec::new();
+/// let outcome = retry(
+///     &policy,
+///     &mut rand::rngs::StdRng::seed_from_u64(7),
+///     |d| { waits.push(d); async {} }, // tokio::time::sleep in a service
+///     || async {
+///         // Over quota once, with Retry-After: 2; then admitted.
+///         match calls.fetch_add(1, Ordering::SeqCst) {
+///             0 => Response::builder().status(429).header("retry-after", "2").body(()).unwrap(),
+///             _ => Response::new(()),
+///         }
+///     },
+/// )
+/// .await;
+/// assert_eq!((outcome.stop, outcome.attempts), (Stop::Done, 2));
+/// assert_eq!(outcome.value.status(), StatusCode::OK);
+/// // Spread over [0, Retry-After), so callers told the same wait do not return together.
+/// assert!(waits[0] < Duration::from_secs(2), "{waits:?}");
+/// # }
+/// ```
 pub async fn retry<T, F, Fut, S, SFut, R>(
     policy: &RetryPolicy,
     rng: &mut R,

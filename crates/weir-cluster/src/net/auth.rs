@@ -3,7 +3,7 @@
 //! Every `weir.v1.Peer` call carries `x-weir-cluster-auth: <unix ms>.<hex
 //! HMAC-SHA256(peer key, label | unix ms)>`, the peer key derived from the
 //! secret for this use alone (`crate::keys`). The receiver takes it while
-//! the stamp is within [`crate::keys::FRESHNESS_MS`] of its own clock, so a
+//! the stamp is within `FRESHNESS_MS` (keys.rs) of its own clock, so a
 //! token captured off the wire is useless once that window has passed; an
 //! observer who keeps watching sees fresh ones, which is why the peer port
 //! belongs on a private network (docs/security.md).

@@ -1,4 +1,4 @@
-//! The `weir.v1.Peer` gRPC server: a thin adapter from tonic to the node's [`PeerHandler`].
+//! The `weir.v1.Peer` gRPC server: a thin adapter from tonic to the node's `PeerHandler`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

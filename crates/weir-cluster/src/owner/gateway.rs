@@ -2,7 +2,7 @@
 //!
 //! A gateway selects the limits locally, answers at once if the deny cache
 //! already holds a denial for one of them, and otherwise asks each limit's
-//! owner concurrently (itself directly, others through [`Peers`]). The
+//! owner concurrently (itself directly, others through `Peers`). The
 //! protocol is consume-then-refund: if any enforcing limit denies, the
 //! limits that admitted are refunded at the decision time their owner
 //! returned, so a denied request consumes nothing. Between a consume and
@@ -10,7 +10,7 @@
 //! the race can only under-admit, never over-admit.
 //!
 //! Nothing here knows about sockets, tokio or gRPC: the network is the
-//! [`Peers`] trait, time is the limiter's clock.
+//! `Peers` trait, time is the limiter's clock.
 
 use std::sync::Arc;
 

@@ -268,7 +268,7 @@ impl Handoff {
         }
     }
 
-    /// Tells the members still due this node's word ([`Self::say_swept`])
+    /// Tells the members still due this node's word (`Self::say_swept`)
     /// without a sweep, when no stray waits for one: nothing is kept here
     /// for anyone then, and the word is all they lack. Run by the
     /// maintenance tick (every 250 ms) when it has no strays to sweep: a

@@ -190,7 +190,7 @@ impl Local {
     /// Resolves once every mark taken before the call has been dropped:
     /// each slot is seen empty once (not all at one moment, which a busy
     /// node might never show). A leave waits here after its store of
-    /// `leaving` ([`InFlight`]). A sweep after a ring change waits
+    /// `leaving` (`InFlight`). A sweep after a ring change waits
     /// here before copying, and a check takes its mark before it reads
     /// the ring (`Gateway::placing`), all SeqCst (arc-swap's ring load and
     /// store are too): a check whose slot was seen empty reads the new

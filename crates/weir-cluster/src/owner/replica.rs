@@ -647,7 +647,7 @@ impl Replicas {
         charged.then_some(since)
     }
 
-    /// Whether a sweep is due ([`SWEEP_EVERY`] since the last), claiming
+    /// Whether a sweep is due (`SWEEP_EVERY` since the last), claiming
     /// it when it is: asked before the pass is sent off to the blocking
     /// pool, so the ticks it is not due cost no hop there.
     pub fn sweep_due(&self) -> bool {

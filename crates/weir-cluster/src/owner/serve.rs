@@ -264,7 +264,7 @@ impl OwnerService {
     }
 
     /// Whether this node asks `sender` about the keys `sender` would own
-    /// without it ([`previous_owner`]): it waits for `sender`'s word that
+    /// without it (`previous_owner`): it waits for `sender`'s word that
     /// its sweep is over, and trusts it. Told with each handoff call's
     /// answer, so that the sender decides those keys as a gateway only
     /// while this node would ask it.

@@ -161,6 +161,24 @@ impl Policy {
     /// Builds a policy, refusing every parameter that would make it admit
     /// without limit or never admit: zero windows and limits, bursts below 1,
     /// and options the algorithm does not have.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::{AlgorithmKind, Policy, NANOS_PER_SEC};
+    ///
+    /// // 10 a second, bursts of up to 20.
+    /// let policy = Policy::new(AlgorithmKind::TokenBucket, 10, Duration::from_secs(1), Some(20), None)?;
+    /// let mut state = policy.fresh();
+    /// let now = 5 * NANOS_PER_SEC;
+    /// let d = policy.decide(&mut state, now, 20).unwrap();
+    /// assert!(d.allowed && d.remaining == 0);
+    /// let d = policy.decide(&mut state, now, 1).unwrap();
+    /// assert_eq!((d.allowed, d.retry_after), (false, Duration::from_millis(100)));
+    ///
+    /// let err = Policy::new(AlgorithmKind::FixedWindow, 0, Duration::from_secs(1), None, None).unwrap_err();
+    /// assert_eq!(err.field, "limit");
+    /// # Ok::<(), weir_core::algorithm::ParamError>(())
+    /// ```
     pub fn new(
         kind: AlgorithmKind,
         limit: u64,
@@ -423,7 +441,7 @@ impl Policy {
         }
     }
 
-    /// A state received from a peer, validated as [`Algorithm::admit`]
+    /// A state received from a peer, validated as `Algorithm::admit`
     /// does; None too when it is another algorithm's.
     pub fn admit(&self, state: State, now: Nanos) -> Option<State> {
         Some(match (self, state) {

@@ -250,7 +250,32 @@ impl RuleSet {
     }
 
     /// Parses a TOML rules file (`[[rule]]` tables, optional top-level
-    /// `version` and `allow_empty`).
+    /// `version` and `allow_empty`). The set is validated whole: an error
+    /// names the rule and the field at fault.
+    ///
+    /// ```
+    /// use weir_core::RuleSet;
+    ///
+    /// let rules = RuleSet::from_toml(r#"
+    ///     [[rule]]
+    ///     name      = "charges-per-client"
+    ///     route     = "POST /v1/charges"
+    ///     algorithm = "sliding_window_counter"
+    ///     limit     = 100
+    ///     window    = "60s"
+    /// "#)?;
+    /// assert_eq!(rules.rules().len(), 1);
+    ///
+    /// let err = RuleSet::from_toml(r#"
+    ///     [[rule]]
+    ///     name      = "broken"
+    ///     algorithm = "token_bucket"
+    ///     limit     = 0
+    ///     window    = "1s"
+    /// "#).unwrap_err();
+    /// assert!(err.to_string().contains("limit"), "{err}");
+    /// # Ok::<(), weir_core::RulesError>(())
+    /// ```
     pub fn from_toml(text: &str) -> Result<RuleSet, RulesError> {
         file::from_toml(text).map(|f| f.set)
     }
@@ -496,7 +521,36 @@ impl RuleSet {
         Some((i, &self.rules()[i]))
     }
 
-    /// The winning rule of every `by` dimension for this request.
+    /// The winning rule of every `by` dimension for this request: the most
+    /// specific matching rule keyed by client, and the one keyed by IP
+    /// (docs/configuration.md, "Which rule applies").
+    ///
+    /// ```
+    /// use weir_core::rules::Subject;
+    /// use weir_core::RuleSet;
+    ///
+    /// let rules = RuleSet::from_toml(r#"
+    ///     [[rule]]
+    ///     name = "default"
+    ///     algorithm = "fixed_window"
+    ///     limit = 100
+    ///     window = "60s"
+    ///
+    ///     [[rule]]
+    ///     name = "api"
+    ///     route = "/api/*"
+    ///     algorithm = "fixed_window"
+    ///     limit = 5
+    ///     window = "60s"
+    /// "#)?;
+    /// let names = |route: &str| -> Vec<String> {
+    ///     let subject = Subject { key: "cust_42", route, tier: None, ip: None };
+    ///     rules.select(&subject).iter().map(|s| rules.rules()[s.rule].name.to_string()).collect()
+    /// };
+    /// assert_eq!(names("/api/orders"), ["api"]);
+    /// assert_eq!(names("/health"), ["default"]);
+    /// # Ok::<(), weir_core::RulesError>(())
+    /// ```
     pub fn select<'r>(&self, req: &select::Subject<'r>) -> Selection {
         self.compiled.index.select(self.rules(), req, None)
     }

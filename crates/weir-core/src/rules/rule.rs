@@ -44,7 +44,7 @@ impl Scope {
     }
 }
 
-/// One validated rule. Build it through [`RuleSet`] parsing; every field has
+/// One validated rule. Build it through [`RuleSet`](crate::RuleSet) parsing; every field has
 /// passed the guards, so a `Rule` in hand always limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {

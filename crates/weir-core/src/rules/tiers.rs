@@ -29,7 +29,7 @@ pub struct TierWrite {
     pub origin: Arc<str>,
     /// The rules as written. All of them are in force unless another
     /// tier's higher-ranked write uses one of their names (see
-    /// [`in_force`]); they are kept here either way, so the merge is over
+    /// `in_force`); they are kept here either way, so the merge is over
     /// writes and not over what each node made of them.
     pub rules: Vec<Arc<Rule>>,
     /// [`TierWrite::digest`], worked out once: peers compare digests of

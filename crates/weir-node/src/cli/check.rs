@@ -13,7 +13,7 @@ use super::fail;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The node's base URL, e.g. http://127.0.0.1:8080 or https://weir.internal:8080;
+    /// The node's base URL, e.g. `http://127.0.0.1:8080` or `https://weir.internal:8080`;
     /// a bare HOST:PORT means http://.
     #[arg(long, value_name = "URL")]
     pub server: String,

@@ -62,7 +62,7 @@ pub struct Calls {
 pub enum Arrival {
     /// Not named (a sender that does not name calls): take it.
     Unnamed,
-    /// First seen: take it, then [`Taking::landed`].
+    /// First seen: take it, then `Taking::landed`.
     Take(Taking),
     /// Seen or asked about before: take nothing, answer this.
     Seen(Seen),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{MembershipError, NodeIdentity, TAG_LEN};
 
-/// Everything [`Membership::start`] needs.
+/// Everything [`Membership::start`](super::Membership::start) needs.
 #[derive(Clone)]
 pub struct MembershipConfig {
     /// This node. A gossip port of 0 (or an unspecified IP) is filled in from
