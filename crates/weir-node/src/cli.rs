@@ -288,6 +288,8 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 }
 
 mod check;
+#[cfg(test)]
+mod env_tests;
 mod secrets;
 mod serve_args;
 #[cfg(test)]

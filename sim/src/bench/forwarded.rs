@@ -1,10 +1,10 @@
 //! The forwarded path under load: a 3-node cluster of `weir serve` processes, HTTP checks sent to one node for keys the other two own, open loop at half the saturating rate (or the share `--forwarded-load` names), beside checks of keys that node owns at the same rate.
 //!
 //! The saturating rates are found closed-loop, one copy and two; a fresh
-//! two-copy cluster then takes the open-loop runs, so the gateway's
-//! forwarding timings (`weir_forward_queue_seconds`,
-//! `weir_forward_call_seconds`, quantiles since start) cover the forwarded
-//! run alone. Each step's cost:
+//! two-copy cluster then takes the open-loop runs, and the gateway's
+//! forwarding histograms (`weir_forward_queue_seconds`,
+//! `weir_forward_call_seconds`) are read over the forwarded run alone.
+//! Each step's cost:
 //! queueing at the gateway and the call (send to answer, the owner's
 //! decision and two loopback hops inside) from those; the decision itself
 //! from the node's own decision histogram during the local run.
