@@ -3,6 +3,7 @@
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use weir_node::readiness::{Readiness, Stage};
 use weir_tests::{header, metric_value, wait_until, TestNode, DEADLINE};
 
 const RULES: &str = r#"
@@ -58,10 +59,11 @@ async fn health_and_readiness_follow_the_node_lifecycle() {
     let node = TestNode::start(RULES, |_| {}).await;
     assert_eq!(node.get("/healthz").await.status(), 200);
     assert_eq!(node.get("/readyz").await.status(), 200);
-    node.state()
-        .ready
-        .store(false, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(node.get("/readyz").await.status(), 503);
+    assert_eq!(node.state().readiness(), Readiness::Ready);
+    node.state().lifecycle.set(Stage::Leaving);
+    let res = node.get("/readyz").await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.text().await.unwrap(), "leaving its cluster\n");
     assert_eq!(
         node.get("/healthz").await.status(),
         200,
@@ -200,7 +202,7 @@ async fn graceful_shutdown_completes_a_request_in_flight() {
         TcpStream::connect(addr).await.is_err()
     })
     .await;
-    assert!(!state.ready.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(state.readiness(), Readiness::Leaving);
     assert!(
         !shutdown.is_finished(),
         "shutdown waits for the request in flight"

@@ -354,6 +354,12 @@ impl Cluster {
         self.inner.routing.joining()
     }
 
+    /// Resolves once this node is past [joining](Cluster::joining): at
+    /// once when it is, else on the join or when its grace alone ends.
+    pub async fn until_joined(&self) {
+        self.inner.routing.until_joined().await
+    }
+
     /// The members this node asks about the keys it took from them on
     /// joining, until each says its handoff is done (or the wait ends).
     pub fn awaiting(&self) -> Vec<String> {

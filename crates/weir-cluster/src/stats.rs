@@ -275,17 +275,41 @@ pub struct FallbackCounts {
     pub active: u64,
 }
 
-/// Upper bounds of the timing buckets, in microseconds; a last bucket takes the rest.
-const TIMING_BOUNDS_US: [u64; 15] = [
-    25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+/// Upper bounds of every latency histogram a node exports, in nanoseconds:
+/// steps of 1, 2.5 and 5 from 5 us (a check decided in place takes a few)
+/// to 10 s (a leave's handover, a stalled peer), so one set of buckets
+/// serves every timing and sums across nodes.
+pub const LATENCY_BOUNDS_NS: [u64; 20] = [
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
     1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
 ];
+
+/// A count per bound of [`LATENCY_BOUNDS_NS`], and one past the last.
+pub const LATENCY_BUCKETS: usize = LATENCY_BOUNDS_NS.len() + 1;
 
 /// Durations in fixed buckets, lock-free: recorded on the forwarding path,
 /// so one relaxed add per bucket and counter and no allocation.
 #[derive(Debug, Default)]
 pub struct Timing {
-    buckets: [AtomicU64; TIMING_BOUNDS_US.len() + 1],
+    buckets: [AtomicU64; LATENCY_BUCKETS],
     sum_ns: AtomicU64,
     max_ns: AtomicU64,
 }
@@ -299,25 +323,27 @@ pub struct TimingSummary {
     pub p50: Duration,
     pub p99: Duration,
     pub max: Duration,
+    /// Durations at or under each bound of [`LATENCY_BOUNDS_NS`] and above
+    /// the one before (the last: above them all), since start.
+    pub buckets: [u64; LATENCY_BUCKETS],
+    /// Every duration recorded, added up.
+    pub sum: Duration,
 }
 
 impl Timing {
     pub fn record(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let us = ns / 1_000;
-        let i = TIMING_BOUNDS_US.partition_point(|&b| b < us);
+        // A bucket holds the values at or below its bound (Prometheus `le`).
+        let i = LATENCY_BOUNDS_NS.partition_point(|&b| b < ns);
         bump(&self.buckets[i], 1);
         bump(&self.sum_ns, ns);
         self.max_ns.fetch_max(ns, Ordering::Relaxed);
     }
 
     pub fn summary(&self) -> TimingSummary {
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
-        let count: u64 = counts.iter().sum();
+        let buckets: [u64; LATENCY_BUCKETS] =
+            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed));
+        let count: u64 = buckets.iter().sum();
         if count == 0 {
             return TimingSummary::default();
         }
@@ -325,22 +351,26 @@ impl Timing {
         let at = |q: f64| {
             let rank = (q * count as f64).ceil() as u64;
             let mut seen = 0;
-            for (i, c) in counts.iter().enumerate() {
+            for (i, c) in buckets.iter().enumerate() {
                 seen += c;
                 if seen >= rank {
-                    return TIMING_BOUNDS_US
+                    return LATENCY_BOUNDS_NS
                         .get(i)
-                        .map_or(max, |&us| Duration::from_micros(us).min(max));
+                        .map_or(max, |&ns| Duration::from_nanos(ns).min(max));
                 }
             }
             max
         };
+        let sum_ns = self.sum_ns.load(Ordering::Relaxed);
+        let sum = Duration::from_nanos(sum_ns);
         TimingSummary {
             count,
-            mean: Duration::from_nanos(self.sum_ns.load(Ordering::Relaxed) / count),
+            mean: Duration::from_nanos(sum_ns / count),
             p50: at(0.5),
             p99: at(0.99),
             max,
+            buckets,
+            sum,
         }
     }
 }
@@ -363,5 +393,24 @@ mod tests {
         assert_eq!(s.p50, Duration::from_micros(100));
         assert_eq!(s.p99, Duration::from_millis(5));
         assert_eq!(s.max, Duration::from_secs(2));
+        // 80 us is above the 50 us bound and at most the 100 us one.
+        let at = |ns: u64| LATENCY_BOUNDS_NS.iter().position(|&b| b == ns).unwrap();
+        assert_eq!(s.buckets[at(100_000)], 98);
+        assert_eq!(s.buckets[at(5_000_000)], 1);
+        assert_eq!(s.buckets[at(2_500_000_000)], 1);
+        assert_eq!(s.buckets.iter().sum::<u64>(), 100);
+        let sum =
+            Duration::from_micros(98 * 80) + Duration::from_millis(3) + Duration::from_secs(2);
+        assert_eq!(s.sum, sum);
+    }
+
+    #[test]
+    fn a_duration_on_a_bound_is_counted_under_it_and_past_the_last_above_all() {
+        let t = Timing::default();
+        t.record(Duration::from_micros(5));
+        t.record(Duration::from_secs(11));
+        let s = t.summary();
+        assert_eq!(s.buckets[0], 1);
+        assert_eq!(s.buckets[LATENCY_BUCKETS - 1], 1);
     }
 }

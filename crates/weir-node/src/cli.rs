@@ -1,12 +1,10 @@
 //! The `weir` command line (docs/configuration.md): `weir serve` and `weir check`.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use weir_cluster::{ClusterConfig, OwnerFailure, StrategyKind};
+use clap::{Parser, Subcommand};
+use weir_cluster::ClusterConfig;
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
 use crate::tls::TlsFiles;
@@ -34,222 +32,6 @@ pub enum Command {
     Check(CheckArgs),
 }
 
-/// Options left out take [`ServeConfig::default`]'s value, so the flags and
-/// the library agree on one set of defaults.
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// This node's id [default: its HTTP address].
-    #[arg(long, value_name = "ID")]
-    pub node_id: Option<String>,
-    /// HTTP listen address; port 0 picks a free port [default: 127.0.0.1:8080].
-    #[arg(long, value_name = "ADDR")]
-    pub http: Option<SocketAddr>,
-    /// gRPC listen address [default: 127.0.0.1:8081].
-    #[arg(long, value_name = "ADDR")]
-    pub grpc: Option<SocketAddr>,
-    /// Gossip (UDP) address [default: 127.0.0.1:7946].
-    #[arg(long, value_name = "ADDR")]
-    pub gossip: Option<SocketAddr>,
-    /// Serve the peer service (weir.v1.Peer) here, plaintext, instead of on --grpc.
-    #[arg(long, value_name = "ADDR")]
-    pub peer_grpc: Option<SocketAddr>,
-    /// PEM certificate chain: serve HTTPS on --http and TLS gRPC on --grpc (needs --tls-key, --peer-grpc).
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// gRPC address peers are told to reach [default: the bound --peer-grpc, else --grpc].
-    #[arg(long, value_name = "ADDR")]
-    pub advertise_grpc: Option<SocketAddr>,
-    /// Gossip address peers are told to reach [default: the bound --gossip address].
-    #[arg(long, value_name = "ADDR")]
-    pub advertise_gossip: Option<SocketAddr>,
-    /// Nodes to join through, comma separated.
-    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
-    pub seeds: Vec<String>,
-    /// TOML rules file, reloaded when it changes [default: built-in rules].
-    #[arg(long, value_name = "FILE")]
-    pub rules: Option<PathBuf>,
-    #[arg(
-        long,
-        value_parser = names(&StrategyKind::ALL.map(StrategyKind::as_str)),
-        help = with_default("Which strategy decides checks", |c| c.strategy.to_string())
-    )]
-    pub strategy: Option<String>,
-    #[arg(
-        long,
-        value_name = "DUR",
-        value_parser = humantime::parse_duration,
-        help = with_default("Gossip strategy: how often deltas are broadcast", |c| {
-            duration(c.sync_interval)
-        })
-    )]
-    pub sync_interval: Option<Duration>,
-    #[arg(
-        long,
-        value_parser = names(&OwnerFailure::ALL.map(OwnerFailure::as_str)),
-        help = with_default("What to do when a key's owner does not answer in time", |c| {
-            c.on_owner_failure.to_string()
-        })
-    )]
-    pub on_owner_failure: Option<String>,
-    #[arg(
-        long,
-        value_name = "DUR",
-        value_parser = humantime::parse_duration,
-        help = with_default("How long to wait for a key's owner", |c| duration(c.owner_deadline))
-    )]
-    pub owner_deadline: Option<Duration>,
-    #[arg(
-        long,
-        value_name = "DUR",
-        value_parser = humantime::parse_duration,
-        help = with_default(
-            "On shutdown, the longest time spent handing counters over and waiting for peers to drop this node; counters not handed over by then cost what a crash costs",
-            |c| duration(c.leave_timeout)
-        )
-    )]
-    pub leave_timeout: Option<Duration>,
-    #[arg(
-        long,
-        value_name = "N",
-        value_parser = clap::value_parser!(u8).range(1..=2),
-        help = with_default(
-            "Copies of each counter in all: 2 keeps one on the next member, which stands in for an unreachable owner and takes over a dead one with its counts; 1 keeps none",
-            |c| c.replicas.to_string()
-        )
-    )]
-    pub replicas: Option<u8>,
-    #[arg(
-        long,
-        value_name = "N",
-        value_parser = clap::value_parser!(u64).range(1..),
-        help = with_default(
-            "Checks per second at its owner from which a key is hot: leased to the gateways sending it (rules with hot = \"lease\", the default for counting algorithms)",
-            |c| c.hot_key_rate.to_string()
-        )
-    )]
-    pub hot_key_rate: Option<u64>,
-    #[arg(
-        long,
-        value_name = "N",
-        help = with_default(
-            "Most checks per second this node admits without their owners, over every key (0: no cap)",
-            |c| c.fallback_cap.to_string()
-        )
-    )]
-    pub fallback_cap: Option<u64>,
-    /// This node's region: rules with scope = "global" then hold across every
-    /// region linked through --region-peers (docs/regions.md).
-    #[arg(long, value_name = "NAME")]
-    pub region: Option<String>,
-    /// Peer gRPC addresses of nodes in other regions, comma separated; write
-    /// REGION=HOST:PORT to name a node's region, else it is asked.
-    #[arg(long, value_name = "[REGION=]HOST:PORT,...", value_delimiter = ',')]
-    pub region_peers: Vec<String>,
-    #[arg(
-        long,
-        value_name = "DUR",
-        value_parser = humantime::parse_duration,
-        help = format!(
-            "How often a region reports its use of global keys to their home regions [default: {}]",
-            duration(weir_cluster::regions::RegionConfig::DEFAULT_ROUND)
-        )
-    )]
-    pub region_round: Option<Duration>,
-    /// Token for rule writes (PUT /v1/limits); writes are refused without one.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "WEIR_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
-    /// Shared secret that authenticates gossip and peer calls between nodes;
-    /// without it a node takes neither and runs alone.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "WEIR_CLUSTER_SECRET",
-        hide_env_values = true
-    )]
-    pub cluster_secret: Option<String>,
-    /// INSECURE: with no --cluster-secret, take gossip and peer calls from
-    /// anyone who can reach the ports (they can join the ring and replace
-    /// the rules). Only for isolated test networks.
-    #[arg(long)]
-    pub insecure_open_cluster: bool,
-    /// Forward checks to their owners over gRPC only, not on the direct
-    /// connections a node opens to each peer that takes them.
-    #[arg(long)]
-    pub peer_grpc_only: bool,
-    /// Log line format; the level comes from RUST_LOG [default: text].
-    #[arg(long, value_enum)]
-    pub log_format: Option<LogFormatArg>,
-    /// Spread the wait a denial reports over [base, 2 x base] (HTTP, gRPC Check, RLS) so denied clients do not return together.
-    #[arg(long)]
-    pub retry_jitter: bool,
-    /// Most counter keys held per rule [default: 1000000].
-    #[arg(long, value_name = "N")]
-    pub max_keys: Option<usize>,
-    /// Largest HTTP request body in bytes [default: 65536].
-    #[arg(long, value_name = "BYTES")]
-    pub max_body_bytes: Option<usize>,
-    /// Most checks in one batched call [default: 1000].
-    #[arg(long, value_name = "N")]
-    pub max_batch: Option<usize>,
-    /// Most concurrent client connections per listener, HTTP and gRPC each [default: 10000].
-    #[arg(long, value_name = "N")]
-    pub max_connections: Option<usize>,
-    /// How long an HTTP client may take to send a request's head (and a TLS handshake) [default: 10s].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub header_read_timeout: Option<Duration>,
-    /// How long an HTTP client may take to send a request's body [default: 10s].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub body_read_timeout: Option<Duration>,
-    /// How long a connection may sit with no request before it is closed [default: 60s].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub idle_timeout: Option<Duration>,
-    /// How long shutdown waits for in-flight requests [default: 10s].
-    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
-    pub drain_timeout: Option<Duration>,
-    /// Worker threads serving requests [default: one per CPU]. A sidecar
-    /// sharing its host with the service it protects may take fewer.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub threads: Option<u16>,
-    #[arg(
-        long,
-        value_name = "true|false",
-        help = format!(
-            "Serve the live dashboard at GET /ui [default: {}]",
-            ServeConfig::default().ui
-        )
-    )]
-    pub ui: Option<bool>,
-}
-
-/// Help text that ends in the default [`ClusterConfig`] holds, so the help
-/// and the library cannot disagree.
-fn with_default(what: &str, default: impl Fn(&ClusterConfig) -> String) -> String {
-    format!("{what} [default: {}]", default(&ClusterConfig::default()))
-}
-
-fn duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
-
-/// Accepts exactly these names, and lists them in the help.
-fn names(names: &[&'static str]) -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(names.iter().copied())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormatArg {
-    Text,
-    Json,
-}
-
 /// A name clap has already checked against the accepted ones, or the default.
 fn parsed<T: std::str::FromStr<Err = String>>(v: Option<&str>, default: T) -> Result<T, String> {
     v.map_or(Ok(default), str::parse)
@@ -268,10 +50,6 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         Some(d) if d.is_zero() => Err(format!("{flag} must be longer than zero")),
         Some(d) => Ok(d),
         None => Ok(default),
-    };
-    let secret = |flag: &str, v: &Option<String>| match v.as_deref() {
-        Some("") => Err(format!("{flag} must not be empty")),
-        other => Ok(other.map(str::to_string)),
     };
     if args.seeds.iter().any(|s| s.trim().is_empty()) {
         return Err("--seeds has an empty entry".into());
@@ -313,7 +91,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         advertise_grpc: args.advertise_grpc,
         advertise_gossip: args.advertise_gossip,
         rules_file: args.rules.clone(),
-        admin_token: secret("--admin-token", &args.admin_token)?,
+        admin_token: secrets::secret(
+            "--admin-token",
+            args.admin_token.as_deref(),
+            "--admin-token-file",
+            args.admin_token_file.as_deref(),
+        )?,
         cluster: ClusterConfig {
             seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
             strategy: parsed(args.strategy.as_deref(), c.strategy)?,
@@ -324,7 +107,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             replicas: args.replicas.map_or(c.replicas, usize::from),
             hot_key_rate: args.hot_key_rate.unwrap_or(c.hot_key_rate),
             fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),
-            secret: secret("--cluster-secret", &args.cluster_secret)?,
+            secret: secrets::secret(
+                "--cluster-secret",
+                args.cluster_secret.as_deref(),
+                "--cluster-secret-file",
+                args.cluster_secret_file.as_deref(),
+            )?,
             insecure_open: args.insecure_open_cluster,
             grpc_only: args.peer_grpc_only,
             region,
@@ -501,7 +289,12 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 mod check;
 #[cfg(test)]
+mod env_tests;
+mod secrets;
+mod serve_args;
+#[cfg(test)]
 mod tests;
 
 use check::check;
 pub use check::CheckArgs;
+pub use serve_args::{LogFormatArg, ServeArgs};

@@ -16,6 +16,7 @@ pub mod http;
 mod jitter;
 pub mod metrics;
 mod node;
+pub mod readiness;
 mod reload;
 pub mod state;
 pub mod tls;

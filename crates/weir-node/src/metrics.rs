@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use weir_cluster::stats::{LATENCY_BOUNDS_NS, LATENCY_BUCKETS};
 use weir_core::{CheckError, Verdict};
 
+mod process;
 pub mod scrape;
 mod sharded;
 
@@ -24,12 +27,6 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// The `rule` label of every check decided by a limit carried in the request
 /// (a gRPC item's or an Envoy descriptor's override): [`weir_core::Rule::label`]'s.
 pub const OVERRIDE_LABEL: &str = weir_core::CARRIED_LABEL;
-
-/// Upper bounds of the decision latency histogram, in seconds: 5 us (a
-/// check decided here) to 50 ms (ten owner deadlines).
-static LATENCY_BUCKETS: [f64; 12] = [
-    5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3,
-];
 
 /// `weir_checks_total`'s labels. The rule is a name from the rule set,
 /// [`OVERRIDE_LABEL`] (every carried limit's, [`weir_core::Rule::label`])
@@ -52,8 +49,37 @@ struct FieldLabels {
     field: &'static str,
 }
 
-/// The decision histogram: a count per bound of [`LATENCY_BUCKETS`] and +Inf.
-type DecisionSeconds = Histogram<13>;
+/// The decision histogram: a count per bound of [`LATENCY_BOUNDS_NS`] and +Inf.
+type DecisionSeconds = Histogram<LATENCY_BUCKETS>;
+
+/// `weir_build_info`'s labels: the crate's version, and the commit it was
+/// built from (`unknown` outside a git checkout; build.rs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+/// A duration histogram in the text format: `counts[i]` durations at or
+/// under `bounds_ns[i]` and above the bound before (the last count: past
+/// every bound, +Inf), and their `sum`; bounds and sum in seconds.
+pub(crate) fn encode_latency(
+    mut encoder: MetricEncoder,
+    bounds_ns: &[u64],
+    counts: &[u64],
+    sum: Duration,
+) -> std::fmt::Result {
+    let buckets: Vec<(f64, u64)> = bounds_ns
+        .iter()
+        // Exact: both are integers, and IEEE division rounds once, so
+        // 5000 ns is the same f64 as the literal 5e-6.
+        .map(|&ns| ns as f64 / 1e9)
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(counts.iter().copied())
+        .collect();
+    let count = counts.iter().sum();
+    encoder.encode_histogram::<NoLabelSet>(sum.as_secs_f64(), count, &buckets, None)
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -98,41 +124,55 @@ impl Metrics {
         let checks = CheckCounts::default();
         let shadow_would_deny = Family::<RuleLabels, Counter>::default();
         let rejected_inputs = Family::<FieldLabels, Counter>::default();
-        let decision_seconds = DecisionSeconds::new(&LATENCY_BUCKETS);
+        let decision_seconds = DecisionSeconds::new(&LATENCY_BOUNDS_NS);
         let rules_reloads = Counter::default();
         let rules_reload_failures = Counter::default();
+        // The registry ends each help with a period itself.
         let mut registry = Registry::default();
         // Counter names without `_total`: the library appends it.
         registry.register(
             "weir_checks",
-            "Checks decided, by rule and verdict.",
+            "Checks decided, by rule and verdict",
             checks.clone(),
         );
         registry.register(
             "weir_shadow_would_deny",
-            "Requests a shadow rule would have denied.",
+            "Requests a shadow rule would have denied",
             shadow_would_deny.clone(),
         );
         registry.register(
             "weir_rejected_inputs",
-            "Requests refused as malformed, by field.",
+            "Requests refused as malformed, by field",
             rejected_inputs.clone(),
         );
         registry.register(
             "weir_decision_seconds",
-            "Time to decide a check.",
+            "Time to decide a check",
             decision_seconds.clone(),
         );
         registry.register(
             "weir_rules_reloads",
-            "Rules file reloads installed.",
+            "Rules file reloads installed",
             rules_reloads.clone(),
         );
         registry.register(
             "weir_rules_reload_failures",
-            "Rules file reloads refused; the previous set stays.",
+            "Rules file reloads refused; the previous set stays",
             rules_reload_failures.clone(),
         );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("WEIR_COMMIT"),
+            })
+            .set(1);
+        registry.register(
+            "weir_build_info",
+            "1, labelled with the version and the commit this node was built from",
+            build,
+        );
+        registry.register_collector(Box::new(process::ProcessCollector));
         if let Some(c) = scrape {
             registry.register_collector(c);
         }

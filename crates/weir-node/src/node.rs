@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use weir_core::{Limiter, LimiterConfig, RuleSet, RulesError, SystemClock};
 use crate::config::ServeConfig;
 use crate::metrics::scrape::NodeCollector;
 use crate::metrics::Metrics;
+use crate::readiness::Stage;
 use crate::reload::Loaded;
 use crate::state::NodeState;
 
@@ -142,7 +142,7 @@ impl Node {
             config,
             metrics: Arc::new(Metrics::new(Some(Box::new(scrape)))),
             activity: Arc::default(),
-            ready: Default::default(),
+            lifecycle: Default::default(),
         });
         cluster.report_activity(state.activity.clone());
         let (stop, stopped) = watch::channel(false);
@@ -177,7 +177,7 @@ impl Node {
                 signal(stopped.clone()),
             ));
         }
-        state.ready.store(true, Ordering::SeqCst);
+        state.lifecycle.set(Stage::Serving);
         announce_trust(&state.config);
         tracing::info!(
             node = %state.node_id,
@@ -217,7 +217,7 @@ impl Node {
     /// stops accepting, lets in-flight requests finish (up to the drain
     /// timeout), and returns.
     pub async fn shutdown(self) {
-        self.state.ready.store(false, Ordering::SeqCst);
+        self.state.lifecycle.set(Stage::Leaving);
         if let Some(cluster) = self.state.engine.cluster() {
             cluster.leave().await;
         }
@@ -238,7 +238,7 @@ impl Node {
         if let Some(cluster) = self.state.engine.cluster() {
             cluster.kill();
         }
-        self.state.ready.store(false, Ordering::SeqCst);
+        self.state.lifecycle.set(Stage::Leaving);
         let _ = self.stop.send(true);
         for t in self.tasks {
             t.abort();

@@ -1,6 +1,5 @@
 //! What every handler of one node shares.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use weir_cluster::Engine;
@@ -8,6 +7,7 @@ use weir_cluster::Engine;
 use crate::activity::Activity;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
+use crate::readiness::Lifecycle;
 
 pub struct NodeState {
     pub node_id: String,
@@ -16,7 +16,8 @@ pub struct NodeState {
     pub metrics: Arc<Metrics>,
     /// The last minutes of checks per rule, per second, for the dashboard.
     pub activity: Arc<Activity>,
-    /// False until every listener is up, and again once shutdown begins, so
-    /// /readyz takes the node out of rotation before it stops answering.
-    pub ready: AtomicBool,
+    /// Starting until every listener is up, leaving once shutdown begins,
+    /// so /readyz and gRPC health take the node out of rotation before it
+    /// stops answering ([`NodeState::readiness`]).
+    pub lifecycle: Lifecycle,
 }

@@ -179,12 +179,50 @@ async fn the_exposition_is_strict_prometheus_text_with_typed_families() {
     };
     let bounds: Vec<f64> = buckets.iter().map(|b| b.less_than).collect();
     assert_eq!(bounds.first(), Some(&5e-6), "buckets start at 5 us");
-    assert_eq!(bounds[bounds.len() - 2], 0.05, "and end at 50 ms");
+    assert_eq!(bounds[bounds.len() - 2], 10.0, "and end at 10 s");
     assert_eq!(bounds.last(), Some(&f64::INFINITY));
     assert!(
         buckets.last().unwrap().count >= 3.0,
         "every decided check is timed"
     );
+    // Every latency is a histogram over the same buckets, so they sum
+    // across nodes; none is a quantile gauge.
+    for name in [
+        "weir_forward_queue_seconds",
+        "weir_forward_call_seconds",
+        "weir_replication_lag_seconds",
+    ] {
+        let Value::Histogram(b) = &find(name).next().unwrap().value else {
+            panic!("{name} is not a histogram");
+        };
+        let same: Vec<f64> = b.iter().map(|b| b.less_than).collect();
+        assert_eq!(same, bounds, "{name}");
+    }
+    assert!(!text.contains("quantile="), "no quantile series");
+    let build = find("weir_build_info").next().expect("weir_build_info");
+    assert_eq!(build.value, Value::Gauge(1.0));
+    assert_eq!(build.labels.get("version"), Some(env!("CARGO_PKG_VERSION")));
+    let commit = build.labels.get("commit").unwrap();
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit}"
+    );
+    let region = find("weir_region_home_unreachable_seconds").next().unwrap();
+    assert_eq!(region.labels.get("region"), Some("b"));
+    assert_eq!(
+        region.value,
+        Value::Gauge(0.0),
+        "b has not missed three rounds"
+    );
+    if cfg!(target_os = "linux") {
+        for name in ["process_resident_memory_bytes", "process_open_fds"] {
+            let v = find(name).next().unwrap_or_else(|| panic!("no {name}"));
+            assert!(matches!(v.value, Value::Gauge(g) if g > 0.0), "{name}");
+        }
+        let cpu = find("process_cpu_seconds_total").next().unwrap();
+        assert!(matches!(cpu.value, Value::Counter(c) if c >= 0.0));
+    }
     assert!(matches!(
         find("weir_members").next().unwrap().value,
         Value::Gauge(_)
@@ -194,7 +232,10 @@ async fn the_exposition_is_strict_prometheus_text_with_typed_families() {
 /// Each row of the "What a node exports" table: names and their labels.
 fn documented_table() -> Vec<(String, BTreeSet<String>)> {
     let mut rows = Vec::new();
-    for line in OPERATIONS.lines().filter(|l| l.starts_with("| `weir_")) {
+    let lines = OPERATIONS
+        .lines()
+        .filter(|l| l.starts_with("| `weir_") || l.starts_with("| `process_"));
+    for line in lines {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let ticked = |cell: &str| -> Vec<String> {
             cell.split('`')
@@ -211,11 +252,12 @@ fn documented_table() -> Vec<(String, BTreeSet<String>)> {
     rows
 }
 
-/// Every `weir_...` name anywhere in the page: tables, prose and alerts.
+/// Every `weir_...` and `process_...` name anywhere in the page: tables,
+/// prose and alerts.
 fn documented_names() -> BTreeSet<String> {
     OPERATIONS
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("weir_"))
+        .filter(|w| w.starts_with("weir_") || w.starts_with("process_"))
         .map(str::to_string)
         .collect()
 }

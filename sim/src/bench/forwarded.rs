@@ -1,10 +1,10 @@
 //! The forwarded path under load: a 3-node cluster of `weir serve` processes, HTTP checks sent to one node for keys the other two own, open loop at half the saturating rate (or the share `--forwarded-load` names), beside checks of keys that node owns at the same rate.
 //!
 //! The saturating rates are found closed-loop, one copy and two; a fresh
-//! two-copy cluster then takes the open-loop runs, so the gateway's
-//! forwarding timings (`weir_forward_queue_seconds`,
-//! `weir_forward_call_seconds`, quantiles since start) cover the forwarded
-//! run alone. Each step's cost:
+//! two-copy cluster then takes the open-loop runs, and the gateway's
+//! forwarding histograms (`weir_forward_queue_seconds`,
+//! `weir_forward_call_seconds`) are read over the forwarded run alone.
+//! Each step's cost:
 //! queueing at the gateway and the call (send to answer, the owner's
 //! decision and two loopback hops inside) from those; the decision itself
 //! from the node's own decision histogram during the local run.
@@ -95,6 +95,41 @@ fn scraped(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// A histogram's cumulative bucket counts in an exposition: (`le`, count),
+/// `+Inf` last.
+fn buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    text.lines()
+        .filter_map(|l| {
+            let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            Some((le.parse().ok()?, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The bucket bound (seconds) under which a share `q` of the durations
+/// the histogram `name` counted between two expositions fell; the largest
+/// finite bound when they fell past it, 0 when it counted none.
+fn bucket_quantile(before: &str, after: &str, name: &str, q: f64) -> f64 {
+    let start = buckets(before, name);
+    let end = buckets(after, name);
+    let counted = |i: usize| end[i].1 - start.get(i).map_or(0.0, |b| b.1);
+    let Some(total) = end.len().checked_sub(1).map(counted) else {
+        return 0.0;
+    };
+    if total <= 0.0 {
+        return 0.0;
+    }
+    let last_finite = end
+        .iter()
+        .rev()
+        .find(|b| b.0.is_finite())
+        .map_or(0.0, |b| b.0);
+    (0..end.len())
+        .find(|&i| counted(i) >= q * total)
+        .map_or(last_finite, |i| end[i].0.min(last_finite))
 }
 
 /// What a phase's cost is read from: every node's CPU seconds and node 1's
@@ -236,9 +271,8 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
 
         // The default, two copies: its own saturating rate and what the
         // copy costs; then the latency figures at a share of that rate
-        // (half unless told) on a fresh cluster, since the gateway's
-        // queueing and call timings are quantiles since its start, and the
-        // saturated run would be in them.
+        // (half unless told) on a fresh cluster, read from the gateway's
+        // histograms over the forwarded phase alone.
         let mut two = start(bin, &dir, 2, &args.node_args).await?;
         let (peak2, copied) = phase(&two, args, &remote, None).await?;
         two.shut_down(SHUTDOWN).await?;
@@ -258,16 +292,17 @@ pub fn run(args: &Args, bin: &Path, rt: &tokio::runtime::Runtime) -> Result<(), 
         let after_local = Reading::take(&two).await?;
         line("forwarded (keys on nodes 2 and 3)", &fwd);
         line("local (keys on node 1)", &near);
-        let q = |name: &str, q: &str| after_fwd.value(&format!("{name}{{quantile=\"{q}\"}}")) * 1e6;
+        let q = |name: &str, q: f64| {
+            bucket_quantile(&before.metrics, &after_fwd.metrics, name, q) * 1e6
+        };
         for (step, name) in [
             ("gateway queueing", "weir_forward_queue_seconds"),
             ("call (send to answer)", "weir_forward_call_seconds"),
         ] {
             println!(
-                "{step}: p50 <= {:.0} us, p99 <= {:.0} us, max {:.0} us (bucket bounds)",
-                q(name, "0.5"),
-                q(name, "0.99"),
-                q(name, "1")
+                "{step}: p50 <= {:.0} us, p99 <= {:.0} us (bucket bounds)",
+                q(name, 0.5),
+                q(name, 0.99),
             );
         }
         let engine = |a: &Reading, b: &Reading| {
@@ -338,12 +373,35 @@ mod tests {
 
     #[test]
     fn an_exposition_line_is_read_by_its_full_name() {
-        let text = "weir_forward_call_seconds{quantile=\"0.5\"} 0.0001\n\
-                    weir_forward_call_seconds{quantile=\"0.99\"} 0.0025\n\
+        let text = "weir_forward_call_seconds_bucket{le=\"0.0001\"} 3\n\
                     weir_decision_seconds_count 7\n";
-        let name = "weir_forward_call_seconds{quantile=\"0.99\"}";
-        assert_eq!(scraped(text, name), 0.0025);
+        let name = "weir_forward_call_seconds_bucket{le=\"0.0001\"}";
+        assert_eq!(scraped(text, name), 3.0);
         assert_eq!(scraped(text, "weir_decision_seconds_count"), 7.0);
         assert_eq!(scraped(text, "weir_decision_seconds_sum"), 0.0);
+    }
+
+    fn exposition(counts: [u64; 4]) -> String {
+        let les = ["5e-05", "0.0001", "0.001", "+Inf"];
+        les.iter()
+            .zip(counts)
+            .map(|(le, c)| format!("weir_forward_call_seconds_bucket{{le=\"{le}\"}} {c}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn a_quantile_is_read_from_the_buckets_counted_between_two_readings() {
+        // Before: 100 fast calls. Between: 10 more under 50 us, 80 under
+        // 100 us, 9 under 1 ms and one past it.
+        let before = exposition([100, 100, 100, 100]);
+        let after = exposition([110, 190, 199, 200]);
+        let q = |q| bucket_quantile(&before, &after, "weir_forward_call_seconds", q);
+        assert_eq!(q(0.5), 0.0001);
+        assert_eq!(q(0.99), 0.001);
+        assert_eq!(q(1.0), 0.001, "past the last bound: the last bound");
+        assert_eq!(
+            bucket_quantile(&before, &before, "weir_forward_call_seconds", 0.5),
+            0.0
+        );
     }
 }

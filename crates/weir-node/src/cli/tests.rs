@@ -1,11 +1,14 @@
 //! Flag parsing and `weir check` output, without a process.
 
+use std::path::PathBuf;
+
 use serde_json::json;
+use weir_cluster::{OwnerFailure, StrategyKind};
 
 use super::check::{check_url, report, with_hint};
 use super::*;
 
-fn parse(args: &[&str]) -> Result<ServeConfig, String> {
+pub(super) fn parse(args: &[&str]) -> Result<ServeConfig, String> {
     let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
     match cli.command {
         Command::Serve(a) => serve_config(&a),

@@ -1,8 +1,11 @@
-//! The gRPC APIs (tonic): weir.v1.RateLimiter, Envoy's RateLimitService, and weir.v1.Peer.
+//! The gRPC APIs (tonic): weir.v1.RateLimiter, Envoy's RateLimitService,
+//! weir.v1.Peer, health and reflection.
 
 mod envoy;
 pub mod envoy_map;
+pub mod health;
 mod ratelimiter;
+mod reflection;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,9 +46,9 @@ pub fn max_message_bytes(max_batch_items: usize) -> usize {
         .saturating_add(REQUEST_OVERHEAD_BYTES)
 }
 
-/// Serves weir.v1.RateLimiter and Envoy's RLS (over TLS when `tls` is
-/// set), and weir.v1.Peer: on `peer_listener` when there is one, else on
-/// this port too.
+/// Serves weir.v1.RateLimiter, Envoy's RLS, health and reflection (over
+/// TLS when `tls` is set), and weir.v1.Peer: on `peer_listener` when there
+/// is one, else on this port too.
 ///
 /// The servers send no HTTP/2 pings: the connection watch closes a
 /// connection that starts no request for the idle timeout, which also
@@ -96,11 +99,17 @@ pub async fn serve(
             }
         })
     });
+    let (health, follow_readiness) = health::service(state.clone(), stop.clone());
+    let health_task = tokio::spawn(follow_readiness);
+    let (reflection_v1, reflection_v1alpha) = reflection::services().unzip();
     let conns = incoming(&state, listener, tls, shared_direct, stop.clone());
     let server = Server::builder()
         .layer(CountRequests)
         .add_service(weir)
         .add_service(envoy)
+        .add_service(health)
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha)
         .add_optional_service(shared_peer)
         .add_optional_service(shared_regions);
     if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
@@ -109,6 +118,7 @@ pub async fn serve(
     if let Some(t) = peer_task {
         let _ = t.await;
     }
+    let _ = health_task.await;
 }
 
 /// Accepted connections as the stream tonic serves from.

@@ -1,6 +1,5 @@
 //! Operations endpoints: `/metrics`, `/healthz`, `/readyz`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -29,13 +28,13 @@ pub async fn healthz() -> &'static str {
 /// Ready while every listener is up, the node has joined the cluster its
 /// seeds lead to, and shutdown has not begun: a rollout sends no traffic
 /// to a node whose checks would wait for its join, and a load balancer
-/// stops sending before the node stops answering.
+/// stops sending before the node hands its counters away and stops answering.
 pub async fn readyz(State(state): State<Arc<NodeState>>) -> (StatusCode, &'static str) {
-    if !state.ready.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
-    }
-    if state.engine.cluster().is_some_and(|c| c.joining()) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "joining its cluster\n");
-    }
-    (StatusCode::OK, "ready\n")
+    let readiness = state.readiness();
+    let status = if readiness.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, readiness.reason())
 }

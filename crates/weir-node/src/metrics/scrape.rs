@@ -9,6 +9,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use weir_cluster::membership::MemberState;
+use weir_cluster::stats::LATENCY_BOUNDS_NS;
 use weir_cluster::{Cluster, Engine};
 
 use super::OVERRIDE_LABEL;
@@ -355,21 +356,17 @@ fn encode_region(enc: &mut DescriptorEncoder, cluster: &Cluster) -> fmt::Result 
         ],
     )?;
     // One series per other region: 0 while it answers.
-    let unreachable: Vec<(&str, u64)> = status
-        .regions
-        .iter()
-        .filter(|r| **r != status.region)
-        .map(|r| {
-            let quiet = status.unreachable.iter().find(|(h, _)| h == r);
-            (r.as_str(), quiet.map_or(0, |(_, ms)| *ms))
-        })
-        .collect();
-    gauge(
-        "weir_region_home_unreachable_ms",
-        "Each other region as a home: how long (ms) it has gone unanswered once that passed \
+    let family = gauge(
+        "weir_region_home_unreachable_seconds",
+        "Each other region as a home: how long it has gone unanswered once that passed \
          three rounds; 0 while it answers.",
-    )
-    .labeled(enc, "region", &unreachable)?;
+    );
+    let mut m = family.descriptor(enc)?;
+    for r in status.regions.iter().filter(|r| **r != status.region) {
+        let quiet = status.unreachable.iter().find(|(h, _)| h == r);
+        let ms = quiet.map_or(0, |(_, ms)| *ms);
+        ConstGauge::new(ms as f64 / 1000.0).encode(m.encode_family(&[("region", r.as_str())])?)?;
+    }
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     let c = &regional.counts;
     counter(
@@ -514,27 +511,23 @@ fn encode_owner_path(
     let timings = [
         (
             "weir_replication_lag_seconds",
-            "How long a change waited to be copied to its holder (what a crash can lose), \
-             by quantile since start.",
+            "How long a change waited to be copied to its holder (what a crash can lose).",
             s.replication_lag,
         ),
         (
             "weir_forward_queue_seconds",
-            "Time a forwarded op waited in this gateway's queue, by quantile since start.",
+            "Time a forwarded op waited in this gateway's queue.",
             s.queue_wait,
         ),
         (
             "weir_forward_call_seconds",
-            "Time from sending a forwarded op to its owner's answer, by quantile since start.",
+            "Time from sending a forwarded op to its owner's answer.",
             s.call_time,
         ),
     ];
     for (name, help, t) in timings {
-        let family = gauge(name, help);
-        let mut m = family.descriptor(enc)?;
-        for (q, d) in [("0.5", t.p50), ("0.99", t.p99), ("1", t.max)] {
-            ConstGauge::new(d.as_secs_f64()).encode(m.encode_family(&[("quantile", q)])?)?;
-        }
+        let m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        super::encode_latency(m, &LATENCY_BOUNDS_NS, &t.buckets, t.sum)?;
     }
     let breakers: Vec<(String, u64)> = cluster
         .members_status()

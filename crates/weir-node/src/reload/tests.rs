@@ -27,7 +27,7 @@ fn state() -> NodeState {
         config: ServeConfig::ephemeral(),
         metrics: Default::default(),
         activity: Default::default(),
-        ready: Default::default(),
+        lifecycle: Default::default(),
     }
 }
 

@@ -1,0 +1,108 @@
+//! Flags from the environment and secrets from files, without a process.
+
+use super::tests::parse;
+use super::*;
+
+/// Guard: every `weir serve` flag reads `WEIR_` + its name in capitals,
+/// and the help shows the variable, so a flag added without one fails here.
+#[test]
+fn every_serve_flag_has_its_environment_variable_shown_in_the_help() {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let serve = cmd.find_subcommand_mut("serve").expect("serve");
+    let help = serve.render_long_help().to_string();
+    let mut flags = 0;
+    for arg in serve.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" {
+            continue;
+        }
+        flags += 1;
+        let want = format!("WEIR_{}", long.to_uppercase().replace('-', "_"));
+        assert_eq!(
+            arg.get_env().and_then(|e| e.to_str()),
+            Some(want.as_str()),
+            "--{long}"
+        );
+        assert!(help.contains(&format!("[env: {want}")), "help lacks {want}");
+    }
+    assert!(flags >= 40, "only {flags} flags seen");
+}
+
+fn file_with(text: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), text).unwrap();
+    f
+}
+
+#[test]
+fn secrets_are_read_from_files_without_their_trailing_newline() {
+    let secret = file_with("s3cret\n");
+    let token = file_with("t0ken\r\n");
+    let c = parse(&[
+        "weir",
+        "serve",
+        &format!("--cluster-secret-file={}", secret.path().display()),
+        &format!("--admin-token-file={}", token.path().display()),
+    ])
+    .unwrap();
+    assert_eq!(c.cluster.secret.as_deref(), Some("s3cret"));
+    assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
+    // Only one line ending goes: the rest is the secret.
+    let spaced = file_with(" two words \n\n");
+    let c = parse(&[
+        "weir",
+        "serve",
+        &format!("--admin-token-file={}", spaced.path().display()),
+    ])
+    .unwrap();
+    assert_eq!(c.admin_token.as_deref(), Some(" two words \n"));
+}
+
+#[test]
+fn an_empty_or_unreadable_secret_file_is_refused_naming_it() {
+    for (flag, empty) in [
+        ("--cluster-secret-file", file_with("\n")),
+        ("--admin-token-file", file_with("")),
+    ] {
+        let shown = empty.path().display().to_string();
+        let e = parse(&["weir", "serve", &format!("{flag}={shown}")]).unwrap_err();
+        assert!(
+            e.contains(flag) && e.contains(&shown) && e.contains("empty"),
+            "{e}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-secret").display().to_string();
+    let e = parse(&["weir", "serve", &format!("--cluster-secret-file={missing}")]).unwrap_err();
+    assert!(
+        e.contains("--cluster-secret-file") && e.contains(&missing),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_secret_and_its_file_together_are_refused() {
+    let f = file_with("x");
+    let file = f.path().display().to_string();
+    let e = parse(&[
+        "weir",
+        "serve",
+        "--cluster-secret=s",
+        &format!("--cluster-secret-file={file}"),
+    ])
+    .unwrap_err();
+    assert!(e.contains("--cluster-secret-file"), "{e}");
+    let e = parse(&[
+        "weir",
+        "serve",
+        "--admin-token=t",
+        &format!("--admin-token-file={file}"),
+    ])
+    .unwrap_err();
+    assert!(e.contains("--admin-token-file"), "{e}");
+    assert_eq!(
+        secrets::secret("--a", Some("v"), "--a-file", Some(f.path())).unwrap_err(),
+        "give --a or --a-file, not both"
+    );
+}
