@@ -576,6 +576,35 @@ impl Limiter {
         Some(if d.allowed { d.remaining + 1 } else { 0 })
     }
 
+    /// (rule, key)'s state now, spending nothing: `remaining` is the
+    /// budget left (what a check of cost 1 would leave, plus that 1),
+    /// `reset_at` when it is whole again, `allowed` whether a check of
+    /// cost 1 would pass. A key never seen has the whole limit. None when
+    /// the rule is unknown.
+    pub fn peek(&self, rule: &str, hash_part: &str) -> Option<Decision> {
+        let c = self.counters(rule).ok()?;
+        let now = self.clock.now();
+        let mut state = c.get(hash_part).unwrap_or_else(|| c.policy().fresh());
+        let rest = c.policy().rest_at(&state).max(now);
+        let mut d = c.policy().decide(&mut state, now, 1)?;
+        d.remaining = if d.allowed { d.remaining + 1 } else { 0 };
+        d.reset_at = crate::decision::ms_ceil(rest);
+        Some(d)
+    }
+
+    /// Clears (rule, key): a held key's state becomes a fresh one's, which
+    /// a replica copying it takes whole. False when the rule is unknown;
+    /// a key not held is already clear.
+    pub fn reset(&self, rule: &str, hash_part: &str) -> bool {
+        let Ok(c) = self.counters(rule) else {
+            return false;
+        };
+        if c.get(hash_part).is_some() {
+            c.put(hash_part, c.policy().fresh(), self.clock.now());
+        }
+        true
+    }
+
     /// One key's counter, copied; None when the rule or the key is unknown.
     pub fn snapshot(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.get(hash_part)?;
