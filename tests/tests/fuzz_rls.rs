@@ -116,6 +116,7 @@ fn descriptor() -> impl Strategy<Value = RateLimitDescriptor> {
             entries,
             limit,
             hits_addend,
+            is_negative_hits: false,
         },
     )
 }

@@ -76,6 +76,19 @@ impl Engine {
         self.strategy.check_many(reqs).await
     }
 
+    /// Gives a request's cost back to every limit a check of it would
+    /// meet, at the nodes that count them (an Envoy descriptor with
+    /// `is_negative_hits`). Never denied; refused only as bad input, before
+    /// anything is given back. Answers the limits it went to.
+    pub async fn refund(&self, req: &CheckRequest) -> Result<Vec<Arc<Rule>>, CheckError> {
+        let targets = self.limiter.refund_targets(req)?;
+        let sends = targets
+            .iter()
+            .map(|(rule, hash_part)| self.strategy.give_back(rule, hash_part, req.cost));
+        futures::future::join_all(sends).await;
+        Ok(targets.into_iter().map(|(rule, _)| rule).collect())
+    }
+
     pub fn rules(&self) -> Arc<RuleSet> {
         self.limiter.rules()
     }

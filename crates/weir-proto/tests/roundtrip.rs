@@ -145,6 +145,7 @@ fn envoy_rate_limit_request_decodes_from_envoy_wire_bytes() {
                 unit: RateLimitUnit::Minute as i32,
             }),
             hits_addend: Some(5),
+            is_negative_hits: false,
         }],
         hits_addend: 7,
     };

@@ -522,7 +522,11 @@ impl OwnerService {
             OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
             OpKind::Refund => {
                 let limiter = self.local.limiter();
-                limiter.refund(&op.rule, &op.key, op.at, op.cost);
+                match wire::carried_rule(op) {
+                    Some(Ok(carried)) => limiter.refund_adhoc(&carried, &op.key, op.at, op.cost),
+                    Some(Err(e)) => return Some(wire::error_to_wire(&e)),
+                    None => limiter.refund(&op.rule, &op.key, op.at, op.cost),
+                }
                 if let Some(rule) = rule {
                     self.replicator.mark(&rule.name, &op.key, limiter.now());
                 }

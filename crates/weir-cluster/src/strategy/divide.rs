@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use weir_core::{CheckRequest, Limiter, RuleSet, Verdict};
+use weir_core::{CheckRequest, Limiter, Rule, RuleSet, Verdict};
 
 use super::{Decided, Strategy};
 use crate::divided::Divided;
@@ -32,6 +32,17 @@ impl Strategy for DivideStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.divided.check(&self.limiter, req))
+    }
+
+    /// To this node's share: the only count it has.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.divided.give_back(rule, hash_part, cost);
+        Box::pin(async {})
     }
 
     fn on_rules(&self, rules: &RuleSet) {

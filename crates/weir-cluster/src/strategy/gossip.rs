@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use prost::Message;
 use tokio::task::AbortHandle;
-use weir_core::{AlgorithmKind, Applied, CheckRequest, Decision, Limiter, Verdict};
+use weir_core::{AlgorithmKind, Applied, CheckRequest, Decision, Limiter, Rule, Verdict};
 use weir_proto::weir::v1::{CountDelta, SyncRequest};
 
 use super::gossip_counts::{GossipCounts, HeardCounts};
@@ -167,6 +167,17 @@ impl Strategy for GossipStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.decide(req))
+    }
+
+    /// To this node's own count, which its next sync reports lower.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.limiter.give_back(rule, hash_part, cost);
+        Box::pin(async {})
     }
 
     fn maintain(&self) -> BoxFuture<'_, ()> {

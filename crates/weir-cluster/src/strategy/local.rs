@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use weir_core::{CheckRequest, Limiter, Verdict};
+use futures::future::BoxFuture;
+use weir_core::{CheckRequest, Limiter, Rule, Verdict};
 
 use super::{Decided, Strategy};
 
@@ -27,5 +28,15 @@ impl Strategy for LocalStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.limiter.check(req))
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.limiter.give_back(rule, hash_part, cost);
+        Box::pin(async {})
     }
 }

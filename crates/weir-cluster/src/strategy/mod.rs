@@ -12,7 +12,9 @@ pub mod owner;
 
 use futures::future::BoxFuture;
 use tokio::task::AbortHandle;
-use weir_core::{CheckError, CheckRequest, RuleSet, Verdict};
+use std::sync::Arc;
+
+use weir_core::{CheckError, CheckRequest, Rule, RuleSet, Verdict};
 use weir_proto::weir::v1::CountDelta;
 
 use crate::stats::{FallbackCounts, FallbackStatus};
@@ -64,6 +66,18 @@ pub trait Strategy: Send + Sync + 'static {
             out
         })
     }
+
+    /// Gives `cost` back to what (rule, hash part) has spent, at the node
+    /// that counts it (an Envoy refund; `rule.carried` for a request's own
+    /// limit). Best effort: a refund that cannot reach the counter is
+    /// dropped and the budget stays spent, the side that never admits
+    /// more than the limit.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()>;
 
     /// A new rule set is in force.
     fn on_rules(&self, _rules: &RuleSet) {}

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use weir_core::{CheckError, CheckRequest, CounterSnapshot, Limiter, Placed, RuleSet, Verdict};
+use weir_core::{
+    CheckError, CheckRequest, CounterSnapshot, Limiter, Placed, Rule, RuleSet, Verdict,
+};
 
 use super::{Decided, Strategy};
 use crate::owner::gateway::Gateway;
@@ -15,6 +17,7 @@ use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
 use crate::stats::{FallbackCounts, FallbackStatus};
 use crate::topology::ring::Ring;
+use crate::wire;
 
 pub struct OwnerStrategy {
     gateway: Gateway,
@@ -117,6 +120,40 @@ impl Strategy for OwnerStrategy {
     /// A check whose every limit this node owns is decided at once, with no
     /// future and one ring lookup per limit (on a ring of one, that is every
     /// check); the rest go to their owners.
+    /// At the key's owner, with this gateway's cached denial of it
+    /// forgotten (the budget it was denied for may be back). Sent once,
+    /// as a composed check's refund is; unanswered, the budget stays spent.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        let remote = self.gateway.remote();
+        let now = self.limiter().now();
+        self.gateway
+            .deny_cache()
+            .refunded(&rule.name, hash_part, now);
+        match remote.routing.remote_owner(hash_part) {
+            Some(owner) => {
+                let op = wire::refund_spent(rule, hash_part, cost);
+                let sent = remote.peers.decide(&owner, op, remote.deadline);
+                Box::pin(async move {
+                    let _ = sent.await;
+                })
+            }
+            None => {
+                self.limiter().give_back(rule, hash_part, cost);
+                // Carried limits have no copies.
+                let copied = self.replicator.is_on() && !self.alone.load(Ordering::Relaxed);
+                if copied && !rule.carried {
+                    self.replicator.mark(&rule.name, hash_part, now);
+                }
+                Box::pin(async {})
+            }
+        }
+    }
+
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         if let Some(rule) = &req.limit {
             return Decided::Later(Box::pin(self.gateway.check_carried(req, rule)));
