@@ -150,6 +150,29 @@ pub fn refund_spent(rule: &Rule, hash_part: &str, cost: u64) -> CounterOp {
     }
 }
 
+/// Reads (`OpKind::Peek`) or clears (`OpKind::Reset`) one counter at its
+/// owner, for the counters API.
+pub fn counter_admin(rule: &str, hash_part: &str, kind: OpKind) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        kind: kind as i32,
+        ..CounterOp::default()
+    }
+}
+
+/// The counter's state an owner answered a peek or a reset with.
+pub fn counter_state(result: OpResult, rule: &Rule) -> Result<Decision, CheckError> {
+    match answer(result, rule, 1) {
+        Answer::Decided(d) => Ok(d),
+        Answer::Refused(e) => Err(e),
+        Answer::Undecided(why) => Err(Unavailable::Unreachable(why).into()),
+        Answer::NotReady | Answer::Expired => {
+            Err(Unavailable::Unreachable("the key's owner is not ready".into()).into())
+        }
+    }
+}
+
 /// The rule an op carries, rebuilt exactly as the sender built it.
 pub fn carried_rule(op: &CounterOp) -> Option<Result<Rule, CheckError>> {
     let c = op.carried.as_ref()?;

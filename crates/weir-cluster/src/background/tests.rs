@@ -33,6 +33,15 @@ impl Strategy for Recorder {
         unreachable!("no refund is sent")
     }
 
+    fn counter<'a>(
+        &'a self,
+        _: &'a Arc<Rule>,
+        _: &'a str,
+        _: crate::strategy::CounterAction,
+    ) -> BoxFuture<'a, Result<(weir_core::Decision, Option<String>), weir_core::CheckError>> {
+        unreachable!("no counter is asked for")
+    }
+
     fn before_ring<'a>(&'a self, _: &'a Arc<Ring>) -> BoxFuture<'a, ()> {
         let routed = self.routing.routing_ring().len();
         self.seen.lock().push(("before", routed));

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use weir_core::{CheckRequest, Limiter, Rule, Verdict};
+use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, Verdict};
 
-use super::{Decided, Strategy};
+use super::{counter_here, CounterAction, Decided, Strategy};
 
 pub struct LocalStrategy {
     limiter: Arc<Limiter>,
@@ -38,5 +38,15 @@ impl Strategy for LocalStrategy {
     ) -> BoxFuture<'a, ()> {
         self.limiter.give_back(rule, hash_part, cost);
         Box::pin(async {})
+    }
+
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>> {
+        let done = counter_here(&self.limiter, rule, hash_part, action);
+        Box::pin(async move { done })
     }
 }

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use tokio::task::AbortHandle;
 use std::sync::Arc;
 
-use weir_core::{CheckError, CheckRequest, Rule, RuleSet, Verdict};
+use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, RuleSet, Unavailable, Verdict};
 use weir_proto::weir::v1::CountDelta;
 
 use crate::stats::{FallbackCounts, FallbackStatus};
@@ -34,6 +34,33 @@ impl<T> Decided<'_, T> {
             Decided::Now(r) => r,
             Decided::Later(f) => f.await,
         }
+    }
+}
+
+/// What the counters API does to one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterAction {
+    /// Read it, spending nothing.
+    Peek,
+    /// Clear it: its state becomes a fresh key's.
+    Reset,
+}
+
+/// [`Strategy::counter`] on a limiter of this node's own: the only count
+/// a strategy that keeps no owners has (gossip and divide clear this
+/// node's count alone).
+pub(crate) fn counter_here(
+    limiter: &Limiter,
+    rule: &Rule,
+    hash_part: &str,
+    action: CounterAction,
+) -> Result<(Decision, Option<String>), CheckError> {
+    if action == CounterAction::Reset {
+        limiter.reset(&rule.name, hash_part);
+    }
+    match limiter.peek(&rule.name, hash_part) {
+        Some(d) => Ok((d, None)),
+        None => Err(Unavailable::UnknownRule(rule.name.to_string()).into()),
     }
 }
 
@@ -78,6 +105,16 @@ pub trait Strategy: Send + Sync + 'static {
         hash_part: &'a str,
         cost: u64,
     ) -> BoxFuture<'a, ()>;
+
+    /// (rule, hash part)'s counter, read or first cleared, at the node
+    /// that counts it (the counters API): its state after, and that
+    /// node's id (None: this node).
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>>;
 
     /// A new rule set is in force.
     fn on_rules(&self, _rules: &RuleSet) {}
