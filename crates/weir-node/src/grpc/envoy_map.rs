@@ -411,5 +411,7 @@ pub fn to_response(
 }
 
 #[cfg(test)]
+mod refund_tests;
+#[cfg(test)]
 mod tests;
 pub mod wire;
