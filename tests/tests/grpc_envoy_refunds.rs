@@ -107,7 +107,10 @@ async fn a_refund_beside_a_check_in_one_call_is_answered_ok_and_the_check_decide
     assert_eq!(admitted(&mut client, "carol", 5).await, 5);
     let resp = ask(
         &mut client,
-        vec![descriptor("carol", None, false), descriptor("carol", Some(1), true)],
+        vec![
+            descriptor("carol", None, false),
+            descriptor("carol", Some(1), true),
+        ],
     )
     .await;
     // The check came first and met a full key; the refund after it is OK.

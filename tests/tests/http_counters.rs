@@ -78,8 +78,14 @@ async fn get_shows_a_keys_state_and_spends_nothing() {
 async fn delete_clears_a_key_so_its_whole_limit_passes_again() {
     let node = alone().await;
     assert_eq!(admitted(&node, "bob", LIMIT + 1).await, LIMIT);
-    assert_eq!(delete_counter(&node, "per-client", "bob", Some(ADMIN)).await, 204);
-    assert_eq!(get_counter(&node, "per-client", "bob").await.1["remaining"], 5);
+    assert_eq!(
+        delete_counter(&node, "per-client", "bob", Some(ADMIN)).await,
+        204
+    );
+    assert_eq!(
+        get_counter(&node, "per-client", "bob").await.1["remaining"],
+        5
+    );
     assert_eq!(admitted(&node, "bob", LIMIT + 1).await, LIMIT);
     node.shutdown().await;
 }
@@ -88,8 +94,14 @@ async fn delete_clears_a_key_so_its_whole_limit_passes_again() {
 async fn delete_without_the_token_is_401_and_clears_nothing() {
     let node = alone().await;
     assert_eq!(admitted(&node, "carol", LIMIT).await, LIMIT);
-    assert_eq!(delete_counter(&node, "per-client", "carol", None).await, 401);
-    assert_eq!(delete_counter(&node, "per-client", "carol", Some("wrong")).await, 403);
+    assert_eq!(
+        delete_counter(&node, "per-client", "carol", None).await,
+        401
+    );
+    assert_eq!(
+        delete_counter(&node, "per-client", "carol", Some("wrong")).await,
+        403
+    );
     assert_eq!(admitted(&node, "carol", 1).await, 0);
     node.shutdown().await;
 }
@@ -98,7 +110,10 @@ async fn delete_without_the_token_is_401_and_clears_nothing() {
 async fn an_unknown_rule_is_404() {
     let node = alone().await;
     assert_eq!(get_counter(&node, "no-such-rule", "k").await.0, 404);
-    assert_eq!(delete_counter(&node, "no-such-rule", "k", Some(ADMIN)).await, 404);
+    assert_eq!(
+        delete_counter(&node, "no-such-rule", "k", Some(ADMIN)).await,
+        404
+    );
     node.shutdown().await;
 }
 
@@ -118,15 +133,24 @@ async fn a_delete_through_any_node_clears_the_owner_and_its_copy() {
     // Filled through node-1, which caches the denial.
     assert_eq!(admitted(&nodes[0], &key, LIMIT + 1).await, LIMIT);
     let (code, doc) = get_counter(&nodes[2], "per-client", &key).await;
-    assert_eq!((code, &doc["owner"], &doc["remaining"]), (200, &json!("node-2"), &json!(0)));
+    assert_eq!(
+        (code, &doc["owner"], &doc["remaining"]),
+        (200, &json!("node-2"), &json!(0))
+    );
     // Its copy at the replica holder is full too before the clear.
     wait_until("node-2's counts reach its replica holder", || async {
         nodes[1].get_json("/v1/cluster").await["stats"]["replication_pending"] == 0
     })
     .await;
 
-    assert_eq!(delete_counter(&nodes[0], "per-client", &key, Some(ADMIN)).await, 204);
-    assert_eq!(get_counter(&nodes[2], "per-client", &key).await.1["remaining"], 5);
+    assert_eq!(
+        delete_counter(&nodes[0], "per-client", &key, Some(ADMIN)).await,
+        204
+    );
+    assert_eq!(
+        get_counter(&nodes[2], "per-client", &key).await.1["remaining"],
+        5
+    );
     wait_until("the clear reaches node-2's replica holder", || async {
         nodes[1].get_json("/v1/cluster").await["stats"]["replication_pending"] == 0
     })
@@ -138,7 +162,10 @@ async fn a_delete_through_any_node_clears_the_owner_and_its_copy() {
     let admitted_meanwhile = AtomicUsize::new(0);
     wait_until("node-2 is lost to node-1", || async {
         let s = status(&nodes[0], &key).await;
-        assert!(matches!(s, 200 | 429 | 503), "a verdict or unavailable, not {s}");
+        assert!(
+            matches!(s, 200 | 429 | 503),
+            "a verdict or unavailable, not {s}"
+        );
         admitted_meanwhile.fetch_add(usize::from(s == 200), Ordering::Relaxed);
         nodes[0].get_json("/v1/cluster").await["fallback"]["active"] == true
     })

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use proptest::prelude::*;
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
-use proptest::prelude::*;
 use weir_core::{Applied, Decision, Rule, Verdict};
 use weir_node::grpc::envoy_map;
 use weir_proto::rls_wire::{Request, RlsRequest};
@@ -23,8 +23,13 @@ use weir_tests::upstream::envoy::service::ratelimit::v3::{RateLimitRequest, Rate
 /// A field no message here defines at `tag`, of any wire type.
 fn unknown_field(first_unknown: u32) -> impl Strategy<Value = Vec<u8>> {
     let tag = first_unknown..first_unknown + 40;
-    (tag, 0..4u8, any::<u64>(), prop::collection::vec(any::<u8>(), 0..12)).prop_map(
-        |(tag, kind, n, body)| {
+    (
+        tag,
+        0..4u8,
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..12),
+    )
+        .prop_map(|(tag, kind, n, body)| {
             let mut out = Vec::new();
             match kind {
                 0 => {
@@ -46,8 +51,7 @@ fn unknown_field(first_unknown: u32) -> impl Strategy<Value = Vec<u8>> {
                 }
             }
             out
-        },
-    )
+        })
 }
 
 fn unknowns(first_unknown: u32) -> impl Strategy<Value = Vec<u8>> {
@@ -119,7 +123,11 @@ fn as_node_reads(m: &RateLimitRequest) -> (String, u32, Vec<DescriptorFields>) {
         .descriptors
         .iter()
         .map(|d| DescriptorFields {
-            entries: d.entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect(),
+            entries: d
+                .entries
+                .iter()
+                .map(|e| (e.key.clone(), e.value.clone()))
+                .collect(),
             limit: d.limit.map(|l| (l.requests_per_unit, l.unit)),
             hits_addend: d.hits_addend,
             is_negative_hits: d.is_negative_hits,
@@ -141,7 +149,11 @@ fn node_read(r: &RlsRequest<'_>) -> (String, u32, Vec<DescriptorFields>) {
         .descriptors
         .iter()
         .map(|d| DescriptorFields {
-            entries: d.entries.iter().map(|e| (e.key.into(), e.value.into())).collect(),
+            entries: d
+                .entries
+                .iter()
+                .map(|e| (e.key.into(), e.value.into()))
+                .collect(),
             limit: d.limit.map(|l| (l.requests_per_unit, l.unit)),
             hits_addend: d.hits_addend,
             is_negative_hits: d.is_negative_hits,
@@ -160,33 +172,35 @@ fn verdict() -> impl Strategy<Value = Verdict> {
         0..120_000u64,
         any::<bool>(),
     )
-        .prop_map(|(limit, window_s, allowed, remaining, wait_ms, unlimited)| {
-            if unlimited {
-                return Verdict {
-                    allowed: true,
-                    applied: Vec::new(),
+        .prop_map(
+            |(limit, window_s, allowed, remaining, wait_ms, unlimited)| {
+                if unlimited {
+                    return Verdict {
+                        allowed: true,
+                        applied: Vec::new(),
+                    };
+                }
+                let rule = Rule::carried("r", limit, Duration::from_secs(window_s)).unwrap();
+                let now = 1_700_000_000_000_000_000;
+                let decision = Decision {
+                    allowed,
+                    limit,
+                    remaining: remaining.min(limit),
+                    retry_after: Duration::from_millis(if allowed { 0 } else { wait_ms }),
+                    reset_at: now / 1_000_000 + wait_ms,
+                    delay: Duration::ZERO,
+                    at: now,
                 };
-            }
-            let rule = Rule::carried("r", limit, Duration::from_secs(window_s)).unwrap();
-            let now = 1_700_000_000_000_000_000;
-            let decision = Decision {
-                allowed,
-                limit,
-                remaining: remaining.min(limit),
-                retry_after: Duration::from_millis(if allowed { 0 } else { wait_ms }),
-                reset_at: now / 1_000_000 + wait_ms,
-                delay: Duration::ZERO,
-                at: now,
-            };
-            Verdict {
-                allowed,
-                applied: vec![Applied {
-                    rule: Arc::new(rule),
-                    hash_part: "k".into(),
-                    decision,
-                }],
-            }
-        })
+                Verdict {
+                    allowed,
+                    applied: vec![Applied {
+                        rule: Arc::new(rule),
+                        hash_part: "k".into(),
+                        decision,
+                    }],
+                }
+            },
+        )
 }
 
 proptest! {

@@ -598,7 +598,12 @@ impl Limiter {
         let sel = select_in(&t.rules, &probe, None)?;
         Ok(sel
             .iter()
-            .map(|s| (t.rules.rules()[s.rule].clone(), CompactString::new(s.hash_part)))
+            .map(|s| {
+                (
+                    t.rules.rules()[s.rule].clone(),
+                    CompactString::new(s.hash_part),
+                )
+            })
             .collect())
     }
 

@@ -11,8 +11,8 @@ pub mod local;
 pub mod owner;
 
 use futures::future::BoxFuture;
-use tokio::task::AbortHandle;
 use std::sync::Arc;
+use tokio::task::AbortHandle;
 
 use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, RuleSet, Unavailable, Verdict};
 use weir_proto::weir::v1::CountDelta;

@@ -12,10 +12,10 @@ use weir_core::{
 use weir_proto::weir::v1::OpKind;
 
 use super::{counter_here, CounterAction, Decided, Strategy};
-use crate::owner::peers::Reply;
 use crate::owner::gateway::Gateway;
 use crate::owner::handoff::{sweep, Handoff};
 use crate::owner::local::Local;
+use crate::owner::peers::Reply;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
 use crate::stats::{FallbackCounts, FallbackStatus};

@@ -27,7 +27,11 @@ fn refund_of_spent_never_passes_the_full_budget() {
         let t = 1_000 * SEC;
         assert_eq!(burst(&p, &mut s, t, 1), 1);
         p.refund(&mut s, REFUND_SPENT, 100);
-        assert_eq!(burst(&p, &mut s, t, 10), 5, "{kind:?} after a refund of 100");
+        assert_eq!(
+            burst(&p, &mut s, t, 10),
+            5,
+            "{kind:?} after a refund of 100"
+        );
         // Nothing spent: a refund gives nothing.
         let mut fresh = p.fresh();
         p.refund(&mut fresh, REFUND_SPENT, 3);

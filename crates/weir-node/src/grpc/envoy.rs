@@ -65,10 +65,7 @@ impl EnvoyRls {
         for (i, (c, &refund)) in checks.iter().zip(refunds).enumerate() {
             let started = tokio::time::Instant::now();
             let verdict = if refund {
-                engine
-                    .refund(c)
-                    .await
-                    .map_err(|f| failure_status(i, &f))?;
+                engine.refund(c).await.map_err(|f| failure_status(i, &f))?;
                 Verdict {
                     allowed: true,
                     applied: Vec::new(),

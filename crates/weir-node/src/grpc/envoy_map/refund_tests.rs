@@ -42,11 +42,17 @@ fn refunds_name_the_negative_descriptors_and_nothing_when_none_is() {
 
 #[test]
 fn an_override_refund_past_its_limit_is_cut_to_the_limit_not_refused() {
-    let r = request(vec![descriptor(100, true, Some(5)), descriptor(1, false, None)]);
+    let r = request(vec![
+        descriptor(100, true, Some(5)),
+        descriptor(1, false, None),
+    ]);
     let checks = to_checks(&RlsRequest::of(&r), 10).expect("a refund is never too large");
     assert_eq!(checks[0].cost, 5);
     // A check of the same size is refused: no check could pass it.
-    let too_big = request(vec![descriptor(100, false, Some(5)), descriptor(1, false, None)]);
+    let too_big = request(vec![
+        descriptor(100, false, Some(5)),
+        descriptor(1, false, None),
+    ]);
     let e = to_checks(&RlsRequest::of(&too_big), 10).unwrap_err();
     assert_eq!(e.path(), "descriptors[0].cost");
 }
