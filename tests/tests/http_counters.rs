@@ -126,10 +126,15 @@ async fn a_delete_through_any_node_clears_the_owner_and_its_copy() {
     })
     .await;
     let cluster = nodes[0].state().engine.cluster().expect("a member");
-    let key = (0..)
+    let mut owned_by_2 = (0..)
         .map(|i| format!("reset-{i}"))
-        .find(|k| cluster.owner_of(k).is_some_and(|o| o.id == "node-2"))
-        .unwrap();
+        .filter(|k| cluster.owner_of(k).is_some_and(|o| o.id == "node-2"));
+    let (key, other) = (owned_by_2.next().unwrap(), owned_by_2.next().unwrap());
+    // A clear through the gateway that cached the key's denial lifts it
+    // there at once.
+    assert_eq!(admitted(&nodes[0], &other, LIMIT + 1).await, LIMIT);
+    assert_eq!(delete_counter(&nodes[0], "per-client", &other, Some(ADMIN)).await, 204);
+    assert_eq!(admitted(&nodes[0], &other, LIMIT + 1).await, LIMIT);
     // Filled through node-1, which caches the denial.
     assert_eq!(admitted(&nodes[0], &key, LIMIT + 1).await, LIMIT);
     let (code, doc) = get_counter(&nodes[2], "per-client", &key).await;
