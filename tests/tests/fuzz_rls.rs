@@ -82,6 +82,7 @@ fn item() -> impl Strategy<Value = CheckItem> {
             ip,
             limit: None,
             max_delay_ms,
+            refund: false,
         })
 }
 

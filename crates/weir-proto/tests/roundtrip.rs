@@ -25,6 +25,7 @@ fn check_request_round_trips() {
                 ip: "203.0.113.9".into(),
                 limit: None,
                 max_delay_ms: Some(0),
+                refund: true,
             },
             CheckItem {
                 key: "cust_7".into(),
@@ -34,6 +35,7 @@ fn check_request_round_trips() {
                 ip: String::new(),
                 limit: None,
                 max_delay_ms: None,
+                refund: false,
             },
         ],
     };
