@@ -37,7 +37,10 @@ fn item(key: &str, cost: u64, refund: bool) -> CheckItem {
 }
 
 async fn call(client: &mut Client, items: Vec<CheckItem>) -> Vec<CheckResult> {
-    let res = client.check(CheckRequest { items }).await.expect("Check answered");
+    let res = client
+        .check(CheckRequest { items })
+        .await
+        .expect("Check answered");
     res.into_inner().results
 }
 
@@ -54,7 +57,10 @@ async fn a_refund_item_gives_its_cost_back_and_never_past_the_limit() {
     let (node, mut client) = start().await;
     assert_eq!(admitted(&mut client, "alice", 6).await, 5);
     let refunded = call(&mut client, vec![item("alice", 2, true)]).await;
-    assert!(refunded[0].allowed && refunded[0].error.is_none(), "{refunded:?}");
+    assert!(
+        refunded[0].allowed && refunded[0].error.is_none(),
+        "{refunded:?}"
+    );
     assert_eq!(refunded[0].rule, "", "a refund shows no rule");
     assert_eq!(admitted(&mut client, "alice", 5).await, 2);
     // Past what was spent: the whole limit back, no more.

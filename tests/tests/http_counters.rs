@@ -133,7 +133,10 @@ async fn a_delete_through_any_node_clears_the_owner_and_its_copy() {
     // A clear through the gateway that cached the key's denial lifts it
     // there at once.
     assert_eq!(admitted(&nodes[0], &other, LIMIT + 1).await, LIMIT);
-    assert_eq!(delete_counter(&nodes[0], "per-client", &other, Some(ADMIN)).await, 204);
+    assert_eq!(
+        delete_counter(&nodes[0], "per-client", &other, Some(ADMIN)).await,
+        204
+    );
     assert_eq!(admitted(&nodes[0], &other, LIMIT + 1).await, LIMIT);
     // Filled through node-1, which caches the denial.
     assert_eq!(admitted(&nodes[0], &key, LIMIT + 1).await, LIMIT);

@@ -49,7 +49,10 @@ async fn a_carried_limits_refund_reaches_its_owner() {
     };
     let gateway = &nodes[0].engine;
     assert_eq!(admitted(gateway, &req, 6).await, 5);
-    gateway.refund(&refund_of(&req, 2)).await.expect("given back");
+    gateway
+        .refund(&refund_of(&req, 2))
+        .await
+        .expect("given back");
     assert_eq!(admitted(gateway, &req, 5).await, 2);
 }
 
@@ -65,8 +68,15 @@ async fn divide_and_gossip_refund_and_clear_the_receiving_nodes_own_count() {
         })
         .await;
         let req = CheckRequest::new("k", "GET /");
-        assert_eq!(admitted(engine, &req, share + 1).await, share, "{strategy:?}");
-        engine.refund(&refund_of(&req, 3)).await.expect("given back");
+        assert_eq!(
+            admitted(engine, &req, share + 1).await,
+            share,
+            "{strategy:?}"
+        );
+        engine
+            .refund(&refund_of(&req, 3))
+            .await
+            .expect("given back");
         assert_eq!(admitted(engine, &req, 5).await, 3, "{strategy:?}");
 
         let peek = engine.counter("per-client", "k", CounterAction::Peek).await;
@@ -76,7 +86,11 @@ async fn divide_and_gossip_refund_and_clear_the_receiving_nodes_own_count() {
             .counter("per-client", "k", CounterAction::Reset)
             .await
             .unwrap();
-        assert_eq!(admitted(engine, &req, share + 1).await, share, "{strategy:?}");
+        assert_eq!(
+            admitted(engine, &req, share + 1).await,
+            share,
+            "{strategy:?}"
+        );
         let unknown = engine.counter("no-rule", "k", CounterAction::Peek).await;
         assert!(unknown.unwrap().is_none());
     }

@@ -123,10 +123,12 @@ impl RateLimiterService {
             let started = tokio::time::Instant::now();
             let outcome = match refused.iter().find(|(at, _)| *at == i) {
                 Some((_, e)) => Err(e.clone()),
-                None if refunds.binary_search(&i).is_ok() => engine.refund(req).await.map(|_| Verdict {
-                    allowed: true,
-                    applied: Vec::new(),
-                }),
+                None if refunds.binary_search(&i).is_ok() => {
+                    engine.refund(req).await.map(|_| Verdict {
+                        allowed: true,
+                        applied: Vec::new(),
+                    })
+                }
                 None => {
                     let outcome = engine.check(req).await;
                     if let Ok(v) = &outcome {
