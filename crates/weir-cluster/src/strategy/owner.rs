@@ -120,9 +120,6 @@ impl Strategy for OwnerStrategy {
         self
     }
 
-    /// A check whose every limit this node owns is decided at once, with no
-    /// future and one ring lookup per limit (on a ring of one, that is every
-    /// check); the rest go to their owners.
     /// At the key's owner, with this gateway's cached denial of it
     /// forgotten (the budget it was denied for may be back). Sent once,
     /// as a composed check's refund is; unanswered, the budget stays spent.
@@ -200,6 +197,9 @@ impl Strategy for OwnerStrategy {
         })
     }
 
+    /// A check whose every limit this node owns is decided at once, with no
+    /// future and one ring lookup per limit (on a ring of one, that is every
+    /// check); the rest go to their owners.
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         if let Some(rule) = &req.limit {
             return Decided::Later(Box::pin(self.gateway.check_carried(req, rule)));
