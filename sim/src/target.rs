@@ -203,6 +203,7 @@ async fn rls_check(
             entries: vec![entry("route", route), entry("client", key)],
             limit: None,
             hits_addend: None,
+            is_negative_hits: false,
         }],
         hits_addend: 1,
     };

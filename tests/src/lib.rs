@@ -1,6 +1,8 @@
 //! Black-box test helpers: nodes on ephemeral ports, an HTTP client, polling with a deadline.
 #![forbid(unsafe_code)]
 
+pub mod upstream;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -82,6 +82,7 @@ fn item() -> impl Strategy<Value = CheckItem> {
             ip,
             limit: None,
             max_delay_ms,
+            refund: false,
         })
 }
 
@@ -116,6 +117,7 @@ fn descriptor() -> impl Strategy<Value = RateLimitDescriptor> {
             entries,
             limit,
             hits_addend,
+            is_negative_hits: false,
         },
     )
 }

@@ -54,6 +54,21 @@ impl Divided {
         self.limiter.now()
     }
 
+    /// Gives `cost` back to what this node's share of (rule, key) spent.
+    pub fn give_back(&self, rule: &Rule, hash_part: &str, cost: u64) {
+        self.limiter.give_back(rule, hash_part, cost);
+    }
+
+    /// This node's share of (rule, key), read or first cleared.
+    pub fn counter(
+        &self,
+        rule: &Rule,
+        hash_part: &str,
+        action: crate::strategy::CounterAction,
+    ) -> Result<(Decision, Option<String>), CheckError> {
+        crate::strategy::counter_here(&self.limiter, rule, hash_part, action)
+    }
+
     /// One limit of the rule set, decided at limit/N.
     pub fn consume(&self, rule: &str, hash_part: &str, cost: u64) -> Result<Decision, CheckError> {
         let now = self.limiter.now();

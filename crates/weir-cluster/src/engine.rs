@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use weir_core::{
-    CheckError, CheckRequest, CheckResponse, Decide, Limiter, Nanos, Rule, RuleSet, RulesError,
-    Verdict,
+    CheckError, CheckRequest, CheckResponse, Decide, Decision, Limiter, Nanos, Rule, RuleSet,
+    RulesError, Verdict,
 };
 
 use crate::cluster::Cluster;
 use crate::strategy::local::LocalStrategy;
-use crate::strategy::Strategy;
+use crate::strategy::{CounterAction, Strategy};
 use crate::topology::tier_writes::{self, Condition, TierWriteError};
 
 /// The decision engine a node serves.
@@ -74,6 +74,37 @@ impl Engine {
     /// are issued together, so checks for one owner share Decide calls.
     pub async fn check_many(&self, reqs: &[CheckRequest]) -> Vec<Result<Verdict, CheckError>> {
         self.strategy.check_many(reqs).await
+    }
+
+    /// Gives a request's cost back to every limit a check of it would
+    /// meet, at the nodes that count them (an Envoy descriptor with
+    /// `is_negative_hits`). Never denied; refused only as bad input, before
+    /// anything is given back. Answers the limits it went to.
+    pub async fn refund(&self, req: &CheckRequest) -> Result<Vec<Arc<Rule>>, CheckError> {
+        let targets = self.limiter.refund_targets(req)?;
+        let sends = targets
+            .iter()
+            .map(|(rule, hash_part)| self.strategy.give_back(rule, hash_part, req.cost));
+        futures::future::join_all(sends).await;
+        Ok(targets.into_iter().map(|(rule, _)| rule).collect())
+    }
+
+    /// One counter of a rule of the set, read or first cleared wherever
+    /// it is counted (the counters API): its state after, and the id of
+    /// the node that counts it (None: this node). Unknown rule: `Ok(None)`.
+    pub async fn counter(
+        &self,
+        rule: &str,
+        hash_part: &str,
+        action: CounterAction,
+    ) -> Result<Option<(Decision, Option<String>)>, CheckError> {
+        let Some(rule) = self.limiter.rules().get(rule).map(|(_, r)| r.clone()) else {
+            return Ok(None);
+        };
+        self.strategy
+            .counter(&rule, hash_part, action)
+            .await
+            .map(Some)
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use weir_core::{
     CheckError, CounterSnapshot, Decision, InputField, Nanos, Rule, State, Unavailable,
+    REFUND_SPENT,
 };
 use weir_proto::weir::v1::op_result::Outcome;
 use weir_proto::weir::v1::{
@@ -133,6 +134,42 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         asker_boot: 0,
         expires_at: 0,
         checks: 0,
+    }
+}
+
+/// Gives `cost` back to what (rule, hash part) has spent, tied to no
+/// decision ([`REFUND_SPENT`]): an Envoy refund. A carried limit goes
+/// along whole, as a consume's does, so the owner finds its counter.
+pub fn refund_spent(rule: &Rule, hash_part: &str, cost: u64) -> CounterOp {
+    CounterOp {
+        carried: rule.carried.then(|| CarriedLimit {
+            limit: rule.limit,
+            window_ns: nanos(rule.window),
+        }),
+        ..refund(&rule.name, hash_part, cost, REFUND_SPENT)
+    }
+}
+
+/// Reads (`OpKind::Peek`) or clears (`OpKind::Reset`) one counter at its
+/// owner, for the counters API.
+pub fn counter_admin(rule: &str, hash_part: &str, kind: OpKind) -> CounterOp {
+    CounterOp {
+        rule: rule.to_string(),
+        key: hash_part.to_string(),
+        kind: kind as i32,
+        ..CounterOp::default()
+    }
+}
+
+/// The counter's state an owner answered a peek or a reset with.
+pub fn counter_state(result: OpResult, rule: &Rule) -> Result<Decision, CheckError> {
+    match answer(result, rule, 1) {
+        Answer::Decided(d) => Ok(d),
+        Answer::Refused(e) => Err(e),
+        Answer::Undecided(why) => Err(Unavailable::Unreachable(why).into()),
+        Answer::NotReady | Answer::Expired => {
+            Err(Unavailable::Unreachable("the key's owner is not ready".into()).into())
+        }
     }
 }
 

@@ -55,7 +55,7 @@ pub mod rules;
 mod snapshot;
 pub mod store;
 
-pub use algorithm::{AlgorithmKind, Policy, State};
+pub use algorithm::{AlgorithmKind, Policy, State, REFUND_SPENT};
 pub use check::{
     CheckRequest, CheckResponse, Decide, MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN,
 };

@@ -637,6 +637,77 @@ impl Limiter {
         Some(if d.allowed { d.remaining + 1 } else { 0 })
     }
 
+    /// The limits a refund of `req` goes to (an Envoy descriptor with
+    /// `is_negative_hits`): those a check of it would meet, shadow ones
+    /// included, or the one it carries, each with its counter's hash part.
+    /// The request is validated as a check of cost 1 is: a refund is never
+    /// refused for naming more than a limit holds, since none is given
+    /// back past a full budget.
+    pub fn refund_targets(
+        &self,
+        req: &CheckRequest,
+    ) -> Result<Vec<(Arc<Rule>, CompactString)>, CheckError> {
+        let probe = CheckRequest {
+            cost: 1,
+            ..req.clone()
+        };
+        if let Some(rule) = &req.limit {
+            probe.validate()?;
+            return Ok(vec![(rule.clone(), CompactString::new(&req.key))]);
+        }
+        let t = self.tables.load();
+        let sel = select_in(&t.rules, &probe, None)?;
+        Ok(sel
+            .iter()
+            .map(|s| {
+                (
+                    t.rules.rules()[s.rule].clone(),
+                    CompactString::new(s.hash_part),
+                )
+            })
+            .collect())
+    }
+
+    /// Gives `cost` back to what (rule, key) has spent here, tied to no
+    /// decision ([`crate::REFUND_SPENT`]); a carried rule's counter is
+    /// the carried table's.
+    pub fn give_back(&self, rule: &Rule, hash_part: &str, cost: u64) {
+        if rule.carried {
+            self.refund_adhoc(rule, hash_part, crate::REFUND_SPENT, cost);
+        } else {
+            self.refund(&rule.name, hash_part, crate::REFUND_SPENT, cost);
+        }
+    }
+
+    /// (rule, key)'s state now, spending nothing: `remaining` is the
+    /// budget left (what a check of cost 1 would leave, plus that 1),
+    /// `reset_at` when it is whole again, `allowed` whether a check of
+    /// cost 1 would pass. A key never seen has the whole limit. None when
+    /// the rule is unknown.
+    pub fn peek(&self, rule: &str, hash_part: &str) -> Option<Decision> {
+        let c = self.counters(rule).ok()?;
+        let now = self.clock.now();
+        let mut state = c.get(hash_part).unwrap_or_else(|| c.policy().fresh());
+        let rest = c.policy().rest_at(&state).max(now);
+        let mut d = c.policy().decide(&mut state, now, 1)?;
+        d.remaining = if d.allowed { d.remaining + 1 } else { 0 };
+        d.reset_at = crate::decision::ms_ceil(rest);
+        Some(d)
+    }
+
+    /// Clears (rule, key): a held key's state becomes a fresh one's, which
+    /// a replica copying it takes whole. False when the rule is unknown;
+    /// a key not held is already clear.
+    pub fn reset(&self, rule: &str, hash_part: &str) -> bool {
+        let Ok(c) = self.counters(rule) else {
+            return false;
+        };
+        if c.get(hash_part).is_some() {
+            c.put(hash_part, c.policy().fresh(), self.clock.now());
+        }
+        true
+    }
+
     /// One key's counter, copied; None when the rule or the key is unknown.
     pub fn snapshot(&self, rule: &str, hash_part: &str) -> Option<CounterSnapshot> {
         let state = self.counters(rule).ok()?.get(hash_part)?;

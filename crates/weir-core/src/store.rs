@@ -202,7 +202,7 @@ where
 
     fn refund(&self, key: &str, at: Nanos, cost: u64) {
         if let Some(mut s) = self.map.get_mut(key) {
-            self.algo.refund(&mut s, at, cost);
+            crate::algorithm::refund_at(&self.algo, &mut s, at, cost);
             self.ceiling.rests_at(self.algo.rest_at(&s));
         }
     }

@@ -80,6 +80,9 @@ impl FromBytes for Request {
 pub struct Checks {
     pub checks: Vec<CheckRequest>,
     pub refused: Vec<(usize, CheckError)>,
+    /// The items that are refunds (`CheckItem.refund`), in order; a batch
+    /// almost never has one.
+    pub refunds: Vec<usize>,
 }
 
 impl Checks {

@@ -57,6 +57,7 @@ pub fn item(req: &CheckRequest) -> CheckItem {
         // Whole milliseconds, rounded down: never a promise to wait longer
         // than the caller will.
         max_delay_ms: req.max_delay.map(millis),
+        refund: false,
     }
 }
 

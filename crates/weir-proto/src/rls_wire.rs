@@ -79,6 +79,8 @@ pub struct Descriptor<'a> {
     pub limit: Option<RateLimitOverride>,
     /// `google.protobuf.UInt64Value`: None when absent, 0 when sent empty.
     pub hits_addend: Option<u64>,
+    /// The hits are a refund: given back to the counter, not taken.
+    pub is_negative_hits: bool,
 }
 
 /// A descriptor's entry.
@@ -110,6 +112,7 @@ impl<'a> Descriptor<'a> {
             entries: entries.collect(),
             limit: d.limit,
             hits_addend: d.hits_addend,
+            is_negative_hits: d.is_negative_hits,
         }
     }
 }

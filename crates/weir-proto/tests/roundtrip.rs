@@ -25,6 +25,7 @@ fn check_request_round_trips() {
                 ip: "203.0.113.9".into(),
                 limit: None,
                 max_delay_ms: Some(0),
+                refund: true,
             },
             CheckItem {
                 key: "cust_7".into(),
@@ -34,6 +35,7 @@ fn check_request_round_trips() {
                 ip: String::new(),
                 limit: None,
                 max_delay_ms: None,
+                refund: false,
             },
         ],
     };
@@ -145,6 +147,7 @@ fn envoy_rate_limit_request_decodes_from_envoy_wire_bytes() {
                 unit: RateLimitUnit::Minute as i32,
             }),
             hits_addend: Some(5),
+            is_negative_hits: false,
         }],
         hits_addend: 7,
     };

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use weir_core::{CheckRequest, FakeClock, LimiterConfig, RuleSet, SystemClock, Verdict};
+use weir_core::{CheckRequest, FakeClock, LimiterConfig, Rule, RuleSet, SystemClock, Verdict};
 
 use super::*;
 use crate::memory::MemoryNet;
@@ -27,6 +27,19 @@ impl Strategy for Recorder {
 
     fn check<'a>(&'a self, _: &'a CheckRequest) -> Decided<'a, Verdict> {
         unreachable!("no check is sent")
+    }
+
+    fn give_back<'a>(&'a self, _: &'a Arc<Rule>, _: &'a str, _: u64) -> BoxFuture<'a, ()> {
+        unreachable!("no refund is sent")
+    }
+
+    fn counter<'a>(
+        &'a self,
+        _: &'a Arc<Rule>,
+        _: &'a str,
+        _: crate::strategy::CounterAction,
+    ) -> BoxFuture<'a, Result<(weir_core::Decision, Option<String>), weir_core::CheckError>> {
+        unreachable!("no counter is asked for")
     }
 
     fn before_ring<'a>(&'a self, _: &'a Arc<Ring>) -> BoxFuture<'a, ()> {

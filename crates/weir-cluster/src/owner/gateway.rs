@@ -77,6 +77,12 @@ impl Gateway {
         &self.remote
     }
 
+    /// The denials this gateway caches, for a caller that changed a
+    /// counter outside a check (a refund, a reset).
+    pub fn deny_cache(&self) -> &DenyCache {
+        &self.deny
+    }
+
     pub fn fallback_status(&self) -> FallbackStatus {
         self.remote.breakers().status()
     }

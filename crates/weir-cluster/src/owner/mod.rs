@@ -3,6 +3,7 @@
 pub mod answered;
 pub mod breaker;
 pub mod cap;
+pub mod counter_admin;
 pub mod debts;
 pub mod deny_cache;
 pub mod fallback;

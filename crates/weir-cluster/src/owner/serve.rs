@@ -7,6 +7,7 @@ use weir_core::{CheckError, Decision, InputField, Nanos, Rule, RuleSet};
 use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpResult};
 
 use super::breaker::Breakers;
+use super::counter_admin;
 use super::lease::Lessor;
 use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
@@ -542,10 +543,24 @@ impl OwnerService {
             },
             OpKind::Lease if self.local.is_leaving() => return None,
             OpKind::Lease => return Some(self.lease(op, rule, from, owned)),
-            OpKind::Refund | OpKind::Charge if self.local.is_leaving() => return None,
+            OpKind::Refund | OpKind::Charge | OpKind::Reset if self.local.is_leaving() => {
+                return None
+            }
+            OpKind::Reset | OpKind::Peek => {
+                return Some(counter_admin::apply(
+                    self.local.limiter(),
+                    &self.replicator,
+                    op,
+                    rule,
+                ))
+            }
             OpKind::Refund => {
                 let limiter = self.local.limiter();
-                limiter.refund(&op.rule, &op.key, op.at, op.cost);
+                match wire::carried_rule(op) {
+                    Some(Ok(carried)) => limiter.refund_adhoc(&carried, &op.key, op.at, op.cost),
+                    Some(Err(e)) => return Some(wire::error_to_wire(&e)),
+                    None => limiter.refund(&op.rule, &op.key, op.at, op.cost),
+                }
                 if let Some(rule) = rule {
                     self.replicator.mark(&rule.name, &op.key, limiter.now());
                 }
@@ -664,6 +679,8 @@ impl OwnerService {
             }
             // Leases are the owner's, never a copy's.
             OpKind::Lease => wire::not_owner("only the key's owner leases"),
+            // On this node's own count, as a consume with no copy is.
+            OpKind::Reset | OpKind::Peek => return here(),
             // A dead owner's admission, reported by a gateway it answered.
             OpKind::Charge => {
                 let admitted = Admitted {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use weir_core::{CheckRequest, Limiter, RuleSet, Verdict};
+use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, RuleSet, Verdict};
 
-use super::{Decided, Strategy};
+use super::{CounterAction, Decided, Strategy};
 use crate::divided::Divided;
 use crate::topology::ring::Ring;
 
@@ -32,6 +32,28 @@ impl Strategy for DivideStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.divided.check(&self.limiter, req))
+    }
+
+    /// To this node's share: the only count it has.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.divided.give_back(rule, hash_part, cost);
+        Box::pin(async {})
+    }
+
+    /// This node's share.
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>> {
+        let done = self.divided.counter(rule, hash_part, action);
+        Box::pin(async move { done })
     }
 
     fn on_rules(&self, rules: &RuleSet) {

@@ -10,11 +10,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use prost::Message;
 use tokio::task::AbortHandle;
-use weir_core::{AlgorithmKind, Applied, CheckRequest, Decision, Limiter, Verdict};
+use weir_core::{
+    AlgorithmKind, Applied, CheckError, CheckRequest, Decision, Limiter, Rule, Verdict,
+};
 use weir_proto::weir::v1::{CountDelta, SyncRequest};
 
 use super::gossip_counts::{GossipCounts, HeardCounts};
-use super::{Decided, Strategy, SyncRefused};
+use super::{counter_here, CounterAction, Decided, Strategy, SyncRefused};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 use crate::topology::routing::Routing;
@@ -167,6 +169,28 @@ impl Strategy for GossipStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.decide(req))
+    }
+
+    /// To this node's own count, which its next sync reports lower.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.limiter.give_back(rule, hash_part, cost);
+        Box::pin(async {})
+    }
+
+    /// This node's own count; what peers reported stays until it ages out.
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>> {
+        let done = counter_here(&self.limiter, rule, hash_part, action);
+        Box::pin(async move { done })
     }
 
     fn maintain(&self) -> BoxFuture<'_, ()> {

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use weir_core::{CheckRequest, Limiter, Verdict};
+use futures::future::BoxFuture;
+use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, Verdict};
 
-use super::{Decided, Strategy};
+use super::{counter_here, CounterAction, Decided, Strategy};
 
 pub struct LocalStrategy {
     limiter: Arc<Limiter>,
@@ -27,5 +28,25 @@ impl Strategy for LocalStrategy {
 
     fn check<'a>(&'a self, req: &'a CheckRequest) -> Decided<'a, Verdict> {
         Decided::Now(self.limiter.check(req))
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        self.limiter.give_back(rule, hash_part, cost);
+        Box::pin(async {})
+    }
+
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>> {
+        let done = counter_here(&self.limiter, rule, hash_part, action);
+        Box::pin(async move { done })
     }
 }

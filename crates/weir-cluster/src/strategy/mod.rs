@@ -11,8 +11,10 @@ pub mod local;
 pub mod owner;
 
 use futures::future::BoxFuture;
+use std::sync::Arc;
 use tokio::task::AbortHandle;
-use weir_core::{CheckError, CheckRequest, RuleSet, Verdict};
+
+use weir_core::{CheckError, CheckRequest, Decision, Limiter, Rule, RuleSet, Unavailable, Verdict};
 use weir_proto::weir::v1::CountDelta;
 
 use crate::stats::{FallbackCounts, FallbackStatus};
@@ -32,6 +34,33 @@ impl<T> Decided<'_, T> {
             Decided::Now(r) => r,
             Decided::Later(f) => f.await,
         }
+    }
+}
+
+/// What the counters API does to one counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterAction {
+    /// Read it, spending nothing.
+    Peek,
+    /// Clear it: its state becomes a fresh key's.
+    Reset,
+}
+
+/// [`Strategy::counter`] on a limiter of this node's own: the only count
+/// a strategy that keeps no owners has (gossip and divide clear this
+/// node's count alone).
+pub(crate) fn counter_here(
+    limiter: &Limiter,
+    rule: &Rule,
+    hash_part: &str,
+    action: CounterAction,
+) -> Result<(Decision, Option<String>), CheckError> {
+    if action == CounterAction::Reset {
+        limiter.reset(&rule.name, hash_part);
+    }
+    match limiter.peek(&rule.name, hash_part) {
+        Some(d) => Ok((d, None)),
+        None => Err(Unavailable::UnknownRule(rule.name.to_string()).into()),
     }
 }
 
@@ -64,6 +93,28 @@ pub trait Strategy: Send + Sync + 'static {
             out
         })
     }
+
+    /// Gives `cost` back to what (rule, hash part) has spent, at the node
+    /// that counts it (an Envoy refund; `rule.carried` for a request's own
+    /// limit). Best effort: a refund that cannot reach the counter is
+    /// dropped and the budget stays spent, the side that never admits
+    /// more than the limit.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()>;
+
+    /// (rule, hash part)'s counter, read or first cleared, at the node
+    /// that counts it (the counters API): its state after, and that
+    /// node's id (None: this node).
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>>;
 
     /// A new rule set is in force.
     fn on_rules(&self, _rules: &RuleSet) {}

@@ -5,16 +5,22 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use weir_core::{CheckError, CheckRequest, CounterSnapshot, Limiter, Placed, RuleSet, Verdict};
+use weir_core::{
+    CheckError, CheckRequest, CounterSnapshot, Decision, Limiter, Placed, Rule, RuleSet,
+    Unavailable, Verdict,
+};
+use weir_proto::weir::v1::OpKind;
 
-use super::{Decided, Strategy};
+use super::{counter_here, CounterAction, Decided, Strategy};
 use crate::owner::gateway::Gateway;
 use crate::owner::handoff::{sweep, Handoff};
 use crate::owner::local::Local;
+use crate::owner::peers::Reply;
 use crate::owner::replica::Replicas;
 use crate::owner::replicate::Replicator;
 use crate::stats::{FallbackCounts, FallbackStatus};
 use crate::topology::ring::Ring;
+use crate::wire;
 
 pub struct OwnerStrategy {
     gateway: Gateway,
@@ -112,6 +118,83 @@ impl Strategy for OwnerStrategy {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    /// At the key's owner, with this gateway's cached denial of it
+    /// forgotten (the budget it was denied for may be back). Sent once,
+    /// as a composed check's refund is; unanswered, the budget stays spent.
+    fn give_back<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, ()> {
+        let remote = self.gateway.remote();
+        let now = self.limiter().now();
+        self.gateway
+            .deny_cache()
+            .refunded(&rule.name, hash_part, now);
+        match remote.routing.remote_owner(hash_part) {
+            Some(owner) => {
+                let op = wire::refund_spent(rule, hash_part, cost);
+                let sent = remote.peers.decide(&owner, op, remote.deadline);
+                Box::pin(async move {
+                    let _ = sent.await;
+                })
+            }
+            None => {
+                self.limiter().give_back(rule, hash_part, cost);
+                // Carried limits have no copies.
+                let copied = self.replicator.is_on() && !self.alone.load(Ordering::Relaxed);
+                if copied && !rule.carried {
+                    self.replicator.mark(&rule.name, hash_part, now);
+                }
+                Box::pin(async {})
+            }
+        }
+    }
+
+    /// At the key's owner; a reset forgets this gateway's cached denial
+    /// of the key too. Other gateways keep theirs until they lapse.
+    fn counter<'a>(
+        &'a self,
+        rule: &'a Arc<Rule>,
+        hash_part: &'a str,
+        action: CounterAction,
+    ) -> BoxFuture<'a, Result<(Decision, Option<String>), CheckError>> {
+        let remote = self.gateway.remote();
+        let now = self.limiter().now();
+        if action == CounterAction::Reset {
+            self.gateway
+                .deny_cache()
+                .refunded(&rule.name, hash_part, now);
+        }
+        let Some(owner) = remote.routing.remote_owner(hash_part) else {
+            let done = counter_here(self.limiter(), rule, hash_part, action);
+            if action == CounterAction::Reset && done.is_ok() && self.replicator.is_on() {
+                self.replicator.mark(&rule.name, hash_part, now);
+            }
+            return Box::pin(async move { done });
+        };
+        let kind = match action {
+            CounterAction::Peek => OpKind::Peek,
+            CounterAction::Reset => OpKind::Reset,
+        };
+        let sent = remote.peers.decide(
+            &owner,
+            wire::counter_admin(&rule.name, hash_part, kind),
+            remote.deadline,
+        );
+        Box::pin(async move {
+            let unreachable = |why: String| Err(Unavailable::Unreachable(why).into());
+            match sent.await {
+                Reply::Answered(result) => {
+                    wire::counter_state(result, rule).map(|d| (d, Some(owner.id.to_string())))
+                }
+                Reply::Late(_) => unreachable(format!("{} did not answer in time", owner.id)),
+                Reply::Failed(f) => unreachable(format!("{}: {f:?}", owner.id)),
+            }
+        })
     }
 
     /// A check whose every limit this node owns is decided at once, with no

@@ -70,6 +70,12 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    /// Off the window last counted: a closed one resets on the next read
+    /// whatever it holds.
+    fn give_back(&self, s: &mut FixedWindowState, cost: u64) {
+        s.count = s.count.saturating_sub(cost);
+    }
+
     fn is_idle(&self, s: &FixedWindowState, now: Nanos) -> bool {
         s.count == 0 || now / self.window > s.idx
     }

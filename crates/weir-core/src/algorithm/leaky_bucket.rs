@@ -92,6 +92,13 @@ impl Algorithm for LeakyBucket {
         }
     }
 
+    /// The theoretical arrival time moves back `cost` intervals. A `tat`
+    /// that lands before `now` reads as an empty bucket (`decide` takes
+    /// `tat.max(now)`), so the budget never grows past the full burst.
+    fn give_back(&self, s: &mut LeakyBucketState, cost: u64) {
+        s.tat = s.tat.saturating_sub(self.span(cost));
+    }
+
     fn is_idle(&self, s: &LeakyBucketState, now: Nanos) -> bool {
         s.tat <= now
     }

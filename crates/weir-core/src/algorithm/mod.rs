@@ -25,6 +25,22 @@ pub use token_bucket::{TokenBucket, TokenBucketState};
 use crate::clock::Nanos;
 use crate::decision::Decision;
 
+/// A refund's `at` that names no decision: `cost` comes back from what
+/// the key has spent now ([`Algorithm::give_back`]), as an Envoy
+/// descriptor with `is_negative_hits` asks. No decision is taken at the
+/// last nanosecond of the clock's range.
+pub const REFUND_SPENT: Nanos = Nanos::MAX;
+
+/// A refund of a decision taken at `at`, or of what is spent when `at` is
+/// [`REFUND_SPENT`]: the one place the two meet.
+pub(crate) fn refund_at<A: Algorithm>(a: &A, s: &mut A::State, at: Nanos, cost: u64) {
+    if at == REFUND_SPENT {
+        a.give_back(s, cost);
+    } else {
+        a.refund(s, at, cost);
+    }
+}
+
 /// Largest limit any rule may carry (a trillion per window).
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;
 /// Largest limit of a sliding_window_log rule. The log keeps one entry per
@@ -46,6 +62,12 @@ pub(crate) trait Algorithm {
     fn decide(&self, s: &mut Self::State, now: Nanos, cost: u64) -> Decision;
     /// Gives back `cost` consumed by a decision taken at `at`.
     fn refund(&self, s: &mut Self::State, at: Nanos, cost: u64);
+    /// Gives back `cost` of what the state has spent, tied to no decision
+    /// (an Envoy refund, [`REFUND_SPENT`]): never below nothing spent, so
+    /// never above the full budget. No `now` is needed: each algorithm's
+    /// next read brings the state up to date, and what it ages out first
+    /// is given back no more than it would have been.
+    fn give_back(&self, s: &mut Self::State, cost: u64);
     /// True once the state says no more than a fresh one, so dropping it
     /// loses nothing (a TTL, computed instead of set).
     fn is_idle(&self, s: &Self::State, now: Nanos) -> bool;
@@ -413,9 +435,10 @@ macro_rules! each_pair {
 }
 
 impl Policy {
-    /// Gives back `cost` consumed at `at`; nothing for another algorithm's state.
+    /// Gives back `cost` consumed at `at` (or spent at all, when `at` is
+    /// [`REFUND_SPENT`]); nothing for another algorithm's state.
     pub fn refund(&self, state: &mut State, at: Nanos, cost: u64) {
-        each_pair!(self, state, (a, s) => a.refund(s, at, cost), _ => ())
+        each_pair!(self, state, (a, s) => refund_at(a, s, at, cost), _ => ())
     }
 
     /// True once the state says no more than a fresh one (another
@@ -468,6 +491,8 @@ pub enum State {
     SlidingCounter(SlidingCounterState),
 }
 
+#[cfg(test)]
+mod give_back_tests;
 #[cfg(test)]
 mod pass_tests;
 #[cfg(test)]

@@ -129,6 +129,17 @@ impl Algorithm for SlidingCounter {
         }
     }
 
+    /// Off the current window's count first, then the previous one's.
+    /// Taken from `prev`, a unit lowers the estimate by `1 - f` only, so a
+    /// refund larger than `curr` gives back a little less than it names,
+    /// never more. If the state's window has closed, its `curr` is the
+    /// next read's `prev` and its `prev` ages out: the order still holds.
+    fn give_back(&self, s: &mut SlidingCounterState, cost: u64) {
+        let from_curr = cost.min(s.curr);
+        s.curr -= from_curr;
+        s.prev = s.prev.saturating_sub(cost - from_curr);
+    }
+
     fn is_idle(&self, s: &SlidingCounterState, now: Nanos) -> bool {
         let (idx, high) = (now / self.window, s.high / self.window);
         (s.prev == 0 && s.curr == 0) || idx >= high + 2 || (idx == high + 1 && s.curr == 0)

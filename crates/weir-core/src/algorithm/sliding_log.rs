@@ -136,6 +136,30 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// The newest entries go first, the last one cut to what is left of
+    /// `cost`: they are the admissions a refund most likely settles, and
+    /// taking them frees no slot earlier than taking the oldest would
+    /// (the oldest age out first anyway).
+    fn give_back(&self, s: &mut SlidingLogState, cost: u64) {
+        let mut left = cost;
+        while left > 0 {
+            let Some(back) = s.entries.back_mut() else {
+                break;
+            };
+            let c = u64::from(back.1);
+            if c <= left {
+                left -= c;
+                s.used -= c;
+                s.entries.pop_back();
+            } else {
+                // c > left, so the cut cost fits its u32.
+                back.1 -= left as u32;
+                s.used -= left;
+                left = 0;
+            }
+        }
+    }
+
     fn is_idle(&self, s: &SlidingLogState, now: Nanos) -> bool {
         s.entries
             .back()

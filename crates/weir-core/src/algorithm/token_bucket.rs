@@ -83,6 +83,12 @@ impl Algorithm for TokenBucket {
         s.tokens = (s.tokens + cost as f64).min(self.capacity as f64);
     }
 
+    /// Tokens back, up to the capacity: a refill first would add the same
+    /// drip under the same cap.
+    fn give_back(&self, s: &mut TokenBucketState, cost: u64) {
+        s.tokens = (s.tokens + cost as f64).min(self.capacity as f64);
+    }
+
     fn is_idle(&self, s: &TokenBucketState, now: Nanos) -> bool {
         let mut probe = *s;
         self.refill(&mut probe, now);

@@ -51,6 +51,34 @@ impl EnvoyRls {
         Response::new(Encoded(envoy_map::wire::response(verdicts, wait)))
     }
 
+    /// A request with refunds among its descriptors, each decided in
+    /// order: a refund is given back at its counters' nodes and answered
+    /// OK with no limit shown (it is no check, so it is never OVER_LIMIT
+    /// and counts in no check metric); the rest are checked as usual.
+    async fn with_refunds(
+        &self,
+        checks: &[weir_core::CheckRequest],
+        refunds: &[bool],
+    ) -> Result<Response<Encoded>, Status> {
+        let engine = &self.state.engine;
+        let mut verdicts = Vec::with_capacity(checks.len());
+        for (i, (c, &refund)) in checks.iter().zip(refunds).enumerate() {
+            let started = tokio::time::Instant::now();
+            let verdict = if refund {
+                engine.refund(c).await.map_err(|f| failure_status(i, &f))?;
+                Verdict {
+                    allowed: true,
+                    applied: Vec::new(),
+                }
+            } else {
+                let outcome = engine.check(c).await;
+                self.record(i, outcome, started.elapsed())?
+            };
+            verdicts.push(verdict);
+        }
+        Ok(self.respond(&verdicts))
+    }
+
     fn refuse(&self, e: MapError) -> Status {
         self.state.metrics.record_rejected_input(e.field);
         Status::invalid_argument(e.to_string())
@@ -74,12 +102,14 @@ impl RateLimitService for EnvoyRls {
         let max = self.state.config.limits.max_batch_items;
         // The message and the request read from it end here, before the
         // decision awaits: its checks own what they need of it.
-        let checks = {
+        let (checks, refunds) = {
             // Counted before it is decoded, so a request over the limit
             // costs its count and no more (rls_wire::Request).
             let call = request.into_inner();
             envoy_map::within_limit(call.descriptors(), max).map_err(|e| self.refuse(e))?;
-            envoy_map::to_checks(&call.decode()?, max).map_err(|e| self.refuse(e))?
+            let decoded = call.decode()?;
+            let checks = envoy_map::to_checks(&decoded, max).map_err(|e| self.refuse(e))?;
+            (checks, envoy_map::refunds(&decoded))
         };
         let engine = &self.state.engine;
         // Cost against the rule set's limits is the one input check that needs
@@ -89,13 +119,23 @@ impl RateLimitService for EnvoyRls {
         // descriptor after others were counted; the window is one rules swap
         // wide.) A lone descriptor is refused by its own decision before it
         // consumes anything, with the same status, so it is not selected twice.
-        if checks.len() > 1 {
-            for (i, c) in checks.iter().enumerate().filter(|(_, c)| c.limit.is_none()) {
-                engine
-                    .limiter()
-                    .select(c)
-                    .map_err(|e| self.refuse(MapError::descriptor(i, &e)))?;
+        if checks.len() > 1 || refunds.is_some() {
+            for (i, c) in checks.iter().enumerate() {
+                let refund = refunds.as_ref().is_some_and(|r| r[i]);
+                let valid = if refund {
+                    // Held to a check of cost 1: a refund may name more
+                    // than its limit holds.
+                    engine.limiter().refund_targets(c).map(drop)
+                } else if c.limit.is_none() {
+                    engine.limiter().select(c).map(drop)
+                } else {
+                    Ok(())
+                };
+                valid.map_err(|e| self.refuse(MapError::descriptor(i, &e)))?;
             }
+        }
+        if let Some(refunds) = refunds {
+            return self.with_refunds(&checks, &refunds).await;
         }
 
         // Latency is for metrics only, never for a decision.

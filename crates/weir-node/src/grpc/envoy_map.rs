@@ -111,6 +111,13 @@ pub fn to_checks(
         .collect()
 }
 
+/// Which descriptors are refunds (`is_negative_hits`), in order; None
+/// when none is, so a request of checks alone allocates nothing for it.
+pub fn refunds(req: &RlsRequest<'_>) -> Option<Vec<bool>> {
+    let any = req.descriptors.iter().any(|d| d.is_negative_hits);
+    any.then(|| req.descriptors.iter().map(|d| d.is_negative_hits).collect())
+}
+
 /// Refuses a request of more descriptors than a call may carry: read from
 /// the message's top level before it is decoded, and again by
 /// [`to_checks`].
@@ -164,6 +171,13 @@ fn descriptor_check(
             field: "limit",
             message,
         })?)),
+    };
+    // A refund past the whole limit gives back no more than the limit: cut
+    // to it, it is never refused as a cost no check could pass. (A rule of
+    // the set is known only once selected: `Limiter::refund_targets`.)
+    let cost = match &limit {
+        Some(rule) if d.is_negative_hits => cost.min(rule.limit),
+        _ => cost,
     };
     Ok(CheckRequest {
         key,
@@ -396,6 +410,8 @@ pub fn to_response(
     }
 }
 
+#[cfg(test)]
+mod refund_tests;
 #[cfg(test)]
 mod tests;
 pub mod wire;

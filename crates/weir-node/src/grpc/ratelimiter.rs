@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request as GrpcRequest, Response, Status};
-use weir_core::{CheckError, Verdict};
+use weir_core::{CheckError, CheckRequest, Verdict};
 use weir_proto::check_wire::rate_limiter_server::RateLimiter;
 use weir_proto::check_wire::{Checks, Request as CheckCall, Response as CheckResponse};
 use weir_proto::convert;
@@ -53,7 +53,13 @@ impl RateLimiter for RateLimiterService {
         let Checks {
             checks: requests,
             refused,
+            refunds,
         } = call.decode()?;
+        if !refunds.is_empty() {
+            return Ok(Response::new(
+                self.with_refunds(&requests, refused, &refunds).await,
+            ));
+        }
 
         // One item skips the batch machinery (the slot vectors, the label
         // tally), as a lone RLS descriptor does.
@@ -101,6 +107,41 @@ impl RateLimiter for RateLimiterService {
 }
 
 impl RateLimiterService {
+    /// A batch with refunds among its items, each taken in order: a refund
+    /// is given back at its counters' nodes and answered allowed with no
+    /// rule (it is no check, and counts in no check metric); the rest are
+    /// checked one by one.
+    async fn with_refunds(
+        &self,
+        requests: &[CheckRequest],
+        refused: Vec<(usize, CheckError)>,
+        refunds: &[usize],
+    ) -> CheckResponse {
+        let engine = &self.state.engine;
+        let mut results = CheckResponse::with_capacity(requests.len());
+        for (i, req) in requests.iter().enumerate() {
+            let started = tokio::time::Instant::now();
+            let outcome = match refused.iter().find(|(at, _)| *at == i) {
+                Some((_, e)) => Err(e.clone()),
+                None if refunds.binary_search(&i).is_ok() => {
+                    engine.refund(req).await.map(|_| Verdict {
+                        allowed: true,
+                        applied: Vec::new(),
+                    })
+                }
+                None => {
+                    let outcome = engine.check(req).await;
+                    if let Ok(v) = &outcome {
+                        self.state.metrics.record_verdict(v, started.elapsed());
+                    }
+                    outcome
+                }
+            };
+            self.answer(&mut results, &outcome, started.elapsed());
+        }
+        results
+    }
+
     /// Appends one item's result; a failure is counted here, a verdict by the caller.
     fn answer(
         &self,

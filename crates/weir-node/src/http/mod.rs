@@ -5,6 +5,7 @@ mod body;
 pub mod check;
 pub mod check_input;
 pub mod cluster;
+pub mod counters;
 pub mod dashboard;
 pub mod hot;
 mod if_match;
@@ -46,6 +47,10 @@ pub fn router(state: Arc<NodeState>) -> Router {
         )
         .route("/v1/cluster", get(cluster::get_cluster))
         .route("/v1/hot", get(hot::get_hot))
+        .route(
+            "/v1/counters/{rule}/{key}",
+            get(counters::get_counter).delete(counters::delete_counter),
+        )
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz));

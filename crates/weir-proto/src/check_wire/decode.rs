@@ -24,12 +24,17 @@ pub fn decode_request(bytes: &[u8]) -> Result<super::Checks, WireError> {
 pub(super) fn checks(bytes: &[u8], items: usize) -> Result<super::Checks, WireError> {
     let mut checks = Vec::with_capacity(items);
     let mut refused = Vec::new();
+    let mut refunds = Vec::new();
     let mut r = Reader { bytes };
     while !r.is_empty() {
         match r.key()? {
             (1, wt) => {
                 expect(wt, LEN)?;
-                match check_item(r.delimited()?, RECURSION_LIMIT - 1)? {
+                let (item, refund) = check_item(r.delimited()?, RECURSION_LIMIT - 1)?;
+                if refund {
+                    refunds.push(checks.len());
+                }
+                match item {
                     Ok(check) => checks.push(check),
                     Err(e) => {
                         refused.push((checks.len(), e));
@@ -40,7 +45,11 @@ pub(super) fn checks(bytes: &[u8], items: usize) -> Result<super::Checks, WireEr
             (tag, wt) => r.skip(tag, wt, RECURSION_LIMIT)?,
         }
     }
-    Ok(super::Checks { checks, refused })
+    Ok(super::Checks {
+        checks,
+        refused,
+        refunds,
+    })
 }
 
 /// How many items the message holds, from its top-level keys and lengths
@@ -52,10 +61,15 @@ pub(super) fn count_items(bytes: &[u8]) -> Result<usize, WireError> {
 /// One `CheckItem` read straight into the check it asks for, as
 /// `convert::request` reads the prost message: an empty tier or IP is
 /// proto3's "not set", an absent cost is 1, and a carried limit that
-/// cannot limit refuses the item alone.
-fn check_item(bytes: &[u8], depth: u32) -> Result<Result<CheckRequest, CheckError>, WireError> {
+/// cannot limit refuses the item alone. With it, whether the item is a
+/// refund (`refund`, a bool: any varint but 0, the last one winning).
+fn check_item(
+    bytes: &[u8],
+    depth: u32,
+) -> Result<(Result<CheckRequest, CheckError>, bool), WireError> {
     let mut check = CheckRequest::new(String::new(), String::new());
     let mut limit: Option<ItemLimit> = None;
+    let mut refund = false;
     let mut r = Reader { bytes };
     while !r.is_empty() {
         let (tag, wt) = r.key()?;
@@ -85,16 +99,20 @@ fn check_item(bytes: &[u8], depth: u32) -> Result<Result<CheckRequest, CheckErro
                 expect(wt, VARINT)?;
                 check.max_delay = Some(Duration::from_millis(r.varint()?));
             }
+            8 => {
+                expect(wt, VARINT)?;
+                refund = r.varint()? != 0;
+            }
             _ => r.skip(tag, wt, depth)?,
         }
     }
     if let Some(l) = limit {
         match convert::item_rule(&l) {
             Ok(rule) => check.limit = Some(Arc::new(rule)),
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok((Err(e), refund)),
         }
     }
-    Ok(Ok(check))
+    Ok((Ok(check), refund))
 }
 
 /// An `ItemLimit`'s fields over `limit`: a second occurrence of the

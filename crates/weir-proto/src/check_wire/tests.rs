@@ -29,6 +29,15 @@ fn agrees(bytes: &[u8]) {
     let theirs = pb::CheckRequest::decode(bytes);
     match (ours, theirs) {
         (Ok(ours), Ok(theirs)) => {
+            let refunds: Vec<usize> = (0..theirs.items.len())
+                .filter(|&i| theirs.items[i].refund)
+                .collect();
+            assert_eq!(
+                ours.refunds,
+                refunds,
+                "refunds differ for bytes [{}]",
+                hex(bytes)
+            );
             let expected: Vec<_> = theirs.items.into_iter().map(convert::request).collect();
             assert_eq!(
                 ours.into_items(),

@@ -1,6 +1,7 @@
 //! A `RateLimitRequest` read in place, with prost's rules as check_wire
 //! reads a `CheckRequest`: fields in any order, the last of a string or
-//! scalar winning, a repeated `limit` or `hits_addend` merged, unknown
+//! scalar winning (`is_negative_hits` among them), a repeated `limit` or
+//! `hits_addend` merged, unknown
 //! fields skipped whatever their wire type, integers narrowed as prost
 //! narrows them, and every malformed varint, key, length, group or string
 //! refused.
@@ -47,6 +48,12 @@ fn descriptor(bytes: &[u8], depth: u32) -> Result<Descriptor<'_>, WireError> {
     let mut r = Reader { bytes };
     while !r.is_empty() {
         let (tag, wt) = r.key()?;
+        if tag == 4 {
+            // `is_negative_hits`: a bool is any varint, true unless 0.
+            expect(wt, VARINT)?;
+            d.is_negative_hits = r.varint()? != 0;
+            continue;
+        }
         if !(1..=3).contains(&tag) {
             r.skip(tag, wt, depth)?;
             continue;

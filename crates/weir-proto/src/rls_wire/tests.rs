@@ -310,6 +310,19 @@ fn groups_nest_as_deep_as_prosts_recursion_limit() {
 }
 
 #[test]
+fn is_negative_hits_is_read_as_a_bool_the_last_one_winning() {
+    let d = single(&descriptor(&[pair(b"k", b"v"), uint(4, 1)]));
+    assert!(d.is_negative_hits);
+    // Any varint but 0 is true, and the last occurrence wins.
+    assert!(single(&descriptor(&[uint(4, 0), uint(4, 300)])).is_negative_hits);
+    assert!(!single(&descriptor(&[uint(4, 1), uint(4, 0)])).is_negative_hits);
+    let ours = ours(&descriptor(&[uint(4, 2)])).unwrap();
+    assert!(ours.decode().unwrap().descriptors[0].is_negative_hits);
+    // Under a length-delimited wire type it is malformed, as prost reads it.
+    refused(&descriptor(&[delimited(4, &[1])]));
+}
+
+#[test]
 fn a_request_counts_its_descriptors_and_reads_as_prosts_message() {
     let message = RateLimitRequest {
         domain: "edge".into(),
@@ -322,6 +335,7 @@ fn a_request_counts_its_descriptors_and_reads_as_prosts_message() {
                 }],
                 limit: None,
                 hits_addend: Some(3),
+                is_negative_hits: true,
             },
             RateLimitDescriptor::default(),
         ],

@@ -19,9 +19,10 @@ fn check_item() -> impl Strategy<Value = pb::CheckItem> {
         text(),
         prop::option::of(item_limit()),
         prop::option::of(number()),
+        any::<bool>(),
     )
         .prop_map(
-            |(key, route, cost, tier, ip, limit, max_delay_ms)| pb::CheckItem {
+            |(key, route, cost, tier, ip, limit, max_delay_ms, refund)| pb::CheckItem {
                 key,
                 route,
                 cost,
@@ -29,6 +30,7 @@ fn check_item() -> impl Strategy<Value = pb::CheckItem> {
                 ip,
                 limit,
                 max_delay_ms,
+                refund,
             },
         )
 }
@@ -50,7 +52,7 @@ fn item_field() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         6 => (prop::sample::select(vec![1u32, 2, 4, 5]), string_bytes(), length_error())
             .prop_map(|(t, body, off)| delimited_off(t, &body, off)),
-        4 => (prop::sample::select(vec![3u32, 7]), raw_varint())
+        4 => (prop::sample::select(vec![3u32, 7, 8]), raw_varint())
             .prop_map(|(t, v)| [key(t, VARINT), v].concat()),
         4 => (prop::collection::vec(limit_field(), 0..4), length_error())
             .prop_map(|(f, off)| delimited_off(6, &f.concat(), off)),

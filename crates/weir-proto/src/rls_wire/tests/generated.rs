@@ -24,12 +24,16 @@ fn rls_descriptor() -> impl Strategy<Value = RateLimitDescriptor> {
         prop::collection::vec(entry, 0..4),
         prop::option::of(limit),
         prop::option::of(number()),
+        any::<bool>(),
     )
-        .prop_map(|(entries, limit, hits_addend)| RateLimitDescriptor {
-            entries,
-            limit,
-            hits_addend,
-        })
+        .prop_map(
+            |(entries, limit, hits_addend, is_negative_hits)| RateLimitDescriptor {
+                entries,
+                limit,
+                hits_addend,
+                is_negative_hits,
+            },
+        )
 }
 
 fn rls_request() -> impl Strategy<Value = RateLimitRequest> {
@@ -70,6 +74,8 @@ fn descriptor_field() -> impl Strategy<Value = Vec<u8>> {
         4 => message(entry_field(), 1),
         2 => message(prop_oneof![6 => varint_field(vec![1, 2]), 1 => any_field()], 2),
         2 => message(prop_oneof![6 => varint_field(vec![1]), 1 => any_field()], 3),
+        // `is_negative_hits`: any varint, or the tag under another wire type.
+        2 => varint_field(vec![4]),
         1 => any_field(),
     ]
 }
