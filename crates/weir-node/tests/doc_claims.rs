@@ -275,10 +275,12 @@ async fn every_v1_endpoint_the_docs_name_is_routed() {
     let mut wrong = Vec::new();
     for (method, path) in &claims {
         // A placeholder stands for any value; a path a page shortens to
-        // its family (`PUT /v1/limits`) names the routes under it.
+        // its family (`PUT /v1/limits`, `/v1/counters`) names the routes
+        // one or two levels under it.
         let concrete = path.replace("{tier}", "free").replace(['{', '}'], "");
         let mut ok = false;
-        for candidate in [concrete.clone(), format!("{concrete}/free")] {
+        let below = [format!("{concrete}/free"), format!("{concrete}/free/k")];
+        for candidate in std::iter::once(concrete.clone()).chain(below) {
             let m = method.as_deref().unwrap_or("GET");
             let res = http
                 .request(m.parse().unwrap(), format!("{base}{candidate}"))
