@@ -164,11 +164,14 @@ impl Cluster {
         // Subscribe before reading the first view, so a change in between
         // is seen by the watcher rather than lost.
         let mut views = membership.subscribe();
-        let ring = Ring::with_default_vnodes(&views.borrow_and_update().members);
+        let (ring, fed) = {
+            let view = views.borrow_and_update();
+            (Ring::with_default_vnodes(&view.members), view.fed)
+        };
         let routing = Arc::new(if config.seeds.is_empty() {
             Routing::new(me.clone(), ring)
         } else {
-            Routing::joining_for(me.clone(), ring, join_grace)
+            Routing::joining_for(me.clone(), ring, join_grace, fed)
         });
         let (hints, hints_rx) = RulesHints::new();
         let hints = Arc::new(hints);

@@ -91,6 +91,7 @@ async fn the_strategy_prepares_for_a_ring_before_checks_are_routed_by_it() {
         epoch: 0,
         members: Vec::new(),
         suspects: Vec::new(),
+        fed: true,
     });
     let following = tokio::spawn(follow_view(routing.clone(), rules, recorder.clone(), view));
     // b died: a alone.
@@ -99,6 +100,7 @@ async fn the_strategy_prepares_for_a_ring_before_checks_are_routed_by_it() {
             epoch: 1,
             members: vec![me],
             suspects: Vec::new(),
+            fed: true,
         })
         .unwrap();
     for _ in 0..100 {

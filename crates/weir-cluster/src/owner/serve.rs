@@ -105,6 +105,17 @@ impl OwnerService {
                 // member (the sender's ring differs from this node's).
                 let other = ring.owner(&op.key).filter(|o| o.id != me);
                 if let Some(owner) = other.filter(|_| op.asked_back && !self.local.is_leaving()) {
+                    // Asked as the key's previous owner by a member whose
+                    // view lacks the key's owner on this one (it learns the
+                    // members one by one): the owner decides, on the count
+                    // it holds. Told "not the previous owner", the asker
+                    // decided on nothing.
+                    if owner.id != *req.from_node && !op.sent_on && self.breakers.trusted(&owner.id)
+                    {
+                        sent_on.push((i, owner.clone(), Onward::Owner(None)));
+                        results.push(None);
+                        continue;
+                    }
                     // Asked by a new process of the key's owner (restarted
                     // under its id) that this node's ring has not taken in:
                     // the old process's copy of the key is here, and the op is

@@ -30,6 +30,9 @@ pub struct Routing {
     boot: u64,
     /// Whether this node is past joining ([`Routing::joining`]).
     joined: AtomicBool,
+    /// Whether a member sent this node its member list
+    /// ([`crate::topology::membership::MemberView::fed`]).
+    fed: AtomicBool,
     /// Wakes the checks waiting for the join.
     join: Notify,
     /// When a node still alone stops waiting for its cluster.
@@ -56,17 +59,20 @@ impl Routing {
             leaving: Mutex::new(false),
             arrivals,
             joined: AtomicBool::new(true),
+            fed: AtomicBool::new(true),
             join: Notify::new(),
             join_ends: None,
         }
     }
 
-    /// A node given seeds to join a cluster through: joining until its
-    /// ring first holds another member, for `grace` at most.
-    pub fn joining_for(me: String, ring: Ring, grace: Duration) -> Self {
+    /// A node given seeds to join a cluster through: joining until a
+    /// member has sent it the list of its members (`fed`) and its ring
+    /// holds another member, for `grace` at most.
+    pub fn joining_for(me: String, ring: Ring, grace: Duration, fed: bool) -> Self {
         let alone = ring.len() <= 1;
         Routing {
-            joined: AtomicBool::new(!alone),
+            joined: AtomicBool::new(fed && !alone),
+            fed: AtomicBool::new(fed),
             join_ends: Some(Instant::now() + grace),
             ..Routing::new(me, ring)
         }
@@ -143,12 +149,30 @@ impl Routing {
         if !*leaving {
             self.routes.store(ring.clone());
         }
-        let joined = ring.len() > 1;
+        let joined = ring.len() > 1 && self.fed.load(Ordering::Acquire);
         let before = self.ring.swap(ring);
-        if joined && !self.joined.swap(true, Ordering::AcqRel) {
-            self.join.notify_waiters();
+        if joined {
+            self.mark_joined();
         }
         before
+    }
+
+    /// A member sent this node the list of its members: once its ring holds
+    /// another member, it has joined. Heard of one by one, the members
+    /// made a partial ring on which this node owned keys their owners on
+    /// the whole ring still decided (found by `weir-sim dst`, joins and
+    /// restarts on a lossy network).
+    pub fn fed(&self) {
+        self.fed.store(true, Ordering::Release);
+        if self.ring.load().len() > 1 {
+            self.mark_joined();
+        }
+    }
+
+    fn mark_joined(&self) {
+        if !self.joined.swap(true, Ordering::AcqRel) {
+            self.join.notify_waiters();
+        }
     }
 
     /// The older members whose handoffs this node awaits.
@@ -235,16 +259,19 @@ mod tests {
     }
 
     /// Guard: a node given seeds, alone on its ring, owns nothing until a
-    /// member enters (found by `weir-sim dst`: a joiner alone for 0.4 s
-    /// decided its clients' checks on empty counters while their owners
-    /// counted the same keys: 12 of 10 in a token bucket).
+    /// member enters and has sent it its member list (found by `weir-sim
+    /// dst`: a joiner alone for 0.4 s decided its clients' checks on empty
+    /// counters while their owners counted the same keys, 12 of 10 in a
+    /// token bucket; and one that heard of the members one by one owned,
+    /// on its partial ring, keys their owners still decided).
     #[tokio::test(start_paused = true)]
-    async fn a_seeded_node_alone_joins_when_a_member_enters() {
+    async fn a_seeded_node_joins_once_fed_the_member_list_and_another_member_entered() {
         let a = node("a", 1);
         let r = Arc::new(Routing::joining_for(
             "a".into(),
             Ring::with_default_vnodes(std::slice::from_ref(&a)),
             Duration::from_secs(5),
+            false,
         ));
         assert!(r.joining());
         let start = tokio::time::Instant::now();
@@ -252,9 +279,16 @@ mod tests {
             let r = r.clone();
             async move { r.until_joined().await }
         });
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!waiting.is_finished(), "a check waits for the join");
         r.install(Arc::new(Ring::with_default_vnodes(&[a, node("b", 2)])));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            r.joining(),
+            "b heard of by gossip: maybe a part of the cluster"
+        );
+        assert!(!waiting.is_finished());
+        r.fed();
         waiting.await.unwrap();
         assert!(!r.joining());
         assert_eq!(
@@ -270,17 +304,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_seeded_node_alone_past_its_grace_is_the_first_member() {
         let ring = || Ring::with_default_vnodes(&[node("a", 1)]);
-        let r = Routing::joining_for("a".into(), ring(), Duration::from_secs(5));
+        let r = Routing::joining_for("a".into(), ring(), Duration::from_secs(5), false);
         let start = tokio::time::Instant::now();
         r.until_joined().await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
         assert!(!r.joining());
         assert!(!Routing::new("a".into(), ring()).joining());
-        let seeded_into_a_cluster = Routing::joining_for(
-            "a".into(),
-            Ring::with_default_vnodes(&[node("a", 1), node("b", 2)]),
-            Duration::from_secs(5),
-        );
+        let seeded_into_a_cluster = |fed| {
+            Routing::joining_for(
+                "a".into(),
+                Ring::with_default_vnodes(&[node("a", 1), node("b", 2)]),
+                Duration::from_secs(5),
+                fed,
+            )
+        };
+        assert!(seeded_into_a_cluster(false).joining(), "not fed yet");
+        let seeded_into_a_cluster = seeded_into_a_cluster(true);
         assert!(
             !seeded_into_a_cluster.joining(),
             "its first view holds the cluster"

@@ -75,6 +75,10 @@ pub struct MemberView {
     /// Ids of the live members that missed a probe: still on the ring, but
     /// evidence that they may be gone (a gateway stops waiting on them).
     pub suspects: Vec<String>,
+    /// Whether a member sent this node the list of its members (its answer
+    /// to an announce): until then the view holds only the members heard
+    /// of one by one, maybe a part of the cluster.
+    pub fed: bool,
 }
 
 /// Traffic counters of the gossip socket.
@@ -225,6 +229,7 @@ impl Membership {
             epoch: 0,
             members: vec![identity.clone()],
             suspects: Vec::new(),
+            fed: false,
         });
         let shared = Arc::new(Shared {
             identity: Mutex::new(identity.clone()),

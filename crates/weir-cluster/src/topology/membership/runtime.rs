@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use foca::{
-    AccumulatingRuntime, Foca, Member as SwimMember, NoCustomBroadcast, OwnedNotification,
-    PostcardCodec, State as SwimState, Timer,
+    AccumulatingRuntime, Codec, Foca, Member as SwimMember, Message, NoCustomBroadcast,
+    OwnedNotification, PostcardCodec, State as SwimState, Timer,
 };
 use rand::seq::IteratorRandom;
 use rand_foca::rngs::SmallRng;
@@ -72,6 +72,10 @@ pub(super) struct Driver {
     /// foca is probing and gossiping: it says so (`Active`) once it has an
     /// active member to talk to, and stops when it renews its identity.
     connected: bool,
+    /// A member answered an announce with its member list
+    /// ([`super::MemberView::fed`]); `view_fed` as last published.
+    fed: bool,
+    view_fed: bool,
     out: Vec<u8>,
 }
 
@@ -111,6 +115,8 @@ impl Driver {
             left: false,
             rejoined: false,
             connected: false,
+            fed: false,
+            view_fed: false,
             out: Vec::with_capacity(2048),
         }
     }
@@ -191,9 +197,15 @@ impl Driver {
                 return;
             }
         };
-        if let Err(error) = self.foca.handle_data(payload, &mut self.rt) {
-            Counters::add(&stats.invalid_dropped, 1);
-            tracing::debug!(%from, %error, "foca rejected datagram");
+        let feed = !self.fed
+            && Codec::<NodeIdentity>::decode_header(&mut PostcardCodec, payload)
+                .is_ok_and(|h| h.message == Message::Feed);
+        match self.foca.handle_data(payload, &mut self.rt) {
+            Ok(()) => self.fed |= feed,
+            Err(error) => {
+                Counters::add(&stats.invalid_dropped, 1);
+                tracing::debug!(%from, %error, "foca rejected datagram");
+            }
         }
     }
 
@@ -209,8 +221,10 @@ impl Driver {
         }
     }
 
-    /// Announces to each seed not yet among the members: alone, to every
-    /// seed; joined, to those still unheard of. A node whose first announce
+    /// Announces to each seed not yet among the members, and to every
+    /// seed until one answered with its member list (a seed heard of only
+    /// by gossip leaves this node a part of the cluster to learn one by
+    /// one). A node whose first announce
     /// to its seed was lost, and that another joiner reached first, was
     /// otherwise a cluster apart from its seed's for good (found by
     /// `weir-sim dst`: members started at once on a lossy network formed
@@ -224,7 +238,7 @@ impl Driver {
         for seed in self
             .seeds
             .iter()
-            .filter(|s| **s != me && !known.contains(s))
+            .filter(|s| **s != me && (!self.fed || !known.contains(s)))
         {
             // foca accepts an Announce addressed to any identity with the
             // receiver's address, so a placeholder carrying only the seed's
@@ -433,7 +447,8 @@ impl Driver {
             .filter(|m| m.state == MemberState::Suspect)
             .map(|m| m.identity.id.clone())
             .collect();
-        if live_changed || suspects != self.suspects {
+        if live_changed || suspects != self.suspects || self.fed != self.view_fed {
+            self.view_fed = self.fed;
             self.live = members
                 .iter()
                 .filter(|m| m.state.is_live())
@@ -445,6 +460,7 @@ impl Driver {
                 epoch: self.epoch,
                 members: self.live.clone(),
                 suspects: self.suspects.clone(),
+                fed: self.fed,
             });
             tracing::debug!(
                 epoch = self.epoch,
