@@ -20,7 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use weir_cluster::net::direct::{is_direct, DirectServer};
 
-pub use capped::{CappedListener, CappedStream};
+pub use capped::{slots, CappedListener, CappedStream};
 use watch::Watch;
 pub use watch::{Activity, Busy};
 
@@ -67,7 +67,7 @@ impl Conn {
     }
 }
 
-/// Accepts on `listener` until `stop` resolves, then closes it (new
+/// Accepts on `listener`, each connection holding one of `slots`, until `stop` resolves, then closes it (new
 /// connections are refused from then on) and ends the stream. Connections
 /// come out in the order their TLS handshakes finish.
 ///
@@ -84,7 +84,7 @@ impl Conn {
 /// calls it has read); its first byte must come within the head timeout.
 pub fn incoming(
     listener: TcpListener,
-    max_connections: usize,
+    slots: Arc<tokio::sync::Semaphore>,
     tls: Option<TlsAcceptor>,
     direct: Option<DirectServer>,
     timeouts: Timeouts,
@@ -92,7 +92,7 @@ pub fn incoming(
 ) -> mpsc::Receiver<Conn> {
     // Small: a connection waiting here already holds a slot.
     let (tx, rx) = mpsc::channel(64);
-    let mut listener = CappedListener::new(listener, max_connections);
+    let mut listener = CappedListener::new(listener, slots);
     tokio::spawn(async move {
         tokio::pin!(stop);
         // Direct connections begin to close when the loop ends (this

@@ -79,7 +79,7 @@ pub async fn serve(
     let stop = stop.shared();
     let mut conns = accept::incoming(
         listener,
-        limits.max_connections,
+        accept::slots(limits.max_connections),
         tls,
         None,
         limits.timeouts(),
