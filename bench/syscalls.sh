@@ -7,8 +7,10 @@
 #
 # Servers, each its own process on loopback, measured in turn, the order
 # rotating every round:
-#   new        WEIR (default target/release/weir)
-#   old        OLD, another build of the node, when set (before/after)
+#   new        WEIR (default target/release/weir), with WEIR_ARGS
+#   old        OLD, another build of the node, when set (before/after), with
+#              OLD_ARGS; OLD=target/release/weir OLD_ARGS='--grpc-threads 0'
+#              sets the node's two runtime layouts side by side
 #   limitador  LIMITADOR, a limitador-server binary, when set (RLS rows only;
 #              how to build it: docs/performance.md)
 # Edges: RLS ShouldRateLimit and 1-item weir.v1 Check, each allowed and
@@ -35,6 +37,8 @@ ONLY=${ONLY:-}
 PORT=${PORT:-18180} # new: PORT..PORT+2, old: PORT+10..PORT+12, limitador: PORT+20..PORT+21
 OUT=${OUT:-target/syscalls}
 OLD=${OLD:-}
+WEIR_ARGS=${WEIR_ARGS:-}
+OLD_ARGS=${OLD_ARGS:-}
 LIMITADOR=${LIMITADOR:-}
 
 cd "$(dirname "$0")/.."
@@ -66,8 +70,9 @@ stop() {
 trap stop EXIT
 
 declare -A PID GRPC
-start_weir() { # name binary base-port
-    RUST_LOG=warn "$2" serve --http "127.0.0.1:$3" --grpc "127.0.0.1:$(($3 + 1))" \
+start_weir() { # name binary base-port extra-flags
+    # shellcheck disable=SC2086 # extra flags split on spaces
+    RUST_LOG=warn "$2" serve $4 --http "127.0.0.1:$3" --grpc "127.0.0.1:$(($3 + 1))" \
         --gossip "127.0.0.1:$(($3 + 2))" --rules "$REQ/rules.toml" --ui false "${threads[@]}" \
         >"$OUT/$1.log" 2>&1 &
     PID[$1]=$!
@@ -79,9 +84,9 @@ start_weir() { # name binary base-port
     done
 }
 servers=(new)
-start_weir new "$WEIR" "$PORT"
+start_weir new "$WEIR" "$PORT" "$WEIR_ARGS"
 if [ -n "$OLD" ]; then
-    start_weir old "$OLD" $((PORT + 10))
+    start_weir old "$OLD" $((PORT + 10)) "$OLD_ARGS"
     servers+=(old)
 fi
 if [ -n "$LIMITADOR" ]; then

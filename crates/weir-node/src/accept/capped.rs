@@ -83,6 +83,18 @@ impl CappedStream {
     pub fn tcp(&self) -> &TcpStream {
         &self.stream
     }
+
+    /// The connection and the slot it holds, to move to another runtime.
+    pub fn into_parts(self) -> (TcpStream, OwnedSemaphorePermit) {
+        (self.stream, self._slot)
+    }
+
+    pub fn from_parts(stream: TcpStream, slot: OwnedSemaphorePermit) -> Self {
+        CappedStream {
+            stream,
+            _slot: slot,
+        }
+    }
 }
 
 impl AsyncRead for CappedStream {

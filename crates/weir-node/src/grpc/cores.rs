@@ -1,4 +1,4 @@
-//! gRPC connections served thread-per-core: one one-thread runtime per core, each accepting from the same listening socket.
+//! gRPC connections served thread-per-core: one one-thread runtime per core, each serving the connections dealt to it.
 //!
 //! Why not the node's multi-thread runtime: hyper serves each HTTP/2
 //! stream as a task of its own (tonic spawns it on the current runtime).
@@ -14,43 +14,40 @@
 
 use std::future::Future;
 use std::io;
-use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
 
-/// Serves on `threads` threads, each running `serve` on its own
-/// one-thread runtime with its own handle on `listener`'s socket (the
-/// kernel gives each connection to one of them) and the one pool of
-/// `max_connections` slots; resolves once every thread has ended.
+use crate::accept::Dealt;
+
+/// Serves each share on a thread of its own, running `serve` on a
+/// one-thread runtime; resolves once every thread has ended.
 ///
-/// A thread that cannot start its runtime or register the socket logs it
-/// and ends; the others serve on.
-pub async fn serve<S, F>(
-    threads: usize,
-    listener: TcpListener,
-    max_connections: usize,
-    serve: S,
-) -> io::Result<()>
+/// A thread that cannot start its runtime logs it and ends; the dealer
+/// then passes its connections to the others.
+pub async fn serve<S, F>(shares: Vec<Dealt>, serve: S) -> io::Result<()>
 where
-    S: Fn(TcpListener, Arc<Semaphore>) -> F + Send + Sync + 'static,
+    S: Fn(Dealt) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + 'static,
 {
-    let socket = listener.into_std()?;
-    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let serve = Arc::new(serve);
-    let mut ended = Vec::with_capacity(threads);
-    for i in 0..threads.max(1) {
-        let socket = socket.try_clone()?;
-        let (serve, slots) = (serve.clone(), slots.clone());
+    let mut ended = Vec::with_capacity(shares.len());
+    for (i, share) in shares.into_iter().enumerate() {
+        let serve = serve.clone();
         let (done, wait) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(format!("weir-grpc-{i}"))
             .spawn(move || {
                 // Dropped when the thread ends, however it ends.
                 let _done = done;
-                run(socket, slots, &*serve);
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    // Called inside: `serve` spawns its accept loop.
+                    Ok(runtime) => runtime.block_on(async move { serve(share).await }),
+                    Err(e) => tracing::error!(error = %e, "cannot start a gRPC thread's runtime"),
+                }
             })?;
         ended.push(wait);
     }
@@ -58,24 +55,4 @@ where
         let _ = wait.await;
     }
     Ok(())
-}
-
-fn run<S, F>(socket: StdListener, slots: Arc<Semaphore>, serve: &S)
-where
-    S: Fn(TcpListener, Arc<Semaphore>) -> F,
-    F: Future<Output = ()>,
-{
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return tracing::error!(error = %e, "cannot start a gRPC thread's runtime"),
-    };
-    runtime.block_on(async move {
-        match TcpListener::from_std(socket) {
-            Ok(listener) => serve(listener, slots).await,
-            Err(e) => tracing::error!(error = %e, "cannot register the gRPC listener"),
-        }
-    });
 }

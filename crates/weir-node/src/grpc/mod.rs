@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use axum::serve::Listener;
 use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -137,24 +138,21 @@ async fn serve_routes<F>(
     F: Future<Output = ()> + Clone + Send + Sync + 'static,
 {
     let threads = state.config.grpc_threads();
-    let max_connections = state.config.limits.max_connections;
+    let slots = accept::slots(state.config.limits.max_connections);
     if threads == 0 {
-        let slots = accept::slots(max_connections);
-        let conns = incoming(&state, listener, slots, tls, direct, stop.clone());
+        let listener = accept::CappedListener::new(listener, slots);
+        let conns = incoming(&state, listener, tls, direct, stop.clone());
         if let Err(e) = routes.serve_with_incoming_shutdown(conns, stop).await {
             tracing::error!(error = %e, "gRPC server failed");
         }
         return;
     }
-    let serve = move |listener, slots| {
-        let conns = incoming(
-            &state,
-            listener,
-            slots,
-            tls.clone(),
-            direct.clone(),
-            stop.clone(),
-        );
+    let shares = match accept::deal(listener, slots, threads, stop.clone()) {
+        Ok(shares) => shares,
+        Err(e) => return tracing::error!(error = %e, "gRPC listener failed"),
+    };
+    let serve = move |share| {
+        let conns = incoming(&state, share, tls.clone(), direct.clone(), stop.clone());
         let (routes, stop) = (routes.clone(), stop.clone());
         async move {
             if let Err(e) = routes.serve_with_incoming_shutdown(conns, stop).await {
@@ -162,22 +160,24 @@ async fn serve_routes<F>(
             }
         }
     };
-    if let Err(e) = cores::serve(threads, listener, max_connections, serve).await {
+    if let Err(e) = cores::serve(shares, serve).await {
         tracing::error!(error = %e, "cannot start the gRPC threads");
     }
 }
 
 /// Accepted connections as the stream tonic serves from.
-fn incoming(
+fn incoming<L>(
     state: &NodeState,
-    listener: TcpListener,
-    slots: Arc<tokio::sync::Semaphore>,
+    listener: L,
     tls: Option<TlsAcceptor>,
     direct: Option<DirectServer>,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>> {
+) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>>
+where
+    L: Listener<Io = accept::CappedStream, Addr = std::net::SocketAddr> + Send + 'static,
+{
     let limits = &state.config.limits;
-    let mut rx = accept::incoming(listener, slots, tls, direct, limits.timeouts(), stop);
+    let mut rx = accept::incoming(listener, tls, direct, limits.timeouts(), stop);
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
 }
 
