@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The kernel's share of each request, per edge and per server
 # (docs/performance.md, "Writes and wake-ups per request"): requests/s,
-# server CPU per request, writev/sendmsg/write calls per request and
-# context switches per request, counted by `perf stat` on the server's
+# server CPU per request, writev/sendmsg/write calls per request, futex
+# calls (one thread waking or waiting for another) and context switches
+# per request, counted by `perf stat` on the server's
 # process while h2load drives the edge.
 #
 # Servers, each its own process on loopback, measured in turn, the order
@@ -51,7 +52,7 @@ if [ -z "${WEIR:-}" ]; then
     WEIR=${CARGO_TARGET_DIR:-target}/release/weir
 fi
 mkdir -p "$OUT"
-EVENTS='syscalls:sys_enter_writev,syscalls:sys_enter_sendmsg,syscalls:sys_enter_write,context-switches,cpu-clock'
+EVENTS='syscalls:sys_enter_writev,syscalls:sys_enter_sendmsg,syscalls:sys_enter_write,syscalls:sys_enter_futex,context-switches,cpu-clock'
 
 threads=()
 [ -n "$NODE_THREADS" ] && threads=(--threads "$NODE_THREADS")
@@ -145,15 +146,14 @@ measure() { # server path body
     wait $perf || true
     echo "$log" >>"$OUT/raw.log"
     ok=$(awk '/^requests:/ { print $8 }' <<<"$log")
+    rps=$(awk '/^finished in/ { gsub(",", "", $4); print $4 }' <<<"$log")
     grep -q '^status codes: .* 0 3xx, 0 4xx, 0 5xx' <<<"$log" || echo "syscalls.sh: $1 $2: HTTP errors" >&2
-    awk -F, -v ok="$ok" -v log="$log" '
+    awk -F, -v ok="${ok:-0}" -v rps="${rps:-0}" '
         $3 ~ /writev/ { wv = $1 } $3 ~ /sendmsg/ { sm = $1 } $3 ~ /sys_enter_write$/ { w = $1 }
-        $3 == "context-switches" { cs = $1 } $3 == "cpu-clock" { cpu = $1 }
+        $3 ~ /futex/ { fx = $1 } $3 == "context-switches" { cs = $1 } $3 == "cpu-clock" { cpu = $1 }
         END {
-            split(log, l, "\n"); rps = 0
-            for (i in l) if (l[i] ~ /^finished in/) { split(l[i], f, " "); gsub(",", "", f[4]); rps = f[4] }
-            if (ok == 0) { print "0 0 0 0 0 0"; exit }
-            printf "%.0f %.2f %.3f %.3f %.3f %.3f\n", rps, cpu * 1000 / ok, wv / ok, sm / ok, w / ok, cs / ok
+            if (ok == 0) { print "0 0 0 0 0 0 0"; exit }
+            printf "%.0f %.2f %.3f %.3f %.3f %.3f %.3f\n", rps, cpu * 1000 / ok, wv / ok, sm / ok, w / ok, fx / ok, cs / ok
         }' "$stat"
 }
 
@@ -161,7 +161,7 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 echo "h2load: $CONNS connections x $STREAMS streams, 1 thread, $SECS s per figure; node threads: ${NODE_THREADS:-default}"
 results=$OUT/results.tsv
 : >"$results"
-printf 'round\tserver\tedge\treq/s\tCPU us/req\twritev/req\tsendmsg/req\twrite/req\tctxsw/req\n'
+printf 'round\tserver\tedge\treq/s\tCPU us/req\twritev/req\tsendmsg/req\twrite/req\tfutex/req\tctxsw/req\n'
 for round in $(seq "$ROUNDS"); do
     # Rotate which server goes first, so drift in the host's load falls on each in turn.
     n=${#servers[@]}
@@ -188,12 +188,12 @@ sort -t$'\t' -k3,3 -k2,2 "$results" | awk -F'\t' '
     function flush(   c, i, out, v, lo, hi) {
         if (key == "") return
         out = key
-        for (c = 4; c <= 9; c++) {
+        for (c = 4; c <= 10; c++) {
             delete v; lo = ""; hi = ""
             for (i = 1; i <= n; i++) { v[i] = col[c, i] + 0; if (lo == "" || v[i] < lo) lo = v[i]; if (hi == "" || v[i] > hi) hi = v[i] }
             out = out sprintf("\t%s [%s-%s]", med(v, n), lo, hi)
         }
         print out
     }
-    { k = $3 "\t" $2; if (k != key) { flush(); key = k; n = 0 } n++; for (c = 4; c <= 9; c++) col[c, n] = $c }
-    END { flush() }' | sed '1i edge\tserver\treq/s\tCPU us/req\twritev/req\tsendmsg/req\twrite/req\tctxsw/req' | column -t -s$'\t'
+    { k = $3 "\t" $2; if (k != key) { flush(); key = k; n = 0 } n++; for (c = 4; c <= 10; c++) col[c, n] = $c }
+    END { flush() }' | sed '1i edge\tserver\treq/s\tCPU us/req\twritev/req\tsendmsg/req\twrite/req\tfutex/req\tctxsw/req' | column -t -s$'\t'
