@@ -95,3 +95,60 @@ impl Listener for Dealt {
         Ok(self.local)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accept::slots;
+
+    /// Guard: connections go to the shares in turn, not to whichever
+    /// thread wakes first.
+    #[tokio::test]
+    async fn connections_are_dealt_to_the_shares_in_turn() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut shares = deal(listener, slots(8), 2, std::future::pending()).unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(TcpStream::connect(addr).await.unwrap());
+        }
+        for share in &mut shares {
+            for _ in 0..2 {
+                let (_, remote) = share.accept().await;
+                assert!(clients.iter().any(|c| c.local_addr().unwrap() == remote));
+            }
+            assert!(
+                share.rx.try_recv().is_err(),
+                "a share got more than its turn"
+            );
+        }
+    }
+
+    /// Guard: a connection dealt out still holds its slot.
+    #[tokio::test]
+    async fn a_dealt_connection_holds_its_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = slots(1);
+        let mut shares = deal(listener, pool.clone(), 1, std::future::pending()).unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (conn, _) = shares[0].accept().await;
+        assert_eq!(pool.available_permits(), 0);
+        let _second = TcpStream::connect(addr).await.unwrap();
+        // One slot: the second waits in the backlog while the first holds
+        // it. A correct dealer never hands it over here, so the wait can
+        // only miss a broken one, never fail a sound one.
+        let held = std::time::Duration::from_millis(200);
+        assert!(
+            tokio::time::timeout(held, shares[0].accept())
+                .await
+                .is_err(),
+            "dealt past the cap"
+        );
+        drop(conn);
+        let wait = std::time::Duration::from_secs(10);
+        tokio::time::timeout(wait, shares[0].accept())
+            .await
+            .expect("the slot came back with the first connection");
+    }
+}
