@@ -1,6 +1,7 @@
 //! Client connections: at most N open per listener, TLS when configured, handshakes off the accept loop.
 
 mod capped;
+mod dealt;
 mod watch;
 
 use std::future::Future;
@@ -13,14 +14,14 @@ use std::time::Duration;
 
 use axum::serve::Listener;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use weir_cluster::net::direct::{is_direct, DirectServer};
 
-pub use capped::{CappedListener, CappedStream};
+pub use capped::{slots, CappedListener, CappedStream};
+pub use dealt::{deal, Dealt};
 use watch::Watch;
 pub use watch::{Activity, Busy};
 
@@ -82,17 +83,18 @@ impl Conn {
 /// peer calls (`weir_cluster::net::direct`) is served by it instead, in a
 /// task of its own, which closes it once `stop` resolves (answering the
 /// calls it has read); its first byte must come within the head timeout.
-pub fn incoming(
-    listener: TcpListener,
-    max_connections: usize,
+pub fn incoming<L>(
+    mut listener: L,
     tls: Option<TlsAcceptor>,
     direct: Option<DirectServer>,
     timeouts: Timeouts,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> mpsc::Receiver<Conn> {
+) -> mpsc::Receiver<Conn>
+where
+    L: Listener<Io = CappedStream, Addr = SocketAddr> + Send + 'static,
+{
     // Small: a connection waiting here already holds a slot.
     let (tx, rx) = mpsc::channel(64);
-    let mut listener = CappedListener::new(listener, max_connections);
     tokio::spawn(async move {
         tokio::pin!(stop);
         // Direct connections begin to close when the loop ends (this

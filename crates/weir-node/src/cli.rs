@@ -146,6 +146,11 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
         ui: args.ui.unwrap_or(d.ui),
+        grpc_threads: args
+            .grpc_threads
+            .or(args.threads)
+            .map(usize::from)
+            .or(d.grpc_threads),
     };
     config.validate()?;
     Ok(config)

@@ -88,6 +88,10 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// Serve the live dashboard at `GET /ui`.
     pub ui: bool,
+    /// Threads serving the gRPC listener, each a one-thread runtime of its
+    /// own (`grpc/cores.rs`); None: one per CPU; Some(0): on the runtime
+    /// that runs the node, as the HTTP listener is.
+    pub grpc_threads: Option<usize>,
 }
 
 impl Default for ServeConfig {
@@ -109,6 +113,7 @@ impl Default for ServeConfig {
             max_keys_per_rule: 1_000_000,
             drain_timeout: Duration::from_secs(10),
             ui: true,
+            grpc_threads: None,
         }
     }
 }
@@ -136,6 +141,14 @@ impl ServeConfig {
             gossip: any,
             ..ServeConfig::default()
         }
+    }
+
+    /// How many one-thread runtimes serve the gRPC listener; 0: none, it
+    /// is served on the node's own runtime.
+    pub fn grpc_threads(&self) -> usize {
+        self.grpc_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
     }
 
     /// The listener weir.v1.Peer is served on.

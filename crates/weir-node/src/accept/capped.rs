@@ -32,12 +32,15 @@ pub struct CappedListener {
     slots: Arc<Semaphore>,
 }
 
+/// A pool of `max_connections` slots, for one listener or shared by
+/// several that accept from one socket.
+pub fn slots(max_connections: usize) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(max_connections.max(1)))
+}
+
 impl CappedListener {
-    pub fn new(inner: TcpListener, max_connections: usize) -> Self {
-        CappedListener {
-            inner,
-            slots: Arc::new(Semaphore::new(max_connections.max(1))),
-        }
+    pub fn new(inner: TcpListener, slots: Arc<Semaphore>) -> Self {
+        CappedListener { inner, slots }
     }
 }
 
@@ -79,6 +82,18 @@ pub struct CappedStream {
 impl CappedStream {
     pub fn tcp(&self) -> &TcpStream {
         &self.stream
+    }
+
+    /// The connection and the slot it holds, to move to another runtime.
+    pub fn into_parts(self) -> (TcpStream, OwnedSemaphorePermit) {
+        (self.stream, self._slot)
+    }
+
+    pub fn from_parts(stream: TcpStream, slot: OwnedSemaphorePermit) -> Self {
+        CappedStream {
+            stream,
+            _slot: slot,
+        }
     }
 }
 
@@ -130,7 +145,7 @@ mod tests {
     async fn one_slot() -> (CappedListener, SocketAddr) {
         let inner = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = inner.local_addr().unwrap();
-        (CappedListener::new(inner, 1), addr)
+        (CappedListener::new(inner, slots(1)), addr)
     }
 
     /// Guard: every accepted connection has the kernel's keepalive probes.

@@ -231,6 +231,11 @@ pub struct ServeArgs {
     /// sharing its host with the service it protects may take fewer.
     #[arg(long, env = "WEIR_THREADS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Threads serving the gRPC port, each with a one-thread runtime of its
+    /// own [default: --threads, else one per CPU]; 0 serves it on the
+    /// node's shared runtime instead.
+    #[arg(long, env = "WEIR_GRPC_THREADS", value_name = "N")]
+    pub grpc_threads: Option<u16>,
     #[arg(
         long,
         env = "WEIR_UI",

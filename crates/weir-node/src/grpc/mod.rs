@@ -1,6 +1,7 @@
 //! The gRPC APIs (tonic): weir.v1.RateLimiter, Envoy's RateLimitService,
 //! weir.v1.Peer, health and reflection.
 
+mod cores;
 mod envoy;
 pub mod envoy_map;
 pub mod health;
@@ -12,10 +13,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use axum::serve::Listener;
 use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::Server;
+use tower::layer::util::{Identity, Stack};
 use weir_cluster::net::direct::DirectServer;
 use weir_core::{MAX_IP_LEN, MAX_KEY_LEN, MAX_ROUTE_LEN, MAX_TIER_LEN};
 use weir_proto::check_wire::rate_limiter_server::RateLimiterServer;
@@ -87,23 +90,23 @@ pub async fn serve(
         None
     };
     let peer_task = own_port.map(|(peer, regions, l)| {
-        let stop = stop.clone();
-        let conns = incoming(&state, l, None, direct, stop.clone());
-        tokio::spawn(async move {
-            let server = Server::builder()
-                .layer(CountRequests)
-                .add_service(peer)
-                .add_optional_service(regions);
-            if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
-                tracing::error!(error = %e, "gRPC peer server failed");
-            }
-        })
+        let routes = Server::builder()
+            .layer(CountRequests)
+            .add_service(peer)
+            .add_optional_service(regions);
+        tokio::spawn(serve_routes(
+            state.clone(),
+            routes,
+            l,
+            None,
+            direct,
+            stop.clone(),
+        ))
     });
     let (health, follow_readiness) = health::service(state.clone(), stop.clone());
     let health_task = tokio::spawn(follow_readiness);
     let (reflection_v1, reflection_v1alpha) = reflection::services().unzip();
-    let conns = incoming(&state, listener, tls, shared_direct, stop.clone());
-    let server = Server::builder()
+    let routes = Server::builder()
         .layer(CountRequests)
         .add_service(weir)
         .add_service(envoy)
@@ -112,32 +115,69 @@ pub async fn serve(
         .add_optional_service(reflection_v1alpha)
         .add_optional_service(shared_peer)
         .add_optional_service(shared_regions);
-    if let Err(e) = server.serve_with_incoming_shutdown(conns, stop).await {
-        tracing::error!(error = %e, "gRPC server failed");
-    }
+    serve_routes(state, routes, listener, tls, shared_direct, stop).await;
     if let Some(t) = peer_task {
         let _ = t.await;
     }
     let _ = health_task.await;
 }
 
-/// Accepted connections as the stream tonic serves from.
-fn incoming(
-    state: &NodeState,
+/// The services of one listener, each request counted on its connection.
+type Routes = tonic::transport::server::Router<Stack<CountRequests, Identity>>;
+
+/// Serves `routes` on `listener` until `stop`: on the gRPC threads
+/// (`cores.rs`), or on the caller's runtime when there are none.
+async fn serve_routes<F>(
+    state: Arc<NodeState>,
+    routes: Routes,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     direct: Option<DirectServer>,
+    stop: F,
+) where
+    F: Future<Output = ()> + Clone + Send + Sync + 'static,
+{
+    let threads = state.config.grpc_threads();
+    let slots = accept::slots(state.config.limits.max_connections);
+    if threads == 0 {
+        let listener = accept::CappedListener::new(listener, slots);
+        let conns = incoming(&state, listener, tls, direct, stop.clone());
+        if let Err(e) = routes.serve_with_incoming_shutdown(conns, stop).await {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+        return;
+    }
+    let shares = match accept::deal(listener, slots, threads, stop.clone()) {
+        Ok(shares) => shares,
+        Err(e) => return tracing::error!(error = %e, "gRPC listener failed"),
+    };
+    let serve = move |share| {
+        let conns = incoming(&state, share, tls.clone(), direct.clone(), stop.clone());
+        let (routes, stop) = (routes.clone(), stop.clone());
+        async move {
+            if let Err(e) = routes.serve_with_incoming_shutdown(conns, stop).await {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        }
+    };
+    if let Err(e) = cores::serve(shares, serve).await {
+        tracing::error!(error = %e, "cannot start the gRPC threads");
+    }
+}
+
+/// Accepted connections as the stream tonic serves from.
+fn incoming<L>(
+    state: &NodeState,
+    listener: L,
+    tls: Option<TlsAcceptor>,
+    direct: Option<DirectServer>,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>> {
+) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>>
+where
+    L: Listener<Io = accept::CappedStream, Addr = std::net::SocketAddr> + Send + 'static,
+{
     let limits = &state.config.limits;
-    let mut rx = accept::incoming(
-        listener,
-        limits.max_connections,
-        tls,
-        direct,
-        limits.timeouts(),
-        stop,
-    );
+    let mut rx = accept::incoming(listener, tls, direct, limits.timeouts(), stop);
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|c| c.map(Ok)))
 }
 

@@ -78,8 +78,7 @@ pub async fn serve(
     let limits = state.config.limits;
     let stop = stop.shared();
     let mut conns = accept::incoming(
-        listener,
-        limits.max_connections,
+        accept::CappedListener::new(listener, accept::slots(limits.max_connections)),
         tls,
         None,
         limits.timeouts(),
