@@ -146,6 +146,10 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
         max_keys_per_rule: positive("--max-keys", args.max_keys, d.max_keys_per_rule)?,
         drain_timeout: args.drain_timeout.unwrap_or(d.drain_timeout),
         ui: args.ui.unwrap_or(d.ui),
+        traces: crate::traces::TraceConfig {
+            otlp_endpoint: args.otlp_endpoint.clone(),
+            sample_ratio: args.trace_sample_ratio.unwrap_or(d.traces.sample_ratio),
+        },
     };
     config.validate()?;
     Ok(config)

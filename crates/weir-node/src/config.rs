@@ -88,6 +88,8 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// Serve the live dashboard at `GET /ui`.
     pub ui: bool,
+    /// OpenTelemetry traces: off unless an OTLP endpoint is named.
+    pub traces: crate::traces::TraceConfig,
 }
 
 impl Default for ServeConfig {
@@ -109,6 +111,7 @@ impl Default for ServeConfig {
             max_keys_per_rule: 1_000_000,
             drain_timeout: Duration::from_secs(10),
             ui: true,
+            traces: Default::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ impl ServeConfig {
         }
         self.check_advertised()?;
         self.check_trust()?;
+        self.traces.validate()?;
         self.cluster.validate().map_err(str::to_string)
     }
 
