@@ -171,3 +171,19 @@ pub async fn traced<F: Future>(
         Some(t) => t.edge(edge, traceparent().as_deref(), check).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TraceConfig;
+
+    #[test]
+    fn spans_are_posted_under_v1_traces_of_the_base_url() {
+        for (base, url) in [
+            ("http://c:4318", "http://c:4318/v1/traces"),
+            ("http://c:4318/", "http://c:4318/v1/traces"),
+            ("http://c:4318/v1/traces", "http://c:4318/v1/traces"),
+        ] {
+            assert_eq!(TraceConfig::traces_url(base), url);
+        }
+    }
+}
