@@ -60,7 +60,11 @@ impl Receiver {
 
     fn in_trace(&self, trace_id: &str) -> Vec<Received> {
         let spans = self.spans.lock().unwrap();
-        spans.iter().filter(|s| s.trace_id == trace_id).cloned().collect()
+        spans
+            .iter()
+            .filter(|s| s.trace_id == trace_id)
+            .cloned()
+            .collect()
     }
 }
 
@@ -122,7 +126,13 @@ async fn assert_linked(rx: &Receiver, trace_id: &str, edge: &str, gateway: &str,
     let what = format!("{edge} -> weir.forward -> weir.decide on {owner} in trace {trace_id}");
     wait_until(&what, || async {
         let spans = rx.in_trace(trace_id);
-        let named = |name: &str| spans.iter().filter(|s| s.name == name).cloned().collect::<Vec<_>>();
+        let named = |name: &str| {
+            spans
+                .iter()
+                .filter(|s| s.name == name)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         named(edge).iter().any(|e| {
             e.node == gateway
                 && e.parent == CALLER_SPAN
@@ -167,7 +177,14 @@ async fn http_and_rls_checks_are_traced_from_edge_to_owner() {
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    assert_linked(&rx, http_trace, "weir.check.http", "node-1", &owner_of(gateway, &key)).await;
+    assert_linked(
+        &rx,
+        http_trace,
+        "weir.check.http",
+        "node-1",
+        &owner_of(gateway, &key),
+    )
+    .await;
 
     let client = forwarded_key(gateway, "rls");
     let rls_trace = "1bf7651916cd43dd8448eb211c80319d";
@@ -178,7 +195,14 @@ async fn http_and_rls_checks_are_traced_from_edge_to_owner() {
     let value: MetadataValue<_> = traceparent(rls_trace).parse().unwrap();
     req.metadata_mut().insert("traceparent", value);
     rls.should_rate_limit(req).await.unwrap();
-    assert_linked(&rx, rls_trace, "weir.check.rls", "node-1", &owner_of(gateway, &client)).await;
+    assert_linked(
+        &rx,
+        rls_trace,
+        "weir.check.rls",
+        "node-1",
+        &owner_of(gateway, &client),
+    )
+    .await;
 }
 
 /// Over gRPC peer calls: a weir.v1.RateLimiter/Check with the caller's
@@ -204,7 +228,14 @@ async fn grpc_checks_are_traced_through_grpc_peer_calls() {
     req.metadata_mut().insert("traceparent", value);
     let res = client.check(req).await.unwrap();
     assert!(res.get_ref().results[0].allowed);
-    assert_linked(&rx, trace, "weir.check.grpc", "node-1", &owner_of(gateway, &key)).await;
+    assert_linked(
+        &rx,
+        trace,
+        "weir.check.grpc",
+        "node-1",
+        &owner_of(gateway, &key),
+    )
+    .await;
 }
 
 /// A gateway with no endpoint builds no span pipeline and sends no trace
@@ -227,7 +258,10 @@ async fn a_gateway_without_an_endpoint_traces_nothing() {
     assert!(gateway.state().traces.is_none());
     let key = forwarded_key(gateway, "off");
     let owner_id = owner_of(gateway, &key);
-    let owner = nodes.iter().find(|n| n.state().node_id == owner_id).unwrap();
+    let owner = nodes
+        .iter()
+        .find(|n| n.state().node_id == owner_id)
+        .unwrap();
     let untraced = "3df7651916cd43dd8448eb211c80319f";
     let control = "4ef7651916cd43dd8448eb211c80319a";
     for (node, trace) in [(gateway, untraced), (owner, control)] {
@@ -245,5 +279,9 @@ async fn a_gateway_without_an_endpoint_traces_nothing() {
         !rx.in_trace(control).is_empty()
     })
     .await;
-    assert!(rx.in_trace(untraced).is_empty(), "{:?}", rx.in_trace(untraced));
+    assert!(
+        rx.in_trace(untraced).is_empty(),
+        "{:?}",
+        rx.in_trace(untraced)
+    );
 }

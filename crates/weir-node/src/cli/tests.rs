@@ -143,7 +143,10 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--ui=maybe"]).is_err());
     for ratio in ["1.5", "-0.1", "NaN"] {
         let e = parse(&["weir", "serve", &format!("--trace-sample-ratio={ratio}")]).unwrap_err();
-        assert!(e.contains("--trace-sample-ratio must be between 0.0 and 1.0"), "{e}");
+        assert!(
+            e.contains("--trace-sample-ratio must be between 0.0 and 1.0"),
+            "{e}"
+        );
     }
     for url in ["collector:4318", "https://collector:4318", "http://"] {
         let e = parse(&["weir", "serve", &format!("--otlp-endpoint={url}")]).unwrap_err();

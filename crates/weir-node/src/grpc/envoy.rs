@@ -105,7 +105,9 @@ impl RateLimitService for EnvoyRls {
         };
         let (metadata, _, call) = request.into_parts();
         let parent = traceparent(&metadata);
-        traces.edge("weir.check.rls", parent, self.decide(call)).await
+        traces
+            .edge("weir.check.rls", parent, self.decide(call))
+            .await
     }
 }
 

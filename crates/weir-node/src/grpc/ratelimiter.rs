@@ -37,7 +37,9 @@ impl RateLimiter for RateLimiterService {
         };
         let (metadata, _, call) = request.into_parts();
         let parent = traceparent(&metadata);
-        traces.edge("weir.check.grpc", parent, self.decide(call)).await
+        traces
+            .edge("weir.check.grpc", parent, self.decide(call))
+            .await
     }
 }
 
