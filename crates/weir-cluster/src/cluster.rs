@@ -566,6 +566,12 @@ impl Cluster {
         self.inner.membership.abort();
     }
 
+    /// Where the spans of the ops this node decides for its peers go
+    /// (the gateway's come with each check, [`crate::trace::within`]).
+    pub fn trace_with(&self, tracer: crate::trace::Tracer) {
+        self.inner.handler.trace_with(tracer);
+    }
+
     /// Where this node's summaries take their per-second activity from.
     pub fn report_activity(&self, source: Arc<dyn ActivitySource>) {
         self.inner.handler.set_activity(source);

@@ -19,6 +19,7 @@ use crate::strategy::{Strategy, SyncRefused};
 use crate::summary::{ActivitySource, MAX_SUMMARY_SECONDS};
 use crate::topology::membership::Membership;
 use crate::topology::rules_sync::Rules;
+use crate::trace;
 use crate::wire;
 
 /// Hot keys a summary carries.
@@ -39,6 +40,8 @@ pub struct PeerHandler {
     activity: OnceLock<Arc<dyn ActivitySource>>,
     /// The named handoff calls received.
     calls: Arc<handoff::Calls>,
+    /// Set when the node exports traces: the owner's decision spans.
+    tracer: OnceLock<trace::Tracer>,
 }
 
 impl PeerHandler {
@@ -61,6 +64,7 @@ impl PeerHandler {
             stats,
             activity: OnceLock::new(),
             calls: Arc::default(),
+            tracer: OnceLock::new(),
         }
     }
 
@@ -70,7 +74,20 @@ impl PeerHandler {
 
     /// Decides the ops of the keys this node owns.
     pub async fn decide(&self, req: DecideRequest) -> DecideResponse {
-        self.owner.decide(req).await
+        let Some(tracer) = self.tracer.get() else {
+            return self.owner.decide(req).await;
+        };
+        let spans = trace::Decisions::start(tracer, &req, self.owner.routing.me());
+        let resp = self.owner.decide(req).await;
+        if let Some(spans) = spans {
+            spans.end(&resp);
+        }
+        resp
+    }
+
+    /// Where the owner's decision spans go; the first tracer set stays.
+    pub fn trace_with(&self, tracer: trace::Tracer) {
+        let _ = self.tracer.set(tracer);
     }
 
     /// Takes over counters handed to this node. A node that is leaving

@@ -7,7 +7,8 @@
 //! - [`strategy`]: one [`strategy::Strategy`] per `--strategy`;
 //! - [`net`] (gRPC and batching) and [`memory`] (an in-memory network for tests and simulations);
 //! - [`engine`] and [`cluster`]: the check path every API calls, and the wiring;
-//! - [`summary`]: what a node shows on a peer's dashboard (`Peer/Summary`).
+//! - [`summary`]: what a node shows on a peer's dashboard (`Peer/Summary`);
+//! - [`trace`]: a check's trace context carried to its owner, and the spans on either side.
 #![forbid(unsafe_code)]
 
 mod background;
@@ -28,6 +29,7 @@ pub mod stats;
 pub mod strategy;
 pub mod summary;
 pub mod topology;
+pub mod trace;
 pub mod wire;
 
 pub use cluster::{Cluster, ClusterError};

@@ -63,6 +63,7 @@ pub fn consume(rule: &Rule, hash_part: &str, cost: u64, carried: bool) -> Counte
         asker_boot: 0,
         expires_at: 0,
         checks: 0,
+        traceparent: String::new(),
     }
 }
 
@@ -93,6 +94,7 @@ pub fn charge(rule: &str, hash_part: &str, cost: u64) -> CounterOp {
         asker_boot: 0,
         expires_at: 0,
         checks: 0,
+        traceparent: String::new(),
     }
 }
 
@@ -134,6 +136,7 @@ pub fn refund(rule: &str, hash_part: &str, cost: u64, at: Nanos) -> CounterOp {
         asker_boot: 0,
         expires_at: 0,
         checks: 0,
+        traceparent: String::new(),
     }
 }
 

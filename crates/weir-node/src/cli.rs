@@ -151,6 +151,10 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             .or(args.threads)
             .map(usize::from)
             .or(d.grpc_threads),
+        traces: crate::traces::TraceConfig {
+            otlp_endpoint: args.otlp_endpoint.clone(),
+            sample_ratio: args.trace_sample_ratio.unwrap_or(d.traces.sample_ratio),
+        },
     };
     config.validate()?;
     Ok(config)

@@ -92,6 +92,8 @@ pub struct ServeConfig {
     /// own (`grpc/cores.rs`); None: one per CPU; Some(0): on the runtime
     /// that runs the node, as the HTTP listener is.
     pub grpc_threads: Option<usize>,
+    /// OpenTelemetry traces: off unless an OTLP endpoint is named.
+    pub traces: crate::traces::TraceConfig,
 }
 
 impl Default for ServeConfig {
@@ -114,6 +116,7 @@ impl Default for ServeConfig {
             drain_timeout: Duration::from_secs(10),
             ui: true,
             grpc_threads: None,
+            traces: Default::default(),
         }
     }
 }
@@ -172,6 +175,7 @@ impl ServeConfig {
         }
         self.check_advertised()?;
         self.check_trust()?;
+        self.traces.validate()?;
         self.cluster.validate().map_err(str::to_string)
     }
 

@@ -20,6 +20,7 @@ pub mod readiness;
 mod reload;
 pub mod state;
 pub mod tls;
+pub mod traces;
 
 pub use config::{InputLimits, LogFormat, ServeConfig};
 pub use embed::NodeBuilder;

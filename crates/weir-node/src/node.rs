@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::readiness::Stage;
 use crate::reload::Loaded;
 use crate::state::NodeState;
+use crate::traces::Traces;
 
 #[derive(Debug, Error)]
 pub enum NodeError {
@@ -41,6 +42,9 @@ pub enum NodeError {
     Tls(#[from] crate::tls::TlsError),
     #[error("cannot join the cluster: {0}")]
     Cluster(#[from] ClusterError),
+    /// The OTLP exporter could not be built; nothing was started.
+    #[error("cannot export traces: {0}")]
+    Traces(String),
 }
 
 /// How often idle keys are dropped.
@@ -136,6 +140,10 @@ impl Node {
         config.gossip = cluster.gossip_addr();
         let engine = Arc::new(Engine::clustered(cluster.clone()));
         let scrape = NodeCollector::new(engine.clone(), config.max_keys_per_rule);
+        let traces = Traces::start(&config.traces, &node_id).map_err(NodeError::Traces)?;
+        if let Some(t) = &traces {
+            cluster.trace_with(t.tracer().clone());
+        }
         let state = Arc::new(NodeState {
             node_id,
             engine,
@@ -143,6 +151,7 @@ impl Node {
             metrics: Arc::new(Metrics::new(Some(Box::new(scrape)))),
             activity: Arc::default(),
             lifecycle: Default::default(),
+            traces,
         });
         cluster.report_activity(state.activity.clone());
         let (stop, stopped) = watch::channel(false);
@@ -226,6 +235,9 @@ impl Node {
         let all = futures::future::join_all(self.tasks);
         if tokio::time::timeout(drain, all).await.is_err() {
             tracing::warn!(?drain, "drain timeout passed with requests still in flight");
+        }
+        if let Some(traces) = &self.state.traces {
+            traces.shutdown().await;
         }
         tracing::info!(node = %self.state.node_id, "weir node stopped");
     }

@@ -8,6 +8,7 @@ use crate::activity::Activity;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::readiness::Lifecycle;
+use crate::traces::Traces;
 
 pub struct NodeState {
     pub node_id: String,
@@ -20,4 +21,6 @@ pub struct NodeState {
     /// so /readyz and gRPC health take the node out of rotation before it
     /// stops answering ([`NodeState::readiness`]).
     pub lifecycle: Lifecycle,
+    /// Set when the node exports traces (`--otlp-endpoint`).
+    pub traces: Option<Traces>,
 }

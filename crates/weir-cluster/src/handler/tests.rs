@@ -188,6 +188,7 @@ fn op() -> impl Strategy<Value = CounterOp> {
                     asker_boot,
                     expires_at,
                     checks,
+                    traceparent: String::new(),
                 }
             },
         )

@@ -192,6 +192,8 @@ impl Remote {
         if let Some(owner) = target.stand_in_for {
             op = wire::stand_in(op, owner);
         }
+        // Ends when this returns: the answer came, or the wait ran out.
+        let _span = crate::trace::forward(&mut op, id);
         let slow = |late: Option<LateAnswer>| self.slow(target, rule, hash_part, cost, late);
         self.stats.forwarded(rule.label());
         match self.peers.decide(target.node, op, self.deadline).await {

@@ -246,6 +246,21 @@ pub struct ServeArgs {
         )
     )]
     pub ui: Option<bool>,
+    /// Send OpenTelemetry traces over OTLP/HTTP (protobuf) to this base URL,
+    /// e.g. http://127.0.0.1:4318 (spans go to /v1/traces under it) [default: no traces].
+    #[arg(long, env = "WEIR_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    #[arg(
+        long,
+        env = "WEIR_TRACE_SAMPLE_RATIO",
+        value_name = "0.0-1.0",
+        help = format!(
+            "Share of checks without a sampled traceparent that start a trace; a caller's \
+             sampled flag is always followed [default: {}]",
+            crate::traces::TraceConfig::default().sample_ratio
+        )
+    )]
+    pub trace_sample_ratio: Option<f64>,
 }
 
 /// Help text that ends in the default [`ClusterConfig`] holds, so the help

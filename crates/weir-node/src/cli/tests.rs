@@ -39,6 +39,10 @@ fn the_help_shows_the_defaults_the_library_runs_with() {
         ),
         format!("[default: {}]", humantime::format_duration(c.leave_timeout)),
         format!("GET /ui [default: {}]", ServeConfig::default().ui),
+        format!(
+            "[default: {}]",
+            crate::traces::TraceConfig::default().sample_ratio
+        ),
     ] {
         assert!(help.contains(&shown), "help lacks {shown}:\n{help}");
     }
@@ -77,6 +81,8 @@ fn every_serve_flag_lands_in_the_config() {
         "--header-read-timeout=3s",
         "--body-read-timeout=4s",
         "--ui=false",
+        "--otlp-endpoint=http://collector:4318",
+        "--trace-sample-ratio=0.25",
     ])
     .unwrap();
     assert_eq!(c.node_id.as_deref(), Some("n1"));
@@ -107,6 +113,11 @@ fn every_serve_flag_lands_in_the_config() {
     // Twice the body timeout: on the HTTP port its 408 always comes first.
     assert_eq!(c.limits.timeouts().stall, Duration::from_secs(8));
     assert!(!c.ui);
+    assert_eq!(
+        c.traces.otlp_endpoint.as_deref(),
+        Some("http://collector:4318")
+    );
+    assert_eq!(c.traces.sample_ratio, 0.25);
 }
 
 #[test]
@@ -130,6 +141,17 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--sync-interval=soon"]).is_err());
     assert!(parse(&["weir", "serve", "--http=nowhere"]).is_err());
     assert!(parse(&["weir", "serve", "--ui=maybe"]).is_err());
+    for ratio in ["1.5", "-0.1", "NaN"] {
+        let e = parse(&["weir", "serve", &format!("--trace-sample-ratio={ratio}")]).unwrap_err();
+        assert!(
+            e.contains("--trace-sample-ratio must be between 0.0 and 1.0"),
+            "{e}"
+        );
+    }
+    for url in ["collector:4318", "https://collector:4318", "http://"] {
+        let e = parse(&["weir", "serve", &format!("--otlp-endpoint={url}")]).unwrap_err();
+        assert!(e.contains("--otlp-endpoint"), "{e}");
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use weir_proto::rls_wire::rate_limit_service_server::RateLimitService;
 use weir_proto::rls_wire::{Encoded, Request as RlsCall};
 
 use super::envoy_map::{self, MapError};
+use super::traceparent;
 use crate::jitter::jittered_ms;
 use crate::state::NodeState;
 
@@ -99,13 +100,25 @@ impl RateLimitService for EnvoyRls {
         &self,
         request: GrpcRequest<RlsCall>,
     ) -> Result<Response<Encoded>, Status> {
+        let Some(traces) = &self.state.traces else {
+            return self.decide(request.into_inner()).await;
+        };
+        let (metadata, _, call) = request.into_parts();
+        let parent = traceparent(&metadata);
+        traces
+            .edge("weir.check.rls", parent, self.decide(call))
+            .await
+    }
+}
+
+impl EnvoyRls {
+    async fn decide(&self, call: RlsCall) -> Result<Response<Encoded>, Status> {
         let max = self.state.config.limits.max_batch_items;
         // The message and the request read from it end here, before the
         // decision awaits: its checks own what they need of it.
         let (checks, refunds) = {
             // Counted before it is decoded, so a request over the limit
             // costs its count and no more (rls_wire::Request).
-            let call = request.into_inner();
             envoy_map::within_limit(call.descriptors(), max).map_err(|e| self.refuse(e))?;
             let decoded = call.decode()?;
             let checks = envoy_map::to_checks(&decoded, max).map_err(|e| self.refuse(e))?;

@@ -240,3 +240,9 @@ impl<F: Future> Future for CountedFuture<F> {
         Poll::Ready(out)
     }
 }
+
+/// The W3C `traceparent` a caller sent in its metadata (Envoy sends it
+/// when its tracing is on).
+fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata.get("traceparent").and_then(|v| v.to_str().ok())
+}

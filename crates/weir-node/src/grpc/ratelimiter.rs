@@ -12,6 +12,7 @@ use weir_proto::check_wire::rate_limiter_server::RateLimiter;
 use weir_proto::check_wire::{Checks, Request as CheckCall, Response as CheckResponse};
 use weir_proto::convert;
 
+use super::traceparent;
 use crate::jitter::jittered_wait;
 use crate::state::NodeState;
 
@@ -31,9 +32,21 @@ impl RateLimiter for RateLimiterService {
         &self,
         request: GrpcRequest<CheckCall>,
     ) -> Result<Response<CheckResponse>, Status> {
+        let Some(traces) = &self.state.traces else {
+            return self.decide(request.into_inner()).await;
+        };
+        let (metadata, _, call) = request.into_parts();
+        let parent = traceparent(&metadata);
+        traces
+            .edge("weir.check.grpc", parent, self.decide(call))
+            .await
+    }
+}
+
+impl RateLimiterService {
+    async fn decide(&self, call: CheckCall) -> Result<Response<CheckResponse>, Status> {
         // The batch is measured before any item is decoded, so one over
         // the limit costs its count and no more (check_wire::Request).
-        let call = request.into_inner();
         let max = self.state.config.limits.max_batch_items;
         let metrics = &self.state.metrics;
         if call.items() == 0 {

@@ -15,6 +15,7 @@ use super::check_input::CheckInput;
 use super::problem::{respond, Problem, ProblemResponse};
 use crate::jitter::jittered_ms;
 use crate::state::NodeState;
+use crate::traces::traced;
 
 pub async fn check(
     State(state): State<Arc<NodeState>>,
@@ -38,7 +39,14 @@ pub async fn check(
     let limiter = state.engine.limiter();
     // Timed on the limiter's clock, the one time source the node reads.
     let started = limiter.now();
-    let outcome = state.engine.check(&req).await;
+    let parent = || {
+        headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let check = state.engine.check(&req);
+    let outcome = traced(state.traces.as_ref(), "weir.check.http", parent, check).await;
     let now = limiter.now();
     let elapsed = Duration::from_nanos(now.saturating_sub(started));
     match outcome {

@@ -28,6 +28,7 @@ fn state() -> NodeState {
         metrics: Default::default(),
         activity: Default::default(),
         lifecycle: Default::default(),
+        traces: None,
     }
 }
 
