@@ -101,6 +101,11 @@ async fn a_seeded_node_is_ready_once_joined_or_once_its_seeds_never_answered() {
         node.get("/readyz").await.status() == 200
     })
     .await;
+    assert_eq!(
+        node.get("/readyz").await.text().await.unwrap(),
+        "ready, running alone: no seed answered within the join timeout\n",
+        "says it runs alone"
+    );
 }
 
 #[tokio::test]

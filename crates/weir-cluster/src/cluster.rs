@@ -357,6 +357,12 @@ impl Cluster {
         self.inner.routing.joining()
     }
 
+    /// Whether this node was given seeds, none answered within its join
+    /// timeout, and it runs as its cluster's only member.
+    pub fn runs_alone(&self) -> bool {
+        self.inner.routing.runs_alone()
+    }
+
     /// Resolves once this node is past [joining](Cluster::joining): at
     /// once when it is, else on the join or when its grace alone ends.
     pub async fn until_joined(&self) {

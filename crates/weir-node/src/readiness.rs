@@ -49,6 +49,9 @@ pub enum Readiness {
     /// would wait for the join.
     Joining,
     Ready,
+    /// Ready, but given seeds none of which answered within the join
+    /// timeout: the node runs as its cluster's only member, and says so.
+    Alone,
     /// Shutdown began: traffic sent now would meet a node handing its
     /// counters away and then closing.
     Leaving,
@@ -56,7 +59,7 @@ pub enum Readiness {
 
 impl Readiness {
     pub fn is_ready(self) -> bool {
-        self == Readiness::Ready
+        matches!(self, Readiness::Ready | Readiness::Alone)
     }
 
     /// The line `/readyz` answers.
@@ -65,6 +68,7 @@ impl Readiness {
             Readiness::Starting => "starting\n",
             Readiness::Joining => "joining its cluster\n",
             Readiness::Ready => "ready\n",
+            Readiness::Alone => "ready, running alone: no seed answered within the join timeout\n",
             Readiness::Leaving => "leaving its cluster\n",
         }
     }
@@ -77,6 +81,9 @@ impl NodeState {
             Stage::Leaving => Readiness::Leaving,
             Stage::Serving if self.engine.cluster().is_some_and(|c| c.joining()) => {
                 Readiness::Joining
+            }
+            Stage::Serving if self.engine.cluster().is_some_and(|c| c.runs_alone()) => {
+                Readiness::Alone
             }
             Stage::Serving => Readiness::Ready,
         }

@@ -87,6 +87,12 @@ impl Routing {
         !self.joined.load(Ordering::Acquire) && self.join_ends.is_some_and(|t| Instant::now() < t)
     }
 
+    /// Whether this node was given seeds, none answered within its grace,
+    /// and it holds every key as its cluster's only member.
+    pub fn runs_alone(&self) -> bool {
+        self.join_ends.is_some() && !self.joining() && self.ring.load().len() <= 1
+    }
+
     /// Waits while this node is [joining](Routing::joining).
     pub async fn until_joined(&self) {
         while self.joining() {
@@ -309,7 +315,12 @@ mod tests {
         r.until_joined().await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
         assert!(!r.joining());
+        assert!(r.runs_alone(), "says it runs alone");
         assert!(!Routing::new("a".into(), ring()).joining());
+        assert!(
+            !Routing::new("a".into(), ring()).runs_alone(),
+            "given no seeds"
+        );
         let seeded_into_a_cluster = |fed| {
             Routing::joining_for(
                 "a".into(),
