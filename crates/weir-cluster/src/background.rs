@@ -33,22 +33,24 @@ pub async fn follow_view(
         let view = views.borrow_and_update().clone();
         strategy.on_suspects(&view.suspects);
         let ring = Ring::with_default_vnodes(&view.members);
-        if routing.ring().members() == ring.members() {
-            if view.fed {
-                routing.fed();
-            }
-            continue;
-        }
-        let ring = Arc::new(ring);
-        // Before the ring is routed by: a dead owner's copies become this
-        // node's counters first, so no check finds a key it now owns empty.
-        strategy.before_ring(&ring).await;
-        let old = routing.install(ring.clone());
+        let installed = if routing.ring().members() == ring.members() {
+            None
+        } else {
+            let ring = Arc::new(ring);
+            // Before the ring is routed by: a dead owner's copies become
+            // this node's counters first, so no check finds a key it now
+            // owns empty.
+            strategy.before_ring(&ring).await;
+            Some((routing.install(ring.clone()), ring))
+        };
         // After the ring it came with: joined on the ring before, this node
         // routed by a part of the cluster for a moment.
         if view.fed {
             routing.fed();
         }
+        let Some((old, ring)) = installed else {
+            continue;
+        };
         let ids: Vec<&str> = ring.members().iter().map(|m| m.id.as_str()).collect();
         tracing::info!(epoch = view.epoch, members = ?ids, "ring rebuilt");
         // The strategy follows the ring at once (a divided limit must not

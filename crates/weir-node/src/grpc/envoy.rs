@@ -9,7 +9,7 @@ use weir_proto::rls_wire::rate_limit_service_server::RateLimitService;
 use weir_proto::rls_wire::{Encoded, Request as RlsCall};
 
 use super::envoy_map::{self, MapError};
-use super::traceparent;
+use super::traced;
 use crate::jitter::jittered_ms;
 use crate::state::NodeState;
 
@@ -100,14 +100,10 @@ impl RateLimitService for EnvoyRls {
         &self,
         request: GrpcRequest<RlsCall>,
     ) -> Result<Response<Encoded>, Status> {
-        let Some(traces) = &self.state.traces else {
-            return self.decide(request.into_inner()).await;
-        };
-        let (metadata, _, call) = request.into_parts();
-        let parent = traceparent(&metadata);
-        traces
-            .edge("weir.check.rls", parent, self.decide(call))
-            .await
+        traced(&self.state, "weir.check.rls", request, |call| {
+            self.decide(call)
+        })
+        .await
     }
 }
 

@@ -241,8 +241,21 @@ impl<F: Future> Future for CountedFuture<F> {
     }
 }
 
-/// The W3C `traceparent` a caller sent in its metadata (Envoy sends it
-/// when its tracing is on).
-fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
-    metadata.get("traceparent").and_then(|v| v.to_str().ok())
+/// `decide` on `request`'s message, under an edge span named `edge` when
+/// the node exports traces: the child of the W3C `traceparent` the caller
+/// sent in its metadata (Envoy sends it when its tracing is on). With no
+/// traces the metadata is read for nothing and dropped at once.
+async fn traced<T, F: Future>(
+    state: &NodeState,
+    edge: &'static str,
+    request: tonic::Request<T>,
+    decide: impl FnOnce(T) -> F,
+) -> F::Output {
+    let (metadata, _, call) = request.into_parts();
+    let parent = state.traces.as_ref().and_then(|_| {
+        let value = metadata.get("traceparent")?.to_str().ok()?;
+        Some(value.to_owned())
+    });
+    drop(metadata);
+    crate::traces::traced(state.traces.as_ref(), edge, || parent, decide(call)).await
 }

@@ -12,7 +12,7 @@ use weir_proto::check_wire::rate_limiter_server::RateLimiter;
 use weir_proto::check_wire::{Checks, Request as CheckCall, Response as CheckResponse};
 use weir_proto::convert;
 
-use super::traceparent;
+use super::traced;
 use crate::jitter::jittered_wait;
 use crate::state::NodeState;
 
@@ -32,14 +32,10 @@ impl RateLimiter for RateLimiterService {
         &self,
         request: GrpcRequest<CheckCall>,
     ) -> Result<Response<CheckResponse>, Status> {
-        let Some(traces) = &self.state.traces else {
-            return self.decide(request.into_inner()).await;
-        };
-        let (metadata, _, call) = request.into_parts();
-        let parent = traceparent(&metadata);
-        traces
-            .edge("weir.check.grpc", parent, self.decide(call))
-            .await
+        traced(&self.state, "weir.check.grpc", request, |call| {
+            self.decide(call)
+        })
+        .await
     }
 }
 

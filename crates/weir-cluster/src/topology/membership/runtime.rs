@@ -73,9 +73,8 @@ pub(super) struct Driver {
     /// active member to talk to, and stops when it renews its identity.
     connected: bool,
     /// A member answered an announce with its member list
-    /// ([`super::MemberView::fed`]); `view_fed` as last published.
+    /// ([`super::MemberView::fed`]).
     fed: bool,
-    view_fed: bool,
     out: Vec<u8>,
 }
 
@@ -116,7 +115,6 @@ impl Driver {
             rejoined: false,
             connected: false,
             fed: false,
-            view_fed: false,
             out: Vec::with_capacity(2048),
         }
     }
@@ -447,8 +445,8 @@ impl Driver {
             .filter(|m| m.state == MemberState::Suspect)
             .map(|m| m.identity.id.clone())
             .collect();
-        if live_changed || suspects != self.suspects || self.fed != self.view_fed {
-            self.view_fed = self.fed;
+        let fed_changed = self.fed != self.shared.view.borrow().fed;
+        if live_changed || suspects != self.suspects || fed_changed {
             self.live = members
                 .iter()
                 .filter(|m| m.state.is_live())
