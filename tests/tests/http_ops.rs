@@ -1,10 +1,13 @@
 //! /metrics, /healthz, /readyz, /v1/cluster, and a graceful shutdown with a request in flight.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_node::readiness::{Readiness, Stage};
-use weir_tests::{header, metric_value, wait_until, TestNode, DEADLINE};
+use weir_tests::{cluster_member, header, metric_value, wait_until, TestNode, DEADLINE};
 
 const RULES: &str = r#"
 [[rule]]
@@ -106,6 +109,93 @@ async fn a_seeded_node_is_ready_once_joined_or_once_its_seeds_never_answered() {
         "ready, running alone: no seed answered within the join timeout\n",
         "says it runs alone"
     );
+}
+
+/// Guard: a node given a seed is not ready while no seed has answered,
+/// and is ready (not alone) once one has. The first node advertises its
+/// gossip at a gate the test holds shut (as a member behind a forwarded
+/// address would), so the join cannot begin before the test has seen the
+/// 503, and the second node's join timeout is past any test's deadline.
+#[tokio::test]
+async fn a_second_real_node_turns_ready_once_it_has_joined_the_first() {
+    let gate = DatagramGate::start().await;
+    let first = TestNode::start(RULES, |c| {
+        cluster_member(c, "node-1", None);
+        c.advertise_gossip = Some(gate.addr);
+    })
+    .await;
+    gate.point_at(first.state().config.gossip);
+    let second = TestNode::start(RULES, |c| {
+        cluster_member(c, "node-2", Some(gate.addr));
+        c.cluster.join_timeout = Some(std::time::Duration::from_secs(3600));
+    })
+    .await;
+    let res = second.get("/readyz").await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.text().await.unwrap(), "joining its cluster\n");
+    assert_eq!(second.get("/healthz").await.status(), 200);
+
+    gate.open();
+    wait_until("the second node is ready", || async {
+        second.get("/readyz").await.status() == 200
+    })
+    .await;
+    assert_eq!(second.get("/readyz").await.text().await.unwrap(), "ready\n");
+    let members = second.get_json("/v1/cluster").await["members"].clone();
+    assert_eq!(members.as_array().map(Vec::len), Some(2), "{members}");
+}
+
+/// A UDP address that passes each datagram on to the address it points
+/// at once opened, and drops it until then.
+struct DatagramGate {
+    addr: std::net::SocketAddr,
+    to: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>>,
+    open: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DatagramGate {
+    async fn start() -> DatagramGate {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let to: Arc<std::sync::Mutex<Option<std::net::SocketAddr>>> = Arc::default();
+        let open = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (to, open) = (to.clone(), open.clone());
+            async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok((len, _)) = socket.recv_from(&mut buf).await {
+                    let target = *to.lock().unwrap();
+                    match target {
+                        Some(target) if open.load(Ordering::SeqCst) => {
+                            let _ = socket.send_to(&buf[..len], target).await;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+        DatagramGate {
+            addr,
+            to,
+            open,
+            task,
+        }
+    }
+
+    fn point_at(&self, to: std::net::SocketAddr) {
+        *self.to.lock().unwrap() = Some(to);
+    }
+
+    fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for DatagramGate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 #[tokio::test]

@@ -65,8 +65,9 @@ pub type RegionsServiceServer = InterceptedService<RegionsServer<RegionsService>
 /// a little after the pod it names).
 const SEED_PATIENCE: Duration = Duration::from_secs(5);
 /// Announce intervals a node given seeds waits alone for its cluster
-/// before it takes itself for the first member ([`Routing::joining`]): its
-/// checks wait meanwhile rather than be decided on nothing.
+/// before it takes itself for the first member ([`Routing::joining`]),
+/// unless `join_timeout` says how long: its checks wait meanwhile rather
+/// than be decided on nothing.
 const JOIN_ANNOUNCES: u32 = 5;
 
 /// What a member talks over: gossip datagrams, peer calls, seed resolution.
@@ -157,7 +158,9 @@ impl Cluster {
             mc = mc.with_secret(s.as_bytes().to_vec());
         }
         mc.insecure_open = config.insecure_open;
-        let join_grace = JOIN_ANNOUNCES * mc.announce_interval;
+        let join_grace = config
+            .join_timeout
+            .unwrap_or(JOIN_ANNOUNCES * mc.announce_interval);
         let membership = Arc::new(Membership::start_on(mc, t.datagrams)?);
         let me = membership.identity().id;
         let stats = Arc::new(Stats::default());

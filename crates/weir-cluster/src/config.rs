@@ -164,6 +164,11 @@ pub struct ClusterConfig {
     /// counter over and waiting for peers to drop this node. Counters not
     /// handed over by then cost what a crash costs.
     pub leave_timeout: Duration,
+    /// How long a node given seeds waits for one of them to answer before
+    /// it takes itself for its cluster's first member (`--join-timeout`);
+    /// its checks wait meanwhile and `/readyz` says it is joining. None:
+    /// five announce intervals of the gossip profile (5 s on the LAN one).
+    pub join_timeout: Option<Duration>,
     /// Denials cached at most (distinct hash parts).
     pub deny_cache_keys: usize,
     /// Copies of every counter in all (`--replicas`): 2 streams each
@@ -212,6 +217,7 @@ impl Default for ClusterConfig {
             // rate about three times as many fit; with the drain timeout it
             // stays inside every deploy file's stop timeout.
             leave_timeout: Duration::from_secs(10),
+            join_timeout: None,
             deny_cache_keys: 100_000,
             replicas: 2,
             insecure_open: false,
@@ -229,6 +235,9 @@ impl ClusterConfig {
     pub fn validate(&self) -> Result<(), &'static str> {
         if self.owner_deadline.is_zero() {
             return Err("owner_deadline must be longer than zero");
+        }
+        if self.join_timeout.is_some_and(|t| t.is_zero()) {
+            return Err("join_timeout must be longer than zero");
         }
         if self.sync_interval.is_zero() {
             return Err("sync_interval must be longer than zero");
@@ -279,6 +288,7 @@ impl fmt::Debug for ClusterConfig {
             .field("rules_sync_interval", &self.rules_sync_interval)
             .field("fallback_probe", &self.fallback_probe)
             .field("leave_timeout", &self.leave_timeout)
+            .field("join_timeout", &self.join_timeout)
             .field("deny_cache_keys", &self.deny_cache_keys)
             .field("replicas", &self.replicas)
             .field("insecure_open", &self.insecure_open)

@@ -146,6 +146,12 @@ impl NodeBuilder {
         self
     }
 
+    /// `--join-timeout`
+    pub fn join_timeout(mut self, timeout: Duration) -> Self {
+        self.config.cluster.join_timeout = Some(timeout);
+        self
+    }
+
     /// `--leave-timeout`
     pub fn leave_timeout(mut self, timeout: Duration) -> Self {
         self.config.cluster.leave_timeout = timeout;
@@ -249,6 +255,7 @@ mod tests {
             .on_owner_failure(OwnerFailure::Closed)
             .owner_deadline(Duration::from_millis(7))
             .leave_timeout(Duration::from_secs(20))
+            .join_timeout(Duration::from_secs(40))
             .replicas(1)
             .admin_token("admin")
             .cluster_secret("secret")
@@ -267,6 +274,7 @@ mod tests {
         assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
         assert_eq!(c.cluster.owner_deadline, Duration::from_millis(7));
         assert_eq!(c.cluster.leave_timeout, Duration::from_secs(20));
+        assert_eq!(c.cluster.join_timeout, Some(Duration::from_secs(40)));
         assert_eq!(c.cluster.replicas, 1);
         assert_eq!(c.admin_token.as_deref(), Some("admin"));
         assert_eq!(c.cluster.secret.as_deref(), Some("secret"));

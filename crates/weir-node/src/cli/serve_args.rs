@@ -99,6 +99,14 @@ pub struct ServeArgs {
     pub leave_timeout: Option<Duration>,
     #[arg(
         long,
+        env = "WEIR_JOIN_TIMEOUT",
+        value_name = "DUR",
+        value_parser = humantime::parse_duration,
+        help = "With --seeds, how long to wait for a seed to answer before running as the cluster's first member; the node is not ready meanwhile [default: five announce intervals, 5s]"
+    )]
+    pub join_timeout: Option<Duration>,
+    #[arg(
+        long,
         env = "WEIR_REPLICAS",
         value_name = "N",
         value_parser = clap::value_parser!(u8).range(1..=2),

@@ -66,6 +66,7 @@ fn every_serve_flag_lands_in_the_config() {
         "--on-owner-failure=closed",
         "--owner-deadline=20ms",
         "--leave-timeout=25s",
+        "--join-timeout=90s",
         "--replicas=1",
         "--hot-key-rate=50",
         "--fallback-cap=0",
@@ -98,6 +99,7 @@ fn every_serve_flag_lands_in_the_config() {
     assert_eq!(c.cluster.on_owner_failure, OwnerFailure::Closed);
     assert_eq!(c.cluster.owner_deadline, Duration::from_millis(20));
     assert_eq!(c.cluster.leave_timeout, Duration::from_secs(25));
+    assert_eq!(c.cluster.join_timeout, Some(Duration::from_secs(90)));
     assert_eq!(c.cluster.replicas, 1);
     assert_eq!((c.cluster.hot_key_rate, c.cluster.fallback_cap), (50, 0));
     assert_eq!(c.admin_token.as_deref(), Some("t0ken"));
@@ -131,6 +133,9 @@ fn nonsense_values_are_refused_naming_the_flag() {
     assert!(parse(&["weir", "serve", "--leave-timeout=0s"])
         .unwrap_err()
         .contains("--leave-timeout"));
+    assert!(parse(&["weir", "serve", "--join-timeout=0s"])
+        .unwrap_err()
+        .contains("--join-timeout"));
     assert!(parse(&["weir", "serve", "--admin-token="])
         .unwrap_err()
         .contains("--admin-token"));
