@@ -28,6 +28,7 @@ use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
 use crate::owner::breaker::Breakers;
 use crate::owner::hot::HotKey;
+use crate::owner::deny_cache::DenyCache;
 use crate::owner::lease::Lessor;
 use crate::owner::local::Local;
 use crate::owner::moves::Moves;
@@ -200,6 +201,7 @@ impl Cluster {
         ));
         let breakers = Arc::new(Breakers::new(config.fallback_probe));
         let moves = Arc::new(Moves::new(routing.me()));
+        let deny = Arc::new(DenyCache::new(config.deny_cache_keys));
         let strategy = strategy::build(Parts {
             config: config.clone(),
             local: local.clone(),
@@ -213,6 +215,7 @@ impl Cluster {
             breakers: breakers.clone(),
             moves: moves.clone(),
             boot: membership.identity().boot,
+            deny: deny.clone(),
         });
         let on_rules = {
             let s = strategy.clone();
@@ -237,6 +240,7 @@ impl Cluster {
             lessor: lessor.clone(),
             breakers,
             moves,
+            deny,
         };
         let handler = Arc::new(PeerHandler::new(
             owner,

@@ -95,3 +95,30 @@ async fn divide_and_gossip_refund_and_clear_the_receiving_nodes_own_count() {
         assert!(unknown.unwrap().is_none());
     }
 }
+
+/// Guard: a reset through one member clears the denial another member's
+/// gateway cached for the key. Cached until the day-long window's end, it
+/// would refuse the key there for the rest of the day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_anywhere_clears_every_gateways_cached_denial() {
+    let nodes = cluster(3, RULES, |_| {}).await;
+    let key = key_owned_by(&nodes[0], &nodes[1].id, "reset-everywhere");
+    let req = CheckRequest::new(key.clone(), "GET /");
+    let (gateway, elsewhere) = (&nodes[0].engine, &nodes[2].engine);
+    assert_eq!(admitted(gateway, &req, 21).await, 20);
+    let hits = nodes[0].cluster.stats().deny_cache_hits;
+    assert_eq!(admitted(gateway, &req, 1).await, 0);
+    assert_eq!(
+        nodes[0].cluster.stats().deny_cache_hits,
+        hits + 1,
+        "the gateway answers the key from its cached denial"
+    );
+
+    let (state, owner) = elsewhere
+        .counter("per-client", &key, CounterAction::Reset)
+        .await
+        .unwrap()
+        .expect("a known rule");
+    assert_eq!((state.remaining, owner.as_deref()), (20, Some(&*nodes[1].id)));
+    assert_eq!(admitted(gateway, &req, 21).await, 20);
+}

@@ -59,12 +59,12 @@ fn pick(rules: &RuleSet, s: Selected<'_>) -> (Arc<Rule>, CompactString) {
 pub struct Gateway {
     local: Arc<Local>,
     routing: Arc<Routing>,
-    deny: DenyCache,
+    deny: Arc<DenyCache>,
     remote: Arc<Remote>,
 }
 
 impl Gateway {
-    pub fn new(deny: DenyCache, remote: Remote) -> Self {
+    pub fn new(deny: Arc<DenyCache>, remote: Remote) -> Self {
         Gateway {
             local: remote.local.clone(),
             routing: remote.routing.clone(),

@@ -8,6 +8,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, DecideResponse, OpKind, OpR
 
 use super::breaker::Breakers;
 use super::counter_admin;
+use super::deny_cache::DenyCache;
 use super::lease::Lessor;
 use super::local::{Consumed, Forwarding, Local};
 use super::moves::{Move, Moves};
@@ -59,6 +60,8 @@ pub struct OwnerService {
     pub breakers: Arc<Breakers>,
     /// The ring changes that took keys from this node.
     pub moves: Arc<Moves>,
+    /// The denials this node's gateway caches (`OpKind::Forget`).
+    pub deny: Arc<DenyCache>,
 }
 
 impl OwnerService {
@@ -95,6 +98,14 @@ impl OwnerService {
                 }
             }
             for (i, op) in req.ops.iter().enumerate() {
+                // About this node's gateway, not a counter: wherever the key
+                // is owned and whatever this node's view.
+                if op.kind() == OpKind::Forget {
+                    let now = self.local.limiter().now();
+                    self.deny.refunded(&Arc::from(op.rule.as_str()), &op.key, now);
+                    results.push(Some(wire::refunded()));
+                    continue;
+                }
                 if alone && !op.sent_on {
                     results.push(Some(wire::not_ready(
                         "this node has not heard of its cluster yet",
@@ -557,6 +568,8 @@ impl OwnerService {
             OpKind::Refund | OpKind::Charge | OpKind::Reset if self.local.is_leaving() => {
                 return None
             }
+            // Answered in `decide`, before the key's owner is looked up.
+            OpKind::Forget => return Some(wire::refunded()),
             OpKind::Reset | OpKind::Peek => {
                 return Some(counter_admin::apply(
                     self.local.limiter(),
@@ -691,7 +704,7 @@ impl OwnerService {
             // Leases are the owner's, never a copy's.
             OpKind::Lease => wire::not_owner("only the key's owner leases"),
             // On this node's own count, as a consume with no copy is.
-            OpKind::Reset | OpKind::Peek => return here(),
+            OpKind::Reset | OpKind::Peek | OpKind::Forget => return here(),
             // A dead owner's admission, reported by a gateway it answered.
             OpKind::Charge => {
                 let admitted = Admitted {

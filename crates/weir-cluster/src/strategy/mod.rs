@@ -193,6 +193,9 @@ pub struct Parts {
     pub moves: std::sync::Arc<crate::owner::moves::Moves>,
     /// This process's boot (`NodeIdentity::boot`).
     pub boot: u64,
+    /// The denials this node's gateway caches, which its owner service
+    /// forgets when a reset elsewhere clears their counter.
+    pub deny: std::sync::Arc<crate::owner::deny_cache::DenyCache>,
 }
 
 /// The strategy `config.strategy` names: the one place the flag is read.
@@ -205,7 +208,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::owner::leased::Leases;
     use crate::owner::remote::Remote;
     use crate::owner::{
-        deny_cache::DenyCache, fallback::Fallback, gateway::Gateway, handoff::Handoff,
+        fallback::Fallback, gateway::Gateway, handoff::Handoff,
     };
     use std::sync::Arc;
 
@@ -249,7 +252,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
                 answered: Arc::new(Default::default()),
                 moves: p.moves.clone(),
             };
-            let gateway = Gateway::new(DenyCache::new(c.deny_cache_keys), remote);
+            let gateway = Gateway::new(p.deny, remote);
             let handoff = Handoff::new(
                 p.local.clone(),
                 p.routing,

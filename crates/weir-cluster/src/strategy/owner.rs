@@ -22,6 +22,11 @@ use crate::stats::{FallbackCounts, FallbackStatus};
 use crate::topology::ring::Ring;
 use crate::wire;
 
+/// How long a reset waits for the other members to forget their cached
+/// denials of its key: longer than any answer on a working link, short
+/// enough for an operator's request.
+const FORGET_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct OwnerStrategy {
     gateway: Gateway,
     handoff: Handoff,
@@ -39,6 +44,21 @@ pub struct OwnerStrategy {
 }
 
 impl OwnerStrategy {
+    /// Sends every other member an `OpKind::Forget` of the key's cached
+    /// denials under `rule`, and waits for their answers, up to
+    /// [`FORGET_WAIT`]: a member that does not answer keeps its denial
+    /// until it lapses, which is the safe direction.
+    async fn forget_denials(&self, rule: &str, hash_part: &str) {
+        let remote = self.gateway.remote();
+        let ring = remote.routing.ring();
+        let me = remote.routing.me();
+        let told = ring.members().iter().filter(|m| m.id != me).map(|m| {
+            let op = wire::counter_admin(rule, hash_part, OpKind::Forget);
+            remote.peers.decide(m, op, FORGET_WAIT)
+        });
+        futures::future::join_all(told).await;
+    }
+
     pub fn new(
         gateway: Gateway,
         handoff: Handoff,
@@ -154,8 +174,11 @@ impl Strategy for OwnerStrategy {
         }
     }
 
-    /// At the key's owner; a reset forgets this gateway's cached denial
-    /// of the key too. Other gateways keep theirs until they lapse.
+    /// At the key's owner. After a reset every member's gateway forgets
+    /// its cached denial of the key, this one's at once and the others' by
+    /// an `OpKind::Forget` the answer waits for (up to [`FORGET_WAIT`]): a
+    /// denial cached before the reset would otherwise refuse the key there
+    /// until it lapsed, as long as an hour for an hourly limit.
     fn counter<'a>(
         &'a self,
         rule: &'a Arc<Rule>,
@@ -169,31 +192,38 @@ impl Strategy for OwnerStrategy {
                 .deny_cache()
                 .refunded(&rule.name, hash_part, now);
         }
-        let Some(owner) = remote.routing.remote_owner(hash_part) else {
-            let done = counter_here(self.limiter(), rule, hash_part, action);
-            if action == CounterAction::Reset && done.is_ok() && self.replicator.is_on() {
-                self.replicator.mark(&rule.name, hash_part, now);
-            }
-            return Box::pin(async move { done });
-        };
-        let kind = match action {
-            CounterAction::Peek => OpKind::Peek,
-            CounterAction::Reset => OpKind::Reset,
-        };
-        let sent = remote.peers.decide(
-            &owner,
-            wire::counter_admin(&rule.name, hash_part, kind),
-            remote.deadline,
-        );
-        Box::pin(async move {
-            let unreachable = |why: String| Err(Unavailable::Unreachable(why).into());
-            match sent.await {
-                Reply::Answered(result) => {
-                    wire::counter_state(result, rule).map(|d| (d, Some(owner.id.to_string())))
+        let at_owner: BoxFuture<'a, _> = match remote.routing.remote_owner(hash_part) {
+            None => {
+                let done = counter_here(self.limiter(), rule, hash_part, action);
+                if action == CounterAction::Reset && done.is_ok() && self.replicator.is_on() {
+                    self.replicator.mark(&rule.name, hash_part, now);
                 }
-                Reply::Late(_) => unreachable(format!("{} did not answer in time", owner.id)),
-                Reply::Failed(f) => unreachable(format!("{}: {f:?}", owner.id)),
+                Box::pin(std::future::ready(done))
             }
+            Some(owner) => {
+                let kind = match action {
+                    CounterAction::Peek => OpKind::Peek,
+                    CounterAction::Reset => OpKind::Reset,
+                };
+                let op = wire::counter_admin(&rule.name, hash_part, kind);
+                let sent = remote.peers.decide(&owner, op, remote.deadline);
+                Box::pin(async move {
+                    let unreachable = |why: String| Err(Unavailable::Unreachable(why).into());
+                    match sent.await {
+                        Reply::Answered(result) => wire::counter_state(result, rule)
+                            .map(|d| (d, Some(owner.id.to_string()))),
+                        Reply::Late(_) => unreachable(format!("{} did not answer in time", owner.id)),
+                        Reply::Failed(f) => unreachable(format!("{}: {f:?}", owner.id)),
+                    }
+                })
+            }
+        };
+        Box::pin(async move {
+            let done = at_owner.await;
+            if action == CounterAction::Reset && done.is_ok() {
+                self.forget_denials(&rule.name, hash_part).await;
+            }
+            done
         })
     }
 
