@@ -90,6 +90,28 @@ async fn delete_clears_a_key_so_its_whole_limit_passes_again() {
     node.shutdown().await;
 }
 
+/// A key with a slash in it is addressed percent-encoded (`%2F`): the
+/// path's segments are decoded after routing.
+#[tokio::test]
+async fn a_key_with_a_slash_is_addressed_percent_encoded() {
+    let node = alone().await;
+    assert_eq!(admitted(&node, "team/a b", LIMIT + 1).await, LIMIT);
+    let (status, doc) = get_counter(&node, "per-client", "team%2Fa%20b").await;
+    assert_eq!(
+        (status, doc["key"].as_str()),
+        (200, Some("team/a b")),
+        "{doc}"
+    );
+    assert_eq!(doc["remaining"], 0);
+    assert_eq!(
+        delete_counter(&node, "per-client", "team%2Fa%20b", Some(ADMIN)).await,
+        204
+    );
+    assert_eq!(admitted(&node, "team/a b", LIMIT + 1).await, LIMIT);
+    assert_eq!(admitted(&node, "team", 1).await, 1, "another key untouched");
+    node.shutdown().await;
+}
+
 #[tokio::test]
 async fn delete_without_the_token_is_401_and_clears_nothing() {
     let node = alone().await;

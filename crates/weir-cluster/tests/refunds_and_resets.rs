@@ -119,6 +119,9 @@ async fn a_reset_anywhere_clears_every_gateways_cached_denial() {
         .await
         .unwrap()
         .expect("a known rule");
-    assert_eq!((state.remaining, owner.as_deref()), (20, Some(&*nodes[1].id)));
+    assert_eq!(
+        (state.remaining, owner.as_deref()),
+        (20, Some(&*nodes[1].id))
+    );
     assert_eq!(admitted(gateway, &req, 21).await, 20);
 }

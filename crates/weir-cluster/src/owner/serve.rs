@@ -102,7 +102,8 @@ impl OwnerService {
                 // is owned and whatever this node's view.
                 if op.kind() == OpKind::Forget {
                     let now = self.local.limiter().now();
-                    self.deny.refunded(&Arc::from(op.rule.as_str()), &op.key, now);
+                    self.deny
+                        .refunded(&Arc::from(op.rule.as_str()), &op.key, now);
                     results.push(Some(wire::refunded()));
                     continue;
                 }

@@ -207,9 +207,7 @@ pub fn build(p: Parts) -> std::sync::Arc<dyn Strategy> {
     use crate::owner::learned::Learned;
     use crate::owner::leased::Leases;
     use crate::owner::remote::Remote;
-    use crate::owner::{
-        fallback::Fallback, gateway::Gateway, handoff::Handoff,
-    };
+    use crate::owner::{fallback::Fallback, gateway::Gateway, handoff::Handoff};
     use std::sync::Arc;
 
     let limiter = p.local.limiter().clone();

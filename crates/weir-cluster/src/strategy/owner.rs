@@ -212,7 +212,9 @@ impl Strategy for OwnerStrategy {
                     match sent.await {
                         Reply::Answered(result) => wire::counter_state(result, rule)
                             .map(|d| (d, Some(owner.id.to_string()))),
-                        Reply::Late(_) => unreachable(format!("{} did not answer in time", owner.id)),
+                        Reply::Late(_) => {
+                            unreachable(format!("{} did not answer in time", owner.id))
+                        }
                         Reply::Failed(f) => unreachable(format!("{}: {f:?}", owner.id)),
                     }
                 })
