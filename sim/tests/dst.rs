@@ -137,6 +137,27 @@ fn an_asked_member_sends_on_a_key_a_third_member_owns() {
     replays_exact("delay,loss,dup,join", 67);
 }
 
+/// node-2 crashed and restarted under its id before its peers noticed.
+/// Its keys' holder, holding no copy of `both-client/hot1` (the owner died
+/// before replicating it), stood in on its own counters. Asked back by the
+/// new process, it answered "handed to you" by the sweep that placed the
+/// key there when the cluster formed, and the new process decided the key
+/// on nothing: a count decided here since a landing is the newest, and is
+/// decided on here.
+#[test]
+fn a_count_decided_since_a_handoff_landed_is_not_taken_for_handed() {
+    replays_exact("delay,loss,dup,crash", 869);
+}
+
+/// node-0 and then node-2 leave; node-2's ring still lists node-0, which
+/// turns node-2's handoff away: node-2 hands its counters to the owners
+/// on a ring without node-0 instead of dropping them, as a leave did when
+/// its one handoff failed.
+#[test]
+fn a_leave_hands_on_what_a_leaving_member_turned_away() {
+    replays_exact("delay,loss,dup,leave", 398);
+}
+
 /// node-0, owner of `fw/hot0`, paused 0.9 s: its copy decides meanwhile,
 /// and the resumed owner decides on its own count before the stand-ins are
 /// charged to it.

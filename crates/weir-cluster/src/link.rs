@@ -30,7 +30,14 @@ pub enum PeerFailure {
     /// Queued in this gateway past the deadline; never sent.
     #[error("still queued after {0:?}")]
     Queued(Duration),
+    /// The peer is leaving the cluster and took nothing: a handoff it
+    /// turned away goes to the owner on a ring without it.
+    #[error("{LEAVING}")]
+    Leaving,
 }
+
+/// What a leaving node answers a handoff with, on every transport.
+pub const LEAVING: &str = "this node is leaving";
 
 /// One unary call per method, each bounded by `deadline`. A failure says
 /// why there is no answer; the call may still have reached the peer.

@@ -1,5 +1,6 @@
 //! `weir-sim dst`: whole members on a simulated clock and network, one seed per run, faults drawn from the seed, every check scored; a failing seed replays exactly.
 
+pub mod calls;
 pub mod judge;
 pub mod oracle;
 pub mod rules;

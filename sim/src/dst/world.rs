@@ -175,6 +175,7 @@ impl<'s> World<'s> {
         let names = self.names.clone();
         let trace = self.trace.as_ref().map(|t| t.gossip);
         let queue = self.lines.clone();
+        let calls = std::sync::Mutex::new(super::calls::Calls::default());
         self.net.tap(Arc::new(move |e: &NetEvent<'_>| {
             let now = clock.now();
             let mut h = digest.lock().expect("the digest lock is never poisoned");
@@ -183,14 +184,24 @@ impl<'s> World<'s> {
             if trace.is_some_and(|gossip| gossip || e.what != "gossip") {
                 let names = names.lock().expect("never poisoned");
                 let name = |ip: &IpAddr| names.get(ip).cloned().unwrap_or_else(|| ip.to_string());
+                let ops = {
+                    let mut calls = calls.lock().expect("never poisoned");
+                    match e.what {
+                        "decide" => calls.request(e.from, e.to, e.bytes),
+                        "decide answer" => calls.answer(e.from, e.to, e.bytes),
+                        other => super::calls::counters(other, e.bytes),
+                    }
+                };
                 queue.lock().expect("never poisoned").push(format!(
-                    "{} {} -> {} {} ({} B) {:?}",
+                    "{} {} -> {} {} ({} B) {:?}{}{}",
                     at(now),
                     name(&e.from),
                     name(&e.to),
                     e.what,
                     e.bytes.len(),
-                    e.fate
+                    e.fate,
+                    if ops.is_empty() { "" } else { ": " },
+                    ops
                 ));
             }
         }));
@@ -210,7 +221,7 @@ impl<'s> World<'s> {
                 .ring()
                 .members()
                 .iter()
-                .map(|n| n.id.clone())
+                .map(|n| format!("{}#{:04x}", n.id, n.boot & 0xffff))
                 .collect();
             if *m.traced_ring.borrow() != ring {
                 sink(format!("{} {} ring: {ring:?}", at(self.clock.now()), m.id));

@@ -722,9 +722,7 @@ impl Link for MemoryLink {
                 }
                 None => {}
             }
-            h.handoff(req)
-                .await
-                .map_err(|_| PeerFailure::Unreachable("this node is leaving".into()))
+            h.handoff(req).await.map_err(|_| PeerFailure::Leaving)
         })
     }
 

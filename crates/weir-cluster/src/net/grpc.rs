@@ -19,7 +19,7 @@ use super::auth::PeerToken;
 use super::conn::{ConnConfig, PeerConn};
 use super::direct::{DirectConfig, DirectConn, Kind};
 use crate::link::Link;
-use crate::link::PeerFailure;
+use crate::link::{PeerFailure, LEAVING};
 use crate::topology::membership::NodeIdentity;
 
 /// Handoffs carry whole counters (a sliding log holds up to L timestamps),
@@ -53,6 +53,7 @@ fn failure(s: &Status, deadline: Duration) -> PeerFailure {
         Code::Cancelled | Code::Unavailable | Code::Unknown | Code::Internal => {
             PeerFailure::Unreachable(s.message().to_string())
         }
+        Code::FailedPrecondition if s.message() == LEAVING => PeerFailure::Leaving,
         _ => PeerFailure::Refused(format!("{:?}: {}", s.code(), s.message())),
     }
 }

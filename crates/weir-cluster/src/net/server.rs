@@ -50,7 +50,7 @@ impl Peer for PeerService {
             .handoff(r.into_inner())
             .await
             .map(Response::new)
-            .map_err(|_| Status::unavailable("this node is leaving"))
+            .map_err(|_| Status::failed_precondition(crate::link::LEAVING))
     }
 
     async fn push_rules(

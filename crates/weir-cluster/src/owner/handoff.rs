@@ -30,6 +30,12 @@ use crate::wire;
 /// so a large handoff is several calls rather than one refused one.
 const CHUNK_BYTES: usize = 1 << 20;
 const HANDOFF_DEADLINE: Duration = Duration::from_secs(2);
+/// A leave's first wait before it offers again the counters a member
+/// turned away (one that is leaving too, which this node's ring still
+/// lists): about a gossip round, so the ring has likely dropped it. Each
+/// wait doubles, up to [`LEAVE_RETRY_MAX`].
+const LEAVE_RETRY: Duration = Duration::from_millis(50);
+const LEAVE_RETRY_MAX: Duration = Duration::from_millis(400);
 /// How long a word said again by the maintenance tick waits for its
 /// answer: it holds off the sweeps meanwhile (a ring change's among
 /// them), and a member that does not answer a call this small in that
@@ -437,19 +443,45 @@ impl Handoff {
         // Still in doubt, they go with the rest: counted twice if they
         // landed, rather than lost if they did not.
         self.doubts.lock().clear();
-        let snaps = self.local.limiter().take_unless(|_| false);
+        let mut snaps = self.local.limiter().take_unless(|_| false);
         let n = snaps.len() as u64;
-        // Each call waits no later than `give_up`, and none starts after
-        // it: what was delivered by then is with its owner, not lost.
-        // Cut off whole at `give_up`, a leave over half a million
-        // counters (more than three seconds' handing over here) counted
-        // every one of them lost, delivered or not.
-        let mut handed = self.hand_over(snaps, &after, Some(give_up)).await;
-        // A call that timed out may have landed: asked until `give_up`.
-        self.doubts.lock().append(&mut handed.doubtful);
-        let asked = self.settle_doubts(&after, until(give_up)).await;
-        self.doubts.lock().clear();
-        let lost = (handed.undelivered.len() + asked.not_landed) as u64;
+        let mut ring = after;
+        let mut pause = LEAVE_RETRY;
+        let mut leaving: Vec<String> = Vec::new();
+        let lost = loop {
+            // Each call waits no later than `give_up`, and none starts after
+            // it: what was delivered by then is with its owner, not lost.
+            // Cut off whole at `give_up`, a leave over half a million
+            // counters (more than three seconds' handing over here) counted
+            // every one of them lost, delivered or not.
+            let mut handed = self.hand_over(snaps, &ring, Some(give_up)).await;
+            // A call that timed out may have landed: asked until `give_up`.
+            self.doubts.lock().append(&mut handed.doubtful);
+            let asked = self.settle_doubts(&ring, until(give_up)).await;
+            // Turned away whole (their owner on this node's ring is leaving
+            // too, or never took the call): offered again until `give_up`,
+            // on the ring as it is then without the members that said they
+            // are leaving (a leaving node's ring no longer follows the
+            // cluster's). Given up on, another member owned the keys with
+            // no count of them. Calls still unanswered stay in doubt.
+            let unanswered = asked.not_landed - asked.never.len();
+            leaving.extend(handed.leaving);
+            snaps = handed.undelivered;
+            snaps.extend(asked.never);
+            // Alone, nobody is left to take them.
+            let done = (snaps.is_empty() && unanswered == 0) || ring.members().is_empty();
+            if done || tokio::time::Instant::now() + pause >= give_up {
+                // Still in doubt at the end: counted lost, though they may
+                // have landed.
+                self.doubts.lock().clear();
+                break (snaps.len() + unanswered) as u64;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LEAVE_RETRY_MAX);
+            let mut peers = self.routing.peers();
+            peers.retain(|p| !leaving.iter().any(|l| *l == *p.id));
+            ring = Arc::new(Ring::with_default_vnodes(&peers));
+        };
         bump(&self.stats.keys_lost, lost);
         self.local.handed_over();
         tracing::info!(counters = n, lost, "handed every counter over");
@@ -489,6 +521,7 @@ impl Handoff {
             handed.delivered.extend(sent.delivered);
             handed.undelivered.extend(sent.undelivered);
             handed.doubtful.extend(sent.doubtful);
+            handed.leaving.extend(sent.leaving);
         }
         handed
     }
@@ -557,6 +590,11 @@ impl Handoff {
                     bump(&self.stats.keys_moved_out, n);
                     handed.delivered.extend(originals);
                 }
+                // Taken nothing: its keys' next owner is on a ring without it.
+                Err(PeerFailure::Leaving) => {
+                    handed.undelivered.extend(originals);
+                    handed.leaving.push(owner.id.to_string());
+                }
                 Err(e) => {
                     bump(&self.stats.handoffs_failed, 1);
                     tracing::warn!(owner = %owner.id, counters = n, error = %e, "handoff failed");
@@ -590,6 +628,10 @@ struct Handed {
     /// Sent in calls that got no answer: still whole here, and perhaps
     /// counted by their owners too.
     doubtful: Vec<Doubt>,
+    /// Owners that turned their counters away because they are leaving.
+    /// (A list: a set's hasher would take a draw from a simulated run's
+    /// seed on every handoff.)
+    leaving: Vec<String>,
 }
 
 mod calls;

@@ -238,6 +238,9 @@ impl Remote {
                 }
                 Ok(None)
             }
+            // Only a handoff is turned away so; a leaving member answers
+            // checks until its counters are with their new owners.
+            Reply::Failed(PeerFailure::Leaving) => Ok(None),
             // Never left this gateway, or left and failed with no answer:
             // slow either way, nothing to reconcile.
             Reply::Failed(

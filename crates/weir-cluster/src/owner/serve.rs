@@ -252,7 +252,12 @@ impl OwnerService {
                 // Not landed yet: decided on it, and what it spent goes to
                 // the joiner before the landing.
                 let op = &req.ops[*i];
-                results[*i] = if handed {
+                // A count decided here since the landing (stand-ins with no
+                // copy to decide on, kept for the next sweep) is the key's
+                // newest: the asker holds none of it.
+                let counted_since =
+                    op.carried.is_none() && self.local.limiter().holds(&op.rule, &op.key);
+                results[*i] = if handed && !counted_since {
                     Some(wire::not_owner("the key's count was handed to the sender"))
                 } else {
                     let decided = self.decide_op(op, &from, &rules, false, None);

@@ -45,6 +45,9 @@ pub(super) struct Doubt {
 pub(super) struct Asked {
     /// Counters of calls that did not land, or whose fate is still unknown.
     pub not_landed: usize,
+    /// The counters of the calls their receivers say never landed, whole
+    /// here: a leave offers them again ([`Handoff::leave`]).
+    pub never: Vec<CounterSnapshot>,
 }
 
 impl Handed {
@@ -107,7 +110,10 @@ impl Handoff {
                     landed.extend(d.counters);
                 }
                 // Never, or a receiver that does not name calls.
-                Some(_) => asked.not_landed += d.counters.len(),
+                Some(_) => {
+                    asked.not_landed += d.counters.len();
+                    asked.never.extend(d.counters);
+                }
                 None => {
                     asked.not_landed += d.counters.len();
                     still.push(d);
