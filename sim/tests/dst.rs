@@ -158,6 +158,14 @@ fn a_leave_hands_on_what_a_leaving_member_turned_away() {
     replays_exact("delay,loss,dup,leave", 398);
 }
 
+/// Three overlapping partitions: node-0 suspected node-3 and kept the
+/// suspicion after every heal, its countdown lost, so the ring never
+/// settled: a suspicion that outlives its countdown is raised again.
+#[test]
+fn a_suspicion_that_outlived_its_countdown_is_raised_again() {
+    replays_exact("delay,loss,dup,partition", 938);
+}
+
 /// node-0, owner of `fw/hot0`, paused 0.9 s: its copy decides meanwhile,
 /// and the resumed owner decides on its own count before the stand-ins are
 /// charged to it.

@@ -65,6 +65,11 @@ pub(super) struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     live: Vec<NodeIdentity>,
     suspects: Vec<String>,
+    /// When each member now suspected was first seen suspected here.
+    suspected_since: Vec<(String, Instant)>,
+    /// A suspicion older than this has lost its countdown; see
+    /// `reraise_stale_suspicions`.
+    stale_after: Duration,
     epoch: u64,
     left: bool,
     /// Set when foca renewed this node's identity; see `reraise_suspicions`.
@@ -97,6 +102,7 @@ impl Driver {
         // generator from the OS-seeded thread rng is plenty.
         let rng = SmallRng::seed_from_u64(crate::determinism::with_rng(|r| r.next_u64()));
         let live = vec![identity.clone()];
+        let stale_after = 2 * config.suspect_to_down_after + announce_interval;
         Driver {
             foca: Foca::new(identity, config, rng, PostcardCodec),
             rt: AccumulatingRuntime::new(),
@@ -110,6 +116,8 @@ impl Driver {
             commands,
             live,
             suspects: Vec::new(),
+            suspected_since: Vec::new(),
+            stale_after,
             epoch: 0,
             left: false,
             rejoined: false,
@@ -162,6 +170,7 @@ impl Driver {
                 _ = announce.tick() => {
                     self.announce_to_unheard_seeds();
                     self.announce_if_stalled();
+                    self.reraise_stale_suspicions();
                 }
             }
             self.flush().await;
@@ -328,10 +337,39 @@ impl Driver {
     /// member refutes it at once, and a dead one fails its next probe,
     /// which starts a fresh countdown to down.
     fn reraise_suspicions(&mut self) {
+        self.reraise(|_| true);
+    }
+
+    /// A suspicion ends within `suspect_to_down_after`: refuted, or the
+    /// member declared down. One that outlived it twice over has lost its
+    /// countdown (dropped with an identity this node renewed, or raised
+    /// while foca could not keep it) and would stay "suspect" here for
+    /// good, the member routed to but taken for lost by the breakers: it
+    /// is raised again, which a live member refutes and a dead one's next
+    /// failed probe turns into a fresh countdown.
+    fn reraise_stale_suspicions(&mut self) {
+        let now = Instant::now();
+        let stale: Vec<String> = self
+            .suspected_since
+            .iter_mut()
+            .filter(|(_, since)| now.duration_since(*since) >= self.stale_after)
+            .map(|(id, since)| {
+                *since = now;
+                id.clone()
+            })
+            .collect();
+        if !stale.is_empty() {
+            tracing::info!(members = ?stale, "raising suspicions that outlived their countdown");
+            self.reraise(|id| stale.iter().any(|s| *s == id.id));
+        }
+    }
+
+    /// Raises again each suspicion of a member `which` names.
+    fn reraise(&mut self, which: impl Fn(&NodeIdentity) -> bool) {
         let suspects: Vec<SwimMember<NodeIdentity>> = self
             .foca
             .iter_membership_state()
-            .filter(|m| m.state() == SwimState::Suspect)
+            .filter(|m| m.state() == SwimState::Suspect && which(m.id()))
             .map(|m| {
                 let incarnation = m.incarnation().saturating_add(1);
                 SwimMember::new(m.id().clone(), incarnation, SwimState::Suspect)
@@ -340,10 +378,7 @@ impl Driver {
         if suspects.is_empty() {
             return;
         }
-        tracing::info!(
-            members = suspects.len(),
-            "rejoined: raising this node's suspicions again"
-        );
+        tracing::info!(members = suspects.len(), "raising suspicions again");
         if let Err(error) = self
             .foca
             .apply_many(suspects.into_iter(), true, &mut self.rt)
@@ -452,6 +487,13 @@ impl Driver {
                 .filter(|m| m.state.is_live())
                 .map(|m| m.identity.clone())
                 .collect();
+            let now = Instant::now();
+            self.suspected_since.retain(|(id, _)| suspects.contains(id));
+            for id in &suspects {
+                if !self.suspected_since.iter().any(|(s, _)| s == id) {
+                    self.suspected_since.push((id.clone(), now));
+                }
+            }
             self.suspects = suspects;
             self.epoch += 1;
             self.shared.view.send_replace(MemberView {
