@@ -1,5 +1,6 @@
 //! The rule model (docs/configuration.md, "The rules file"): which limits a request meets.
 
+mod edit;
 mod file;
 mod hot;
 mod parse;
@@ -21,7 +22,8 @@ pub use pattern::RoutePattern;
 pub use rule::{format_duration, By, Rule, Scope, CARRIED_LABEL};
 pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
-pub use tiers::{TierKey, TierWrite};
+pub use edit::{TierEdit, WriteStamp};
+pub use tiers::{digest_of, rules_json, TierDigests, TierKey, TierWrite};
 
 /// A rules file as parsed: its rules, and whether it says that no rules
 /// at all is what it means (`allow_empty = true`).
@@ -378,14 +380,22 @@ impl RuleSet {
             .cloned()
             .collect();
         for (tier, rules) in changes {
-            if writes.get(&tier).is_some_and(|w| w.version >= version) {
-                return Err(version_error(
-                    "must be above the version of every tier it replaces",
-                ));
-            }
             off_tier(&rules, &tier)?;
-            candidate.extend(rules.iter().cloned());
-            let write = TierWrite::new(version, Arc::from(""), rules);
+            let write = match writes.get(&tier) {
+                Some(w) if w.version >= version => {
+                    return Err(version_error(
+                        "must be above the version of every tier it replaces",
+                    ))
+                }
+                // Made as an edit of the tier's write: peers that hold that
+                // write are sent the rules that changed, not the tier.
+                Some(before) => {
+                    let (edit, rules) = TierEdit::between(before, rules);
+                    TierWrite::edited(version, Arc::from(""), rules, edit)
+                }
+                None => TierWrite::new(version, Arc::from(""), rules),
+            };
+            candidate.extend(write.rules.iter().cloned());
             writes.insert(tier, write);
         }
         // Validated with the rules in force, as a file is: a name in force
@@ -415,6 +425,37 @@ impl RuleSet {
             .into_iter()
             .filter(|t| rules_of(self, t) != rules_of(next, t))
             .map(|t| (t.clone(), rules_of(next, t)))
+            .collect()
+    }
+
+    /// Each tier's [digest](TierWrite::digest): what a rules file
+    /// reloader keeps of the file it installed last, to tell which tiers
+    /// the next edit changes, rather than the file's whole set.
+    pub fn tier_digests(&self) -> TierDigests {
+        self.writes
+            .iter()
+            .map(|(t, w)| (t.clone(), w.digest()))
+            .collect()
+    }
+
+    /// What turns a set whose tiers had the digests `before` into this
+    /// one: each tier whose digest differs, with this set's rules (none,
+    /// for a tier this set lacks).
+    pub fn changes_since(&self, before: &TierDigests) -> Vec<(TierKey, Vec<Arc<Rule>>)> {
+        let empty = digest_of(&[]);
+        let mut tiers: Vec<&TierKey> = self.writes.keys().chain(before.keys()).collect();
+        tiers.sort();
+        tiers.dedup();
+        tiers
+            .into_iter()
+            .filter(|t| {
+                let now = self.writes.get(*t).map_or(empty, TierWrite::digest);
+                before.get(*t).copied().unwrap_or(empty) != now
+            })
+            .map(|t| {
+                let rules = self.writes.get(t).map(|w| w.rules.clone());
+                (t.clone(), rules.unwrap_or_default())
+            })
             .collect()
     }
 
