@@ -748,7 +748,7 @@ impl Link for MemoryLink {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
         self.call(to, deadline, "pull_rules", have, |h, have| async move {
-            Ok(h.pull_rules(&have))
+            Ok(h.pull_rules(have).await)
         })
     }
 

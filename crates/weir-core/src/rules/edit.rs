@@ -107,6 +107,11 @@ impl TierEdit {
         {
             return None;
         }
+        // A list longer than the base and the placed rules together cannot
+        // come of them; refused before anything is sized by it.
+        if self.len > base.rules.len() + self.placed.len() {
+            return None;
+        }
         let dropped: HashSet<&str, HashState> = self.dropped.iter().map(|n| &**n).collect();
         let mut kept = base.rules.iter().filter(|r| !dropped.contains(&*r.name));
         let mut placed = self.placed.iter().peekable();
@@ -156,7 +161,10 @@ mod tests {
         assert_eq!(edit.placed[0].0, 1);
         assert_eq!(&*edit.dropped, [Arc::from("r2")]);
         assert!(edit.is_small());
-        assert!(Arc::ptr_eq(&next[0], &base.rules[0]), "kept rules are the base's");
+        assert!(
+            Arc::ptr_eq(&next[0], &base.rules[0]),
+            "kept rules are the base's"
+        );
         assert!(!Arc::ptr_eq(&next[1], &base.rules[1]));
         assert_eq!(edit.apply(&base).unwrap(), next);
     }

@@ -17,12 +17,12 @@ use thiserror::Error;
 
 use crate::determinism::HashState;
 
+pub use edit::{TierEdit, WriteStamp};
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
 pub use rule::{format_duration, By, Rule, Scope, CARRIED_LABEL};
 pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
-pub use edit::{TierEdit, WriteStamp};
 pub use tiers::{digest_of, rules_json, TierDigests, TierKey, TierWrite};
 
 /// A rules file as parsed: its rules, and whether it says that no rules
