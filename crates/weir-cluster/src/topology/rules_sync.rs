@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use weir_core::rules::PeerWrites;
 use weir_core::{Limiter, RuleSet, RulesError};
 use weir_proto::weir::v1::{PullRulesRequest, RuleSet as WireRuleSet};
 
@@ -212,7 +213,7 @@ impl Rules {
             // rebuilt write is checked against its sender's digest, so it
             // is that write whatever was installed meanwhile.
             let offered = from_wire(&wire, &limiter.rules())?;
-            let set = merge_in(&install, &limiter, &offered.set, &*on_change)?;
+            let set = merge_in(&install, &limiter, &offered.writes, &*on_change)?;
             Ok((set, offered.unheld))
         })
         .await
@@ -308,11 +309,11 @@ fn write_signed(
 fn merge_in(
     install: &Mutex<()>,
     limiter: &Limiter,
-    offered: &RuleSet,
+    offered: &PeerWrites,
     installed: &(dyn Fn(&RuleSet) + Send + Sync),
 ) -> Result<Option<Arc<RuleSet>>, RulesError> {
     let _one = install.lock();
-    let Some(merged) = limiter.rules().merge(offered)? else {
+    let Some(merged) = limiter.rules().merge_writes(offered)? else {
         return Ok(None);
     };
     limiter.install(merged);
@@ -329,8 +330,8 @@ mod tests {
     use weir_proto::weir::v1::TierRules;
 
     /// A peer's set, every tier of it whole.
-    fn from_wire(wire: &WireRuleSet) -> Result<RuleSet, RulesError> {
-        super::from_wire(wire, &RuleSet::empty()).map(|o: Offered| o.set)
+    fn from_wire(wire: &WireRuleSet) -> Result<PeerWrites, RulesError> {
+        super::from_wire(wire, &RuleSet::empty()).map(|o: Offered| o.writes)
     }
 
     fn set(limit: u64, version: u64) -> RuleSet {
@@ -368,7 +369,7 @@ mod tests {
 
         fn offer(&self, wire: &WireRuleSet) -> Result<bool, RulesError> {
             let offered = super::from_wire(wire, &self.0.rules())?;
-            Ok(merge_in(&self.1, &self.0, &offered.set, &|_| {})?.is_some())
+            Ok(merge_in(&self.1, &self.0, &offered.writes, &|_| {})?.is_some())
         }
 
         fn limit_of(&self, name: &str) -> Option<u64> {

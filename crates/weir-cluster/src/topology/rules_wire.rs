@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use weir_core::rules::{TierEdit, TierKey, TierWrite, WriteStamp};
+use weir_core::rules::{PeerWrites, TierEdit, TierKey, TierWrite, WriteStamp};
 use weir_core::{RuleSet, RulesError};
 use weir_proto::weir::v1::{
     PullRulesRequest, RuleSet as WireRuleSet, TierEdit as WireTierEdit, TierRules, TierStamp,
@@ -126,7 +126,7 @@ pub fn stamps(set: &RuleSet) -> PullRulesRequest {
 
 /// A peer's set as this node can take it.
 pub struct Offered {
-    pub set: RuleSet,
+    pub writes: PeerWrites,
     /// Some tier came as an edit of a write this node does not hold (or
     /// did not rebuild to the sender's digest): it was left out.
     pub unheld: bool,
@@ -163,8 +163,8 @@ pub fn from_wire(wire: &WireRuleSet, held: &RuleSet) -> Result<Offered, RulesErr
     } else {
         wire.version
     };
-    let set = RuleSet::from_writes(version, writes)?;
-    Ok(Offered { set, unheld })
+    let writes = PeerWrites::new(version, writes)?;
+    Ok(Offered { writes, unheld })
 }
 
 /// Whether `held` has this very write of the tier, or one that outranks

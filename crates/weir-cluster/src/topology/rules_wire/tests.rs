@@ -55,7 +55,10 @@ fn a_one_rule_edit_of_a_large_tier_pushes_one_rule() {
 
     let offered = from_wire(&pushed, &base).unwrap();
     assert!(!offered.unheld);
-    let merged = base.merge(&offered.set).unwrap().expect("a change");
+    let merged = base
+        .merge_writes(&offered.writes)
+        .unwrap()
+        .expect("a change");
     assert_eq!(limit7(&merged), 600);
     assert_eq!(
         to_wire(&merged),
@@ -73,12 +76,15 @@ fn an_edit_of_a_write_not_held_is_left_out_and_the_whole_tier_is_not() {
     let elsewhere = file(499);
     let offered = from_wire(&to_wire_since(&next, base.version()), &elsewhere).unwrap();
     assert!(offered.unheld);
-    assert_eq!(offered.set.version(), 0, "no version without its write");
-    assert!(elsewhere.merge(&offered.set).unwrap().is_none());
+    assert_eq!(offered.writes.version(), 0, "no version without its write");
+    assert!(elsewhere.merge_writes(&offered.writes).unwrap().is_none());
 
     let whole = from_wire(&to_wire_whole_since(&next, base.version()), &elsewhere).unwrap();
     assert!(!whole.unheld);
-    assert_eq!(limit7(&elsewhere.merge(&whole.set).unwrap().unwrap()), 600);
+    assert_eq!(
+        limit7(&elsewhere.merge_writes(&whole.writes).unwrap().unwrap()),
+        600
+    );
 }
 
 /// A push that comes after its write (by a pull) finds nothing missing.
@@ -88,7 +94,7 @@ fn an_edit_of_a_write_already_held_is_nothing_missing() {
     let next = edited(&base, 600);
     let offered = from_wire(&to_wire_since(&next, base.version()), &next).unwrap();
     assert!(!offered.unheld);
-    assert!(next.merge(&offered.set).unwrap().is_none());
+    assert!(next.merge_writes(&offered.writes).unwrap().is_none());
 }
 
 #[test]
