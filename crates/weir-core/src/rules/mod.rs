@@ -183,7 +183,18 @@ pub struct RuleSet {
 #[derive(Debug)]
 struct Compiled {
     rules: Vec<Arc<Rule>>,
-    index: select::Index,
+    /// Shared by a set and its divided copies, which match as it does.
+    index: Arc<select::Index>,
+}
+
+/// `rules` followed by the sub-counters of the sharded ones.
+fn with_shards(rules: Vec<Arc<Rule>>) -> Vec<Arc<Rule>> {
+    let shards: Vec<Arc<Rule>> = rules
+        .iter()
+        .flat_map(|r| hot::shards_of(r))
+        .map(Arc::new)
+        .collect();
+    rules.into_iter().chain(shards).collect()
 }
 
 /// Names unique, and no two rules tied for the same requests. Linear in
@@ -257,13 +268,8 @@ impl RuleSet {
     /// `rules` are the written rules in force; the sub-counters of the
     /// sharded ones are derived here, so every set carries them alike.
     fn indexed(version: u64, writes: tiers::Writes, rules: Vec<Arc<Rule>>) -> RuleSet {
-        let shards: Vec<Arc<Rule>> = rules
-            .iter()
-            .flat_map(|r| hot::shards_of(r))
-            .map(Arc::new)
-            .collect();
-        let rules: Vec<Arc<Rule>> = rules.into_iter().chain(shards).collect();
-        let index = select::Index::build(&rules);
+        let rules = with_shards(rules);
+        let index = Arc::new(select::Index::build(&rules));
         RuleSet {
             version,
             writes,
@@ -273,11 +279,22 @@ impl RuleSet {
 
     /// Every rule enforcing 1/n of its budget ([`Rule::divided`]): what
     /// one node of n applies alone. Dividing changes limits only, never
-    /// what a rule matches, so the set is not validated again; a sharded
-    /// rule's sub-counters are parts of its divided limit.
+    /// what a rule matches, so the set is not validated again, and it
+    /// shares this set's index: its rules (sub-counters included, one per
+    /// shard as before) sit at the same positions and match the same
+    /// requests. A sharded rule's sub-counters are parts of its divided
+    /// limit.
     pub fn divided(&self, n: u64) -> RuleSet {
-        let rules = self.written().map(|r| Arc::new(r.divided(n))).collect();
-        RuleSet::indexed(self.version, self.writes.clone(), rules)
+        let rules = with_shards(self.written().map(|r| Arc::new(r.divided(n))).collect());
+        debug_assert_eq!(rules.len(), self.rules().len());
+        RuleSet {
+            version: self.version,
+            writes: self.writes.clone(),
+            compiled: Arc::new(Compiled {
+                rules,
+                index: self.compiled.index.clone(),
+            }),
+        }
     }
 
     pub fn empty() -> RuleSet {
