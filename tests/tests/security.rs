@@ -94,6 +94,7 @@ fn emptied_by_stranger(version: u64) -> WireRuleSet {
             version,
             origin: "stranger".into(),
             rules_json: r#"{"rules":[]}"#.into(),
+            edit: None,
         }],
     }
 }

@@ -41,7 +41,6 @@ use crate::strategy::{self, Parts, Strategy};
 use crate::summary::{self, ActivitySource, MemberSummary};
 use crate::topology::membership::{
     Datagrams, Membership, MembershipConfig, MembershipError, MembershipStats, NodeIdentity,
-    UdpDatagrams,
 };
 use crate::topology::ring::Ring;
 use crate::topology::routing::Routing;
@@ -73,10 +72,19 @@ const JOIN_ANNOUNCES: u32 = 5;
 
 /// What a member talks over: gossip datagrams, peer calls, seed resolution.
 pub(crate) struct Transport {
-    pub datagrams: Arc<dyn Datagrams>,
+    pub gossip: Gossip,
     pub link: Arc<dyn Link>,
     pub region_link: Arc<dyn RegionLink>,
     pub resolver: SeedResolver,
+}
+
+/// What gossip goes over, which also says where the membership driver runs.
+pub(crate) enum Gossip {
+    /// A bound UDP socket: the driver gets a thread and runtime of its own.
+    Udp(std::net::UdpSocket),
+    /// The in-memory network of tests and the simulator: the driver is a
+    /// task on the caller's runtime, stepped with the rest of the member.
+    InProcess(Arc<dyn Datagrams>),
 }
 
 /// The wired parts; the background loops hold it, the [`Cluster`] handle stops them.
@@ -120,19 +128,17 @@ impl Cluster {
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
         config.validate().map_err(ClusterError::Config)?;
-        let datagrams =
-            UdpDatagrams::bind(gossip_bind)
-                .await
-                .map_err(|source| MembershipError::Bind {
-                    addr: gossip_bind,
-                    source,
-                })?;
+        let socket =
+            std::net::UdpSocket::bind(gossip_bind).map_err(|source| MembershipError::Bind {
+                addr: gossip_bind,
+                source,
+            })?;
         let token = config
             .secret
             .as_deref()
             .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
-            datagrams: Arc::new(datagrams),
+            gossip: Gossip::Udp(socket),
             link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only)),
             region_link: Arc::new(TonicRegionLink::new(token)),
             resolver: SeedResolver::system(),
@@ -162,7 +168,10 @@ impl Cluster {
         let join_grace = config
             .join_timeout
             .unwrap_or(JOIN_ANNOUNCES * mc.announce_interval);
-        let membership = Arc::new(Membership::start_on(mc, t.datagrams)?);
+        let membership = Arc::new(match t.gossip {
+            Gossip::Udp(socket) => Membership::start_on_own_thread(mc, socket)?,
+            Gossip::InProcess(datagrams) => Membership::start_on(mc, datagrams)?,
+        });
         let me = membership.identity().id;
         let stats = Arc::new(Stats::default());
         // Subscribe before reading the first view, so a change in between

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use weir_core::rules::TierDigests;
 use weir_core::{
     CheckError, CheckRequest, CheckResponse, Decide, Decision, Limiter, Nanos, Rule, RuleSet,
     RulesError, Verdict,
@@ -185,12 +186,13 @@ impl Engine {
         self.install_changes(None, set)
     }
 
-    /// A rules file edited from `previous` to `next`: only the tiers the
+    /// A rules file edited from one whose tiers had the digests
+    /// `previous` ([`RuleSet::tier_digests`]) to `next`: only the tiers the
     /// edit changed are written, so what the config API wrote to a tier
     /// the edit left alone stays in force.
     pub fn install_edit(
         &self,
-        previous: &RuleSet,
+        previous: &TierDigests,
         next: RuleSet,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.install_changes(Some(previous), next)
@@ -198,11 +200,14 @@ impl Engine {
 
     fn install_changes(
         &self,
-        previous: Option<&RuleSet>,
+        previous: Option<&TierDigests>,
         next: RuleSet,
     ) -> Result<Arc<RuleSet>, RulesError> {
         self.write_rules(|current| {
-            let changes = previous.unwrap_or(current).shared_tier_changes(&next);
+            let changes = match previous {
+                Some(digests) => next.changes_since(digests),
+                None => current.shared_tier_changes(&next),
+            };
             if changes.is_empty() {
                 return Ok(current.clone());
             }

@@ -170,10 +170,11 @@ impl PeerHandler {
     }
 
     pub async fn push_rules(&self, wire: WireRuleSet) -> Result<PushRulesResponse, RulesError> {
-        let applied = self.rules.adopt(wire, "a push").await?;
+        let adopted = self.rules.adopt(wire, "a push").await?;
         Ok(PushRulesResponse {
             version: self.limiter.rules().version(),
-            applied,
+            applied: adopted.changed,
+            wants_whole: adopted.unheld,
         })
     }
 
@@ -182,8 +183,8 @@ impl PeerHandler {
         crate::topology::tier_writes::serve(self.rules.clone(), req).await
     }
 
-    pub fn pull_rules(&self, have: &PullRulesRequest) -> WireRuleSet {
-        self.rules.current(have)
+    pub async fn pull_rules(&self, have: PullRulesRequest) -> WireRuleSet {
+        self.rules.current(have).await
     }
 
     pub fn sync_counts(&self, req: SyncRequest) -> Result<SyncResponse, SyncRefused> {

@@ -2,9 +2,11 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use weir_cluster::memory::NetEvent;
 use weir_core::RuleSet;
 
 const RAISED: &str = r#"{"rules":[{"name":"per-client","algorithm":"sliding_window_log","limit":3,"window":"60s"}]}"#;
@@ -122,4 +124,108 @@ async fn writes_to_two_tiers_on_two_nodes_at_once_are_both_in_force_everywhere()
         assert_eq!(rules.tier_version(Some("free")), free.version());
         assert_eq!(rules.tier_version(Some("pro")), pro.version());
     }
+}
+
+/// One rule per tenant route; tenant 7's limit is `limit7`.
+fn tenants(n: usize, limit7: u64) -> String {
+    let mut text = String::new();
+    for i in 0..n {
+        let limit = if i == 7 { limit7 } else { 1_000 };
+        text.push_str(&format!(
+            "[[rule]]\nname = \"tenant-{i}\"\nroute = \"GET /t/{i}\"\n\
+             algorithm = \"fixed_window\"\nlimit = {limit}\nwindow = \"1h\"\n"
+        ));
+    }
+    text
+}
+
+/// Guard: a rules file edited to change one limit of a large tier sends
+/// peers that one rule, not the tier again. Every push_rules request is
+/// counted in bytes on the in-memory network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_rule_edit_of_a_large_file_travels_as_that_rule() {
+    const TENANTS: usize = 2_000;
+    let net = weir_cluster::memory::MemoryNet::new();
+    let nodes = memory_cluster(&net, 3, &tenants(TENANTS, 500), |c| {
+        c.rules_sync_interval = Duration::from_secs(60)
+    })
+    .await;
+    let pushed = Arc::new(Mutex::new(Vec::new()));
+    let seen = pushed.clone();
+    net.tap(Arc::new(move |e: &NetEvent<'_>| {
+        if e.what == "push_rules" {
+            seen.lock().unwrap().push(e.bytes.len());
+        }
+    }));
+    // As the file reloader installs an edited file.
+    let edited = RuleSet::from_toml(&tenants(TENANTS, 600)).unwrap();
+    let version = nodes[0].engine.install(edited).unwrap().version();
+    wait_until("every node decides tenant 7 by the new limit", || {
+        nodes.iter().all(|n| {
+            let rules = n.engine.rules();
+            rules.version() == version && rules.get("tenant-7").unwrap().1.limit == 600
+        })
+    })
+    .await;
+    let whole = weir_core::rules::rules_json(nodes[0].engine.rules().rules()).len();
+    let pushed = pushed.lock().unwrap().clone();
+    assert_eq!(pushed.len(), 2, "one push to each peer: {pushed:?}");
+    assert!(
+        pushed.iter().all(|b| b * 100 < whole),
+        "pushes of {pushed:?} bytes; the whole tier is {whole}"
+    );
+    // The rebuilt write is the writer's: nothing differs on a later pull.
+    for n in &nodes[1..] {
+        assert_eq!(
+            n.engine.rules().tier_write(None).unwrap().digest(),
+            nodes[0].engine.rules().tier_write(None).unwrap().digest()
+        );
+    }
+}
+
+/// Guard: a peer that does not hold the write an edit was made from says
+/// so, and is sent the tier whole; the others get the edit alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_the_edits_base_is_sent_the_tier_whole() {
+    const TENANTS: usize = 2_000;
+    let net = weir_cluster::memory::MemoryNet::new();
+    let nodes = memory_cluster(&net, 3, &tenants(TENANTS, 500), |c| {
+        c.rules_sync_interval = Duration::from_secs(60)
+    })
+    .await;
+    // node-3 holds another write of the tier, as a node whose own file
+    // differed would, unknown to the others.
+    let other = RuleSet::from_toml(&tenants(TENANTS, 499)).unwrap();
+    nodes[2].engine.limiter().install(other);
+    let pushed = Arc::new(Mutex::new(Vec::new()));
+    let seen = pushed.clone();
+    net.tap(Arc::new(move |e: &NetEvent<'_>| {
+        if e.what == "push_rules" {
+            seen.lock().unwrap().push((e.to, e.bytes.len()));
+        }
+    }));
+    let edited = RuleSet::from_toml(&tenants(TENANTS, 600)).unwrap();
+    let version = nodes[0].engine.install(edited).unwrap().version();
+    wait_until("every node decides tenant 7 by the new limit", || {
+        nodes.iter().all(|n| {
+            let rules = n.engine.rules();
+            rules.version() == version && rules.get("tenant-7").unwrap().1.limit == 600
+        })
+    })
+    .await;
+    let whole = weir_core::rules::rules_json(nodes[0].engine.rules().rules()).len();
+    let pushed = pushed.lock().unwrap().clone();
+    let to = |host| -> Vec<usize> {
+        pushed
+            .iter()
+            .filter(|(to, _)| *to == host)
+            .map(|(_, b)| *b)
+            .collect()
+    };
+    let (to_2, to_3) = (to(nodes[1].host()), to(nodes[2].host()));
+    assert!(to_2.len() == 1 && to_2[0] * 100 < whole, "{to_2:?}");
+    assert!(
+        to_3.len() == 2 && to_3[0] * 100 < whole && to_3[1] >= whole,
+        "the edit, then the tier whole: {to_3:?}"
+    );
 }

@@ -74,10 +74,7 @@ pub(crate) fn load_rules(config: &ServeConfig) -> Result<(RuleSet, Option<Loaded
         path: shown,
         source,
     })?;
-    let loaded = Loaded {
-        text,
-        set: rules.clone(),
-    };
+    let loaded = Loaded::new(&text, &rules);
     Ok((rules, Some(loaded)))
 }
 

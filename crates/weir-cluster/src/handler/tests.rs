@@ -349,7 +349,7 @@ proptest! {
         let handler = n.cluster.handler().clone();
         // A tier's write, at the set's version or apart from it.
         let tier_version = if apart { version / 2 } else { version };
-        let tier = TierRules { tier: None, version: tier_version, origin: "peer".into(), rules_json: json };
+        let tier = TierRules { tier: None, version: tier_version, origin: "peer".into(), rules_json: json, edit: None };
         let wire = WireRuleSet { version, tiers: vec![tier] };
         let _ = n.within(async { handler.push_rules(wire).await });
         n.still_sound();

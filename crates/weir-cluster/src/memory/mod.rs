@@ -24,7 +24,7 @@ use weir_proto::weir::v1::{
     WriteTierResponse,
 };
 
-use crate::cluster::{Cluster, ClusterError, Transport};
+use crate::cluster::{Cluster, ClusterError, Gossip, Transport};
 use crate::config::ClusterConfig;
 use crate::handler::PeerHandler;
 use crate::link::{Link, PeerFailure};
@@ -181,7 +181,7 @@ impl MemoryNet {
         let gossip = datagrams.local_addr();
         let identity = NodeIdentity::new(id, gossip, SocketAddr::new(host, GRPC_PORT));
         let transport = Transport {
-            datagrams,
+            gossip: Gossip::InProcess(datagrams),
             link: Arc::new(MemoryLink {
                 net: self.clone(),
                 from: host,
@@ -746,7 +746,7 @@ impl Link for MemoryLink {
         deadline: Duration,
     ) -> BoxFuture<'static, Result<WireRuleSet, PeerFailure>> {
         self.call(to, deadline, "pull_rules", have, |h, have| async move {
-            Ok(h.pull_rules(&have))
+            Ok(h.pull_rules(have).await)
         })
     }
 

@@ -70,7 +70,7 @@ impl Peer for PeerService {
         r: Request<PullRulesRequest>,
     ) -> Result<Response<WireRuleSet>, Status> {
         self.alive()?;
-        Ok(Response::new(self.handler.pull_rules(r.get_ref())))
+        Ok(Response::new(self.handler.pull_rules(r.into_inner()).await))
     }
 
     async fn write_tier(

@@ -5,5 +5,6 @@ pub mod membership;
 pub mod ring;
 pub mod routing;
 pub mod rules_sync;
+pub mod rules_wire;
 pub mod seeds;
 pub mod tier_writes;

@@ -9,9 +9,10 @@
 //! (anti-entropy) repair anything a push missed.
 //!
 //! What travels is the difference: a push carries only the tiers its write
-//! changed, and a pull names every write the puller holds (tier, version,
-//! origin, digest) so the answer carries only the tiers that differ; two
-//! nodes in agreement exchange no rules at all. Parsing, validating and
+//! changed, each as the edit of the tier's previous write when it has one
+//! (`rules_wire`), and a pull names every write the puller holds (tier,
+//! version, origin, digest) so the answer carries only the tiers that
+//! differ; two nodes in agreement exchange no rules at all. Parsing, validating and
 //! installing what arrives runs on the blocking pool, never on the workers
 //! that answer checks and drive gossip.
 
@@ -21,12 +22,13 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use weir_core::rules::TierWrite;
+use weir_core::rules::PeerWrites;
 use weir_core::{Limiter, RuleSet, RulesError};
-use weir_proto::weir::v1::{PullRulesRequest, RuleSet as WireRuleSet, TierRules, TierStamp};
+use weir_proto::weir::v1::{PullRulesRequest, RuleSet as WireRuleSet};
 
 use super::membership::NodeIdentity;
 use super::routing::Routing;
+use super::rules_wire::{differing, from_wire, stamps, to_wire_since, to_wire_whole_since};
 use crate::link::Link;
 use crate::stats::{bump, Stats};
 
@@ -58,6 +60,16 @@ impl RulesHints {
             let _ = self.tx.send((from.clone(), version));
         }
     }
+}
+
+/// What merging a peer's rules did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted {
+    /// The set in force changed.
+    pub changed: bool,
+    /// A tier came as an edit of a write this node does not hold and was
+    /// left out: its sender is to send it whole.
+    pub unheld: bool,
 }
 
 /// Called with every rule set put in force, whoever wrote it.
@@ -103,13 +115,16 @@ impl Rules {
         let me = self.routing.me();
         let (set, before) =
             write_signed(&self.install, &self.limiter, me, write, &*self.on_change)?;
-        self.push(|| to_wire_since(&set, before));
+        self.push(&set, before);
         Ok(set)
     }
 
-    /// Pushes `wire()` to every peer; builds nothing when there is none
-    /// (the JSON of a large tier is a good part of what a write costs).
-    fn push(&self, wire: impl FnOnce() -> WireRuleSet) {
+    /// Pushes the tiers of `set` written after `before` to every peer, as
+    /// edits where they are; a peer that lacks what an edit was made from
+    /// says so and is sent those tiers whole. Builds nothing when there is
+    /// no peer (the JSON of a large tier is a good part of what a write
+    /// costs).
+    fn push(&self, set: &Arc<RuleSet>, before: u64) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -117,14 +132,24 @@ impl Rules {
         if peers.is_empty() {
             return;
         }
-        let wire = wire();
+        let wire = to_wire_since(set, before);
         let pushes: Vec<_> = peers
             .into_iter()
             .map(|m| {
-                let call = self.link.push_rules(&m, wire.clone(), RULES_CALL_DEADLINE);
-                let stats = self.stats.clone();
+                let (link, stats, set) = (self.link.clone(), self.stats.clone(), set.clone());
+                let edits = wire.clone();
                 async move {
-                    match call.await {
+                    let pushed = match link.push_rules(&m, edits, RULES_CALL_DEADLINE).await {
+                        Ok(answer) if answer.wants_whole => {
+                            let whole =
+                                crate::offload::blocking(move || to_wire_whole_since(&set, before))
+                                    .await
+                                    .unwrap_or_default();
+                            link.push_rules(&m, whole, RULES_CALL_DEADLINE).await
+                        }
+                        answered => answered,
+                    };
+                    match pushed {
                         Ok(_) => bump(&stats.rules_pushed, 1),
                         // Anti-entropy pulls repair a missed push.
                         Err(e) => tracing::debug!(peer = %m.id, error = %e, "rules push failed"),
@@ -137,12 +162,26 @@ impl Rules {
 
     /// Merges in what `from` holds that differs from ours.
     pub async fn pull(&self, from: &NodeIdentity) {
-        let have = stamps(&self.limiter.rules());
-        match self.link.pull_rules(from, have, RULES_CALL_DEADLINE).await {
-            Ok(wire) => {
-                let _ = self.adopt(wire, &from.id).await;
+        // Twice at most: an answer made of edits of writes this node
+        // replaced meanwhile is asked for again under the new stamps.
+        for _ in 0..2 {
+            let limiter = self.limiter.clone();
+            // A stamp's digest is worked out once per write, over every
+            // rule of the tier: not on a worker.
+            let Some(have) = crate::offload::blocking(move || stamps(&limiter.rules())).await
+            else {
+                return;
+            };
+            match self.link.pull_rules(from, have, RULES_CALL_DEADLINE).await {
+                Ok(wire) => match self.adopt(wire, &from.id).await {
+                    Ok(adopted) if adopted.unheld => continue,
+                    _ => return,
+                },
+                Err(e) => {
+                    tracing::debug!(peer = %from.id, error = %e, "rules pull failed");
+                    return;
+                }
             }
-            Err(e) => tracing::debug!(peer = %from.id, error = %e, "rules pull failed"),
         }
     }
 
@@ -155,12 +194,12 @@ impl Rules {
         }
     }
 
-    /// Merges a peer's set (some or all of its tiers) into ours; Ok(true)
-    /// when anything changed. An invalid set is refused whole and changes
-    /// nothing. A set with no tiers changes nothing and costs nothing.
-    pub async fn adopt(&self, wire: WireRuleSet, from: &str) -> Result<bool, RulesError> {
+    /// Merges a peer's set (some or all of its tiers) into ours. An
+    /// invalid set is refused whole and changes nothing. A set with no
+    /// tiers changes nothing and costs nothing.
+    pub async fn adopt(&self, wire: WireRuleSet, from: &str) -> Result<Adopted, RulesError> {
         if wire.tiers.is_empty() && wire.version <= self.limiter.rules().version() {
-            return Ok(false);
+            return Ok(Adopted::default());
         }
         let (install, limiter, on_change) = (
             self.install.clone(),
@@ -170,15 +209,30 @@ impl Rules {
         // Tens of thousands of rules take tens of milliseconds to parse and
         // index: on a worker, that is checks and gossip probes waiting.
         let merged = crate::offload::blocking(move || {
-            from_wire(&wire).and_then(|offered| merge_in(&install, &limiter, &offered, &*on_change))
+            // Edits are rebuilt from the set in force before the lock: a
+            // rebuilt write is checked against its sender's digest, so it
+            // is that write whatever was installed meanwhile.
+            let offered = from_wire(&wire, &limiter.rules())?;
+            let set = merge_in(&install, &limiter, &offered.writes, &*on_change)?;
+            Ok((set, offered.unheld))
         })
         .await
-        .unwrap_or(Ok(None))
-        .inspect_err(|e| {
+        .unwrap_or(Ok((None, false)))
+        .inspect_err(|e: &RulesError| {
             tracing::warn!(from, error = %e, "refused an invalid rule set from a peer");
         })?;
+        let (merged, unheld) = merged;
+        if unheld {
+            tracing::debug!(
+                from,
+                "a peer's edit of a write this node does not hold was left out"
+            );
+        }
         let Some(set) = merged else {
-            return Ok(false);
+            return Ok(Adopted {
+                changed: false,
+                unheld,
+            });
         };
         bump(&self.stats.rules_adopted, 1);
         tracing::info!(version = set.version(), from, "merged a peer's rule set");
@@ -189,7 +243,10 @@ impl Rules {
                 "rule not in force: another tier's later write uses its name"
             );
         }
-        Ok(true)
+        Ok(Adopted {
+            changed: true,
+            unheld,
+        })
     }
 
     /// The set in force.
@@ -207,8 +264,13 @@ impl Rules {
 
     /// The set in force, as peers exchange it: only the tiers whose write
     /// differs from those `have` names (every tier when it names none).
-    pub fn current(&self, have: &PullRulesRequest) -> WireRuleSet {
-        differing(&self.limiter.rules(), have)
+    /// On the blocking pool: digests and whole tiers are worked out over
+    /// every rule of a tier.
+    pub async fn current(&self, have: PullRulesRequest) -> WireRuleSet {
+        let limiter = self.limiter.clone();
+        crate::offload::blocking(move || differing(&limiter.rules(), &have))
+            .await
+            .unwrap_or_default()
     }
 
     /// Pulls from peers that hinted at a newer set, until the hints end.
@@ -247,11 +309,11 @@ fn write_signed(
 fn merge_in(
     install: &Mutex<()>,
     limiter: &Limiter,
-    offered: &RuleSet,
+    offered: &PeerWrites,
     installed: &(dyn Fn(&RuleSet) + Send + Sync),
 ) -> Result<Option<Arc<RuleSet>>, RulesError> {
     let _one = install.lock();
-    let Some(merged) = limiter.rules().merge(offered)? else {
+    let Some(merged) = limiter.rules().merge_writes(offered)? else {
         return Ok(None);
     };
     limiter.install(merged);
@@ -260,83 +322,17 @@ fn merge_in(
     Ok(Some(set))
 }
 
-/// A set as peers exchange it: every tier's last write.
-pub fn to_wire(set: &RuleSet) -> WireRuleSet {
-    to_wire_where(set, |_, _| true)
-}
-
-/// The tiers of `set` written after version `after`: what one write changed.
-pub(crate) fn to_wire_since(set: &RuleSet, after: u64) -> WireRuleSet {
-    to_wire_where(set, |_, w| w.version > after)
-}
-
-fn to_wire_where(set: &RuleSet, keep: impl Fn(&Option<String>, &TierWrite) -> bool) -> WireRuleSet {
-    WireRuleSet {
-        version: set.version(),
-        tiers: set
-            .writes()
-            .filter(|(tier, w)| keep(tier, w))
-            .map(|(tier, w)| TierRules {
-                tier: tier.clone(),
-                version: w.version,
-                origin: w.origin.to_string(),
-                rules_json: w.rules_json().to_string(),
-            })
-            .collect(),
-    }
-}
-
-/// The tiers of `set` whose write differs from the one `have` names for
-/// that tier (or that `have` lacks); every tier when `have` names none.
-fn differing(set: &RuleSet, have: &PullRulesRequest) -> WireRuleSet {
-    if have.have.is_empty() {
-        return to_wire(set);
-    }
-    let held: std::collections::HashMap<(Option<&str>, u64, &str), u64> = have
-        .have
-        .iter()
-        .map(|h| ((h.tier.as_deref(), h.version, h.origin.as_str()), h.digest))
-        .collect();
-    to_wire_where(set, |tier, w| {
-        held.get(&(tier.as_deref(), w.version, &*w.origin)) != Some(&w.digest())
-    })
-}
-
-/// A pull naming every write `set` holds.
-pub fn stamps(set: &RuleSet) -> PullRulesRequest {
-    PullRulesRequest {
-        have_version: set.version(),
-        have: set
-            .writes()
-            .map(|(tier, w)| TierStamp {
-                tier: tier.clone(),
-                version: w.version,
-                origin: w.origin.to_string(),
-                digest: w.digest(),
-            })
-            .collect(),
-    }
-}
-
-/// A peer's set, each tier validated alone.
-pub fn from_wire(wire: &WireRuleSet) -> Result<RuleSet, RulesError> {
-    let writes = wire
-        .tiers
-        .iter()
-        .map(|t| {
-            let rules = RuleSet::parse_tier_json(t.tier.as_deref(), &t.rules_json)?;
-            let rules = rules.into_iter().map(Arc::new).collect();
-            let write = TierWrite::new(t.version, t.origin.as_str().into(), rules);
-            Ok((t.tier.clone(), write))
-        })
-        .collect::<Result<Vec<_>, RulesError>>()?;
-    RuleSet::from_writes(wire.version, writes)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::rules_wire::{to_wire, Offered};
     use super::*;
     use weir_core::{FakeClock, LimiterConfig};
+    use weir_proto::weir::v1::TierRules;
+
+    /// A peer's set, every tier of it whole.
+    fn from_wire(wire: &WireRuleSet) -> Result<PeerWrites, RulesError> {
+        super::from_wire(wire, &RuleSet::empty()).map(|o: Offered| o.writes)
+    }
 
     fn set(limit: u64, version: u64) -> RuleSet {
         RuleSet::from_toml(&format!(
@@ -372,7 +368,8 @@ mod tests {
         }
 
         fn offer(&self, wire: &WireRuleSet) -> Result<bool, RulesError> {
-            Ok(merge_in(&self.1, &self.0, &from_wire(wire)?, &|_| {})?.is_some())
+            let offered = super::from_wire(wire, &self.0.rules())?;
+            Ok(merge_in(&self.1, &self.0, &offered.writes, &|_| {})?.is_some())
         }
 
         fn limit_of(&self, name: &str) -> Option<u64> {
@@ -545,6 +542,7 @@ mod tests {
                 version: 9,
                 origin: "x".into(),
                 rules_json: "{\"rules\":[{\"name\":\"r\",\"limit\":0}]}".into(),
+                edit: None,
             }],
         };
         assert!(a.offer(&bad).is_err());
@@ -557,6 +555,7 @@ mod tests {
                 version: 9,
                 origin: "x".into(),
                 rules_json: to_wire(&free).tiers[0].rules_json.clone(),
+                edit: None,
             }],
         };
         assert!(a.offer(&misfiled).is_err());

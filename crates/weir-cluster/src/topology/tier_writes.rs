@@ -152,7 +152,11 @@ pub async fn write(
             // Held here before the caller hears of it: a GET through this
             // node right after the 200 shows the write.
             let written = answer.written.unwrap_or_default();
-            rules.adopt(written, &owner.id).await?;
+            if rules.adopt(written, &owner.id).await?.unheld {
+                // The write came as an edit of one this node does not
+                // hold yet: the owner has both.
+                rules.pull(&owner).await;
+            }
             Ok(rules.current_set())
         }
         TierWriteOutcome::PreconditionFailed => Err(RulesError::Precondition {
@@ -188,7 +192,7 @@ pub(crate) async fn serve(rules: Arc<Rules>, req: WriteTierRequest) -> WriteTier
     let written = crate::offload::blocking(move || {
         let before = rules.current_set().version();
         write_here(&rules, req.tier.as_deref(), &req.body_json, &condition)
-            .map(|set| super::rules_sync::to_wire_since(&set, before))
+            .map(|set| super::rules_wire::to_wire_since(&set, before))
     })
     .await;
     let mut answer = WriteTierResponse::default();

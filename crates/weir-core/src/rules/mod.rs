@@ -1,5 +1,6 @@
 //! The rule model (docs/configuration.md, "The rules file"): which limits a request meets.
 
+mod edit;
 mod file;
 mod hot;
 mod parse;
@@ -16,12 +17,13 @@ use thiserror::Error;
 
 use crate::determinism::HashState;
 
+pub use edit::{TierEdit, WriteStamp};
 pub use hot::{part, shard_name, Hot, DEFAULT_SHARDS, MAX_SHARDS};
 pub use pattern::RoutePattern;
 pub use rule::{format_duration, By, Rule, Scope, CARRIED_LABEL};
 pub(crate) use select::SelectMemo;
 pub use select::{Selected, Selection};
-pub use tiers::{TierKey, TierWrite};
+pub use tiers::{digest_of, rules_json, TierDigests, TierKey, TierWrite};
 
 /// A rules file as parsed: its rules, and whether it says that no rules
 /// at all is what it means (`allow_empty = true`).
@@ -122,6 +124,45 @@ fn bounded(version: u64) -> Result<u64, RulesError> {
     Ok(version)
 }
 
+/// A peer's tier writes, each tier validated alone (and its rules all of
+/// that tier): what a node merges into its set ([`RuleSet::merge_writes`]).
+/// No index is built for them; at 100,000 rules one took as long to build,
+/// and as much memory, as the merged set's.
+#[derive(Debug, Clone)]
+pub struct PeerWrites {
+    version: u64,
+    writes: tiers::Writes,
+}
+
+impl PeerWrites {
+    pub fn new(
+        version: u64,
+        writes: impl IntoIterator<Item = (TierKey, TierWrite)>,
+    ) -> Result<PeerWrites, RulesError> {
+        let writes: tiers::Writes = writes.into_iter().collect();
+        for (tier, w) in &writes {
+            bounded(w.version)?;
+            off_tier(&w.rules, tier)?;
+            validate(&w.rules)?;
+        }
+        let top = writes.values().map(|w| w.version).max().unwrap_or(0);
+        Ok(PeerWrites {
+            version: bounded(version.max(top))?,
+            writes,
+        })
+    }
+
+    /// The highest version of the writes, or the one they were sent under.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The write of `tier`, if one came.
+    pub fn tier_write(&self, tier: Option<&str>) -> Option<&TierWrite> {
+        self.writes.get(&tier.map(str::to_string))
+    }
+}
+
 /// A validated, versioned set of rules with its selection index.
 ///
 /// Every tier carries the version of its last write ([`TierWrite`]), and
@@ -142,7 +183,18 @@ pub struct RuleSet {
 #[derive(Debug)]
 struct Compiled {
     rules: Vec<Arc<Rule>>,
-    index: select::Index,
+    /// Shared by a set and its divided copies, which match as it does.
+    index: Arc<select::Index>,
+}
+
+/// `rules` followed by the sub-counters of the sharded ones.
+fn with_shards(rules: Vec<Arc<Rule>>) -> Vec<Arc<Rule>> {
+    let shards: Vec<Arc<Rule>> = rules
+        .iter()
+        .flat_map(|r| hot::shards_of(r))
+        .map(Arc::new)
+        .collect();
+    rules.into_iter().chain(shards).collect()
 }
 
 /// Names unique, and no two rules tied for the same requests. Linear in
@@ -201,14 +253,8 @@ impl RuleSet {
         version: u64,
         writes: impl IntoIterator<Item = (TierKey, TierWrite)>,
     ) -> Result<RuleSet, RulesError> {
-        let writes: tiers::Writes = writes.into_iter().collect();
-        for (tier, w) in &writes {
-            bounded(w.version)?;
-            off_tier(&w.rules, tier)?;
-            validate(&w.rules)?;
-        }
-        let top = writes.values().map(|w| w.version).max().unwrap_or(0);
-        RuleSet::build(bounded(version.max(top))?, writes)
+        let offered = PeerWrites::new(version, writes)?;
+        RuleSet::build(offered.version, offered.writes)
     }
 
     fn build(version: u64, writes: tiers::Writes) -> Result<RuleSet, RulesError> {
@@ -222,13 +268,8 @@ impl RuleSet {
     /// `rules` are the written rules in force; the sub-counters of the
     /// sharded ones are derived here, so every set carries them alike.
     fn indexed(version: u64, writes: tiers::Writes, rules: Vec<Arc<Rule>>) -> RuleSet {
-        let shards: Vec<Arc<Rule>> = rules
-            .iter()
-            .flat_map(|r| hot::shards_of(r))
-            .map(Arc::new)
-            .collect();
-        let rules: Vec<Arc<Rule>> = rules.into_iter().chain(shards).collect();
-        let index = select::Index::build(&rules);
+        let rules = with_shards(rules);
+        let index = Arc::new(select::Index::build(&rules));
         RuleSet {
             version,
             writes,
@@ -238,11 +279,22 @@ impl RuleSet {
 
     /// Every rule enforcing 1/n of its budget ([`Rule::divided`]): what
     /// one node of n applies alone. Dividing changes limits only, never
-    /// what a rule matches, so the set is not validated again; a sharded
-    /// rule's sub-counters are parts of its divided limit.
+    /// what a rule matches, so the set is not validated again, and it
+    /// shares this set's index: its rules (sub-counters included, one per
+    /// shard as before) sit at the same positions and match the same
+    /// requests. A sharded rule's sub-counters are parts of its divided
+    /// limit.
     pub fn divided(&self, n: u64) -> RuleSet {
-        let rules = self.written().map(|r| Arc::new(r.divided(n))).collect();
-        RuleSet::indexed(self.version, self.writes.clone(), rules)
+        let rules = with_shards(self.written().map(|r| Arc::new(r.divided(n))).collect());
+        debug_assert_eq!(rules.len(), self.rules().len());
+        RuleSet {
+            version: self.version,
+            writes: self.writes.clone(),
+            compiled: Arc::new(Compiled {
+                rules,
+                index: self.compiled.index.clone(),
+            }),
+        }
     }
 
     pub fn empty() -> RuleSet {
@@ -378,14 +430,22 @@ impl RuleSet {
             .cloned()
             .collect();
         for (tier, rules) in changes {
-            if writes.get(&tier).is_some_and(|w| w.version >= version) {
-                return Err(version_error(
-                    "must be above the version of every tier it replaces",
-                ));
-            }
             off_tier(&rules, &tier)?;
-            candidate.extend(rules.iter().cloned());
-            let write = TierWrite::new(version, Arc::from(""), rules);
+            let write = match writes.get(&tier) {
+                Some(w) if w.version >= version => {
+                    return Err(version_error(
+                        "must be above the version of every tier it replaces",
+                    ))
+                }
+                // Made as an edit of the tier's write: peers that hold that
+                // write are sent the rules that changed, not the tier.
+                Some(before) => {
+                    let (edit, rules) = TierEdit::between(before, rules);
+                    TierWrite::edited(version, Arc::from(""), rules, edit)
+                }
+                None => TierWrite::new(version, Arc::from(""), rules),
+            };
+            candidate.extend(write.rules.iter().cloned());
             writes.insert(tier, write);
         }
         // Validated with the rules in force, as a file is: a name in force
@@ -418,14 +478,59 @@ impl RuleSet {
             .collect()
     }
 
+    /// Each tier's [digest](TierWrite::digest): what a rules file
+    /// reloader keeps of the file it installed last, to tell which tiers
+    /// the next edit changes, rather than the file's whole set.
+    pub fn tier_digests(&self) -> TierDigests {
+        self.writes
+            .iter()
+            .map(|(t, w)| (t.clone(), w.digest()))
+            .collect()
+    }
+
+    /// What turns a set whose tiers had the digests `before` into this
+    /// one: each tier whose digest differs, with this set's rules (none,
+    /// for a tier this set lacks).
+    pub fn changes_since(&self, before: &TierDigests) -> Vec<(TierKey, Vec<Arc<Rule>>)> {
+        let empty = digest_of(&[]);
+        let mut tiers: Vec<&TierKey> = self.writes.keys().chain(before.keys()).collect();
+        tiers.sort();
+        tiers.dedup();
+        tiers
+            .into_iter()
+            .filter(|t| {
+                let now = self.writes.get(*t).map_or(empty, TierWrite::digest);
+                before.get(*t).copied().unwrap_or(empty) != now
+            })
+            .map(|t| {
+                let rules = self.writes.get(t).map(|w| w.rules.clone());
+                (t.clone(), rules.unwrap_or_default())
+            })
+            .collect()
+    }
+
     /// This set merged with `other`, tier by tier: each tier takes the
     /// higher-ranked of the two writes ([`TierWrite::rank`]). None when
     /// `other` holds nothing newer, so nothing would change.
     pub fn merge(&self, other: &RuleSet) -> Result<Option<RuleSet>, RulesError> {
-        match tiers::merge(&self.writes, &other.writes) {
-            Some(writes) => RuleSet::build(self.version.max(other.version), writes).map(Some),
-            None if other.version > self.version => Ok(Some(RuleSet {
-                version: other.version,
+        self.merge_at(other.version, &other.writes)
+    }
+
+    /// [`RuleSet::merge`] with a peer's writes, for which no index was
+    /// built: only the merged set is indexed.
+    pub fn merge_writes(&self, other: &PeerWrites) -> Result<Option<RuleSet>, RulesError> {
+        self.merge_at(other.version, &other.writes)
+    }
+
+    fn merge_at(
+        &self,
+        version: u64,
+        writes: &tiers::Writes,
+    ) -> Result<Option<RuleSet>, RulesError> {
+        match tiers::merge(&self.writes, writes) {
+            Some(writes) => RuleSet::build(self.version.max(version), writes).map(Some),
+            None if version > self.version => Ok(Some(RuleSet {
+                version,
                 ..self.clone()
             })),
             None => Ok(None),

@@ -131,6 +131,48 @@ impl Rule {
         serde_json::Value::Object(m)
     }
 
+    /// Writes the bytes `serde_json` writes for [`Rule::to_json`], without
+    /// building the `Value`: a tier's JSON and digest go over every rule
+    /// of the tier, and the map of each rule was most of their cost. The
+    /// keys come sorted, as `serde_json::Map` sorts them.
+    pub fn write_json(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        fn text(out: &mut impl std::io::Write, key: &str, v: &str) -> std::io::Result<()> {
+            write!(out, ",\"{key}\":")?;
+            serde_json::to_writer(&mut *out, v).map_err(std::io::Error::from)
+        }
+        write!(out, "{{\"algorithm\":\"{}\"", self.algorithm.as_str())?;
+        if let Some(b) = self.burst {
+            write!(out, ",\"burst\":{b}")?;
+        }
+        write!(out, ",\"by\":\"{}\"", self.by.as_str())?;
+        if let Some(c) = &self.client {
+            text(out, "client", c)?;
+        }
+        if self.hot != Hot::default_for(self.algorithm, self.queue) {
+            write!(out, ",\"hot\":\"{}\"", self.hot.as_str())?;
+        }
+        write!(out, ",\"limit\":{}", self.limit)?;
+        text(out, "name", &self.name)?;
+        if let Some(q) = self.queue {
+            write!(out, ",\"queue\":{q}")?;
+        }
+        if let Some(r) = &self.route {
+            text(out, "route", r.as_str())?;
+        }
+        if self.scope != Scope::Regional {
+            write!(out, ",\"scope\":\"{}\"", self.scope.as_str())?;
+        }
+        write!(out, ",\"shadow\":{}", self.shadow)?;
+        if let Hot::Shard(k) = self.hot {
+            write!(out, ",\"shards\":{k}")?;
+        }
+        if let Some(t) = &self.tier {
+            text(out, "tier", t)?;
+        }
+        text(out, "window", &format_duration(self.window))?;
+        write!(out, "}}")
+    }
+
     /// A limit carried by a request instead of the rule set (an Envoy
     /// descriptor's override): a sliding window counter on the caller key.
     /// Rebuilt from these three values, it is the same rule on every node,

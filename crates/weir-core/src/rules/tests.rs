@@ -578,3 +578,51 @@ fn a_body_emptying_a_tier_is_refused_unless_it_says_allow_empty() {
         RuleSet::parse_tier_body(Some("free"), r#"{"rules":[],"allow_empty":1}"#).unwrap_err();
     assert_eq!(bad.rule_error().unwrap().field, "allow_empty");
 }
+
+/// A divided set (the fallback's, the divide strategy's) shares its set's
+/// index instead of building a second one, and selects as it does: the
+/// same rules at the same positions, sub-counters included, at 1/n.
+#[test]
+fn a_divided_set_shares_the_index_and_selects_the_same_rules() {
+    let set = RuleSet::from_toml(
+        r#"
+[[rule]]
+name = "api"
+route = "/api/*"
+algorithm = "token_bucket"
+limit = 100
+window = "60s"
+hot = "shard"
+shards = 4
+
+[[rule]]
+name = "vip"
+client = "cust_42"
+algorithm = "fixed_window"
+limit = 30
+window = "60s"
+"#,
+    )
+    .unwrap();
+    let divided = set.divided(3);
+    assert!(Arc::ptr_eq(&set.compiled.index, &divided.compiled.index));
+    assert_eq!(divided.rules().len(), set.rules().len());
+    for (a, b) in set.rules().iter().zip(divided.rules()) {
+        assert_eq!(a.name, b.name);
+    }
+    let subject = |key: &'static str| Subject {
+        key,
+        route: "/api/orders",
+        tier: None,
+        ip: None,
+    };
+    for key in ["cust_42", "someone"] {
+        let picked = |s: &RuleSet| -> Vec<usize> {
+            s.select(&subject(key)).iter().map(|x| x.rule).collect()
+        };
+        assert_eq!(picked(&set), picked(&divided));
+    }
+    assert_eq!(divided.get("vip").unwrap().1.limit, 10);
+    let shard = shard_name("api", 1);
+    assert_eq!(set.get(&shard).unwrap().0, divided.get(&shard).unwrap().0);
+}

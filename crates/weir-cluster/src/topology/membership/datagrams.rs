@@ -31,6 +31,15 @@ impl UdpDatagrams {
         let local = socket.local_addr()?;
         Ok(UdpDatagrams { socket, local })
     }
+
+    /// Takes over a bound std socket, registering it with the runtime this
+    /// is called in: the one runtime that may poll it.
+    pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpDatagrams> {
+        socket.set_nonblocking(true)?;
+        let socket = UdpSocket::from_std(socket)?;
+        let local = socket.local_addr()?;
+        Ok(UdpDatagrams { socket, local })
+    }
 }
 
 impl Datagrams for UdpDatagrams {

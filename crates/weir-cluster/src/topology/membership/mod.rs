@@ -3,6 +3,7 @@
 mod auth;
 mod config;
 mod datagrams;
+mod driver_thread;
 mod identity;
 mod runtime;
 
@@ -12,14 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 
 pub use auth::TAG_LEN;
 pub use config::MembershipConfig;
 pub use datagrams::{Datagrams, UdpDatagrams};
+pub use driver_thread::GOSSIP_THREAD;
 pub use identity::NodeIdentity;
 
 use auth::PacketAuth;
+use driver_thread::Running;
 use runtime::Driver;
 
 /// How a member is seen from this node.
@@ -125,6 +127,10 @@ pub enum MembershipError {
     Config(&'static str),
     #[error("membership task is not running")]
     Stopped,
+    /// The thread (or its runtime) the driver runs on could not be
+    /// started; nothing was started.
+    #[error("cannot start the gossip thread: {source}")]
+    Thread { source: std::io::Error },
 }
 
 /// State the task publishes and the handle reads.
@@ -176,30 +182,61 @@ pub struct Membership {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
     commands: mpsc::UnboundedSender<Command>,
-    task: Option<JoinHandle<()>>,
+    driver: Option<Running>,
 }
 
+/// Builds the driver once its transport is there (on a thread of its own,
+/// the socket is registered with that thread's runtime first).
+type MakeDriver = Box<dyn FnOnce(Arc<dyn Datagrams>) -> Driver + Send>;
+
 impl Membership {
-    /// Binds a UDP gossip socket on `bind` and starts the membership task on
-    /// the current tokio runtime.
+    /// Binds a UDP gossip socket on `bind` and starts the membership driver
+    /// on a thread and runtime of its own ([`Membership::start_on_own_thread`]).
     pub async fn start(
         config: MembershipConfig,
         bind: SocketAddr,
     ) -> Result<Membership, MembershipError> {
-        let socket = UdpDatagrams::bind(bind)
-            .await
+        let socket = std::net::UdpSocket::bind(bind)
             .map_err(|source| MembershipError::Bind { addr: bind, source })?;
-        Membership::start_on(config, Arc::new(socket))
+        Membership::start_on_own_thread(config, socket)
+    }
+
+    /// Starts the membership driver over a bound UDP socket, on an OS
+    /// thread with a current-thread tokio runtime of its own: a node busy
+    /// with checks or rule work never delays its probes, their answers or
+    /// its timers (`driver_thread`).
+    pub fn start_on_own_thread(
+        config: MembershipConfig,
+        socket: std::net::UdpSocket,
+    ) -> Result<Membership, MembershipError> {
+        let local_addr = socket
+            .local_addr()
+            .map_err(|source| MembershipError::Thread { source })?;
+        Membership::launch(config, local_addr, |make| {
+            Running::on_own_thread(socket, make)
+                .map_err(|source| MembershipError::Thread { source })
+        })
     }
 
     /// Starts the membership task over any datagram transport (UDP, or an
-    /// in-memory network in tests and simulations).
+    /// in-memory network in tests and simulations) as a task on the
+    /// current tokio runtime: the simulator steps every member on its one
+    /// thread, so the driver must run there too.
     pub fn start_on(
         config: MembershipConfig,
         socket: Arc<dyn Datagrams>,
     ) -> Result<Membership, MembershipError> {
-        config.validate()?;
         let local_addr = socket.local_addr();
+        Membership::launch(config, local_addr, |make| Ok(Running::task(socket, make)))
+    }
+
+    /// Everything a start needs but the transport; `spawn` runs the driver.
+    fn launch(
+        config: MembershipConfig,
+        local_addr: SocketAddr,
+        spawn: impl FnOnce(MakeDriver) -> Result<Running, MembershipError>,
+    ) -> Result<Membership, MembershipError> {
+        config.validate()?;
 
         let mut identity = config.identity.clone();
         if identity.gossip.port() == 0 {
@@ -249,22 +286,26 @@ impl Membership {
             .collect();
 
         tracing::info!(node = %identity, bind = %local_addr, "gossip socket bound");
-        let driver = Driver::new(
-            identity,
-            foca_config,
-            socket,
-            gate,
-            seeds,
-            config.announce_interval,
-            Arc::clone(&shared),
-            command_rx,
-        );
-        let task = tokio::spawn(driver.run());
+        let for_driver = Arc::clone(&shared);
+        let announce_interval = config.announce_interval;
+        let make: MakeDriver = Box::new(move |socket| {
+            Driver::new(
+                identity,
+                foca_config,
+                socket,
+                gate,
+                seeds,
+                announce_interval,
+                for_driver,
+                command_rx,
+            )
+        });
+        let driver = spawn(make)?;
         Ok(Membership {
             shared,
             local_addr,
             commands,
-            task: Some(task),
+            driver: Some(driver),
         })
     }
 
@@ -311,9 +352,10 @@ impl Membership {
         }
     }
 
-    /// Whether the gossip task is still running.
+    /// Whether the gossip driver is still running (on a thread of its
+    /// own: whether that thread is).
     pub fn is_running(&self) -> bool {
-        self.task.as_ref().is_some_and(|t| !t.is_finished())
+        self.driver.as_ref().is_some_and(Running::is_running)
     }
 
     /// Declares this node down to a few peers, waits until those datagrams
@@ -337,22 +379,24 @@ impl Membership {
     /// its goodbye and stops on its own.
     pub fn leave(mut self) {
         // Detach rather than abort, so the goodbye still goes out.
-        self.task.take();
+        if let Some(driver) = self.driver.take() {
+            driver.detach();
+        }
         let _ = self.commands.send(Command::Leave(None));
     }
 
     /// Stops the task at once, as a crash would (no goodbye).
     pub fn abort(&self) {
-        if let Some(task) = &self.task {
-            task.abort();
+        if let Some(driver) = &self.driver {
+            driver.abort();
         }
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
+        if let Some(driver) = self.driver.take() {
+            driver.stop();
         }
     }
 }

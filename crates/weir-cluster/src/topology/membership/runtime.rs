@@ -13,7 +13,7 @@ use foca::{
 use rand::seq::IteratorRandom;
 use rand_foca::rngs::SmallRng;
 use rand_foca::SeedableRng;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::auth::{Dropped, PacketAuth};
@@ -127,7 +127,10 @@ impl Driver {
         }
     }
 
-    pub(super) async fn run(mut self) {
+    /// Runs until told to leave, or until its handle is gone. A graceful
+    /// leave's caller is handed back to be told once the driver has ended,
+    /// so it never finds the driver still running.
+    pub(super) async fn run(mut self) -> Option<oneshot::Sender<()>> {
         let mut buf = vec![0u8; RECV_BUF];
         // The first tick fires at once, so the first announce goes out
         // immediately; later ones repeat until some peer is active, which
@@ -143,10 +146,7 @@ impl Driver {
                 cmd = self.commands.recv() => match cmd {
                     Some(Command::Leave(reply)) => {
                         self.leave().await;
-                        if let Some(reply) = reply {
-                            let _ = reply.send(());
-                        }
-                        return;
+                        return reply;
                     }
                     Some(Command::AddSeeds(seeds)) => {
                         for seed in seeds {
@@ -157,7 +157,7 @@ impl Driver {
                         self.announce_to_unheard_seeds();
                     }
                     // Unreachable in practice: the handle aborts the task on drop.
-                    None => return,
+                    None => return None,
                 },
                 received = self.socket.recv_from(&mut buf) => match received {
                     Ok((len, from)) => self.on_datagram(&buf[..len], from),
