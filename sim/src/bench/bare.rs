@@ -39,6 +39,11 @@ pub struct BareArgs {
     /// --threads, else one per CPU]; 0 serves them on the worker threads.
     #[arg(long)]
     pub grpc_threads: Option<usize>,
+    /// Threads serving the axum check handler, as `weir serve` serves its
+    /// HTTP port [default: --threads, else one per CPU]; 0 serves it on
+    /// the worker threads. The hand-written responder stays on them.
+    #[arg(long)]
+    pub http_threads: Option<usize>,
     /// Exit after this many seconds, whatever happens.
     #[arg(long, default_value_t = 3600)]
     pub max_secs: u64,
@@ -61,6 +66,35 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, SimError> {
     TcpListener::bind(loopback(addr)?)
         .await
         .map_err(|e| SimError::Usage(format!("cannot bind {addr}: {e}")))
+}
+
+/// The connections `listener` accepts dealt out in turn to `threads`
+/// one-thread runtimes, each serving its share with `serve`
+/// (`weir_node::cores`), as the node serves its ports.
+async fn on_cores<S, F>(name: &str, listener: TcpListener, threads: usize, serve: S)
+where
+    S: Fn(accept::Dealt) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + 'static,
+{
+    // No cap on connections, as the servers' own listeners have none.
+    let slots = accept::slots(tokio::sync::Semaphore::MAX_PERMITS);
+    let shares = match accept::deal(listener, slots, threads, std::future::pending()) {
+        Ok(shares) => shares,
+        Err(e) => return eprintln!("weir-bare: cannot deal the {name} connections: {e}"),
+    };
+    if let Err(e) = cores::serve(name, shares, serve).await {
+        eprintln!("weir-bare: cannot start the {name} threads: {e}");
+    }
+}
+
+/// Serves the axum check handler on `listener`: on `threads` one-thread
+/// runtimes as the node serves its HTTP port, or on this runtime when
+/// `threads` is 0.
+async fn serve_axum(listener: TcpListener, threads: usize) {
+    if threads == 0 {
+        return axum_check::serve(listener).await;
+    }
+    on_cores("weir-bare-http", listener, threads, axum_check::serve_from).await
 }
 
 /// Serves a bare gRPC reference (with `counting`, the counting
@@ -94,12 +128,6 @@ async fn serve_grpc(listener: TcpListener, counting: bool, threads: usize) {
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         return on(incoming, counting).await;
     }
-    // No cap on connections, as tonic's own listener has none.
-    let slots = accept::slots(tokio::sync::Semaphore::MAX_PERMITS);
-    let shares = match accept::deal(listener, slots, threads, std::future::pending()) {
-        Ok(shares) => shares,
-        Err(e) => return eprintln!("weir-bare: cannot deal the gRPC connections: {e}"),
-    };
     let serve = move |share: accept::Dealt| {
         let incoming = futures::stream::unfold(share, |mut share| async move {
             let (io, _) = share.accept().await;
@@ -107,9 +135,7 @@ async fn serve_grpc(listener: TcpListener, counting: bool, threads: usize) {
         });
         on(incoming, counting)
     };
-    if let Err(e) = cores::serve("weir-bare-grpc", shares, serve).await {
-        eprintln!("weir-bare: cannot start the gRPC threads: {e}");
-    }
+    on_cores("weir-bare-grpc", listener, threads, serve).await
 }
 
 /// Serves what `args` names until `--max-secs` pass or it is told to stop
@@ -131,17 +157,18 @@ pub fn run(args: &BareArgs) -> Result<(), SimError> {
         // Before the first address line, which tells a caller it may stop us.
         let stop = crate::signal::stop_requested()
             .map_err(|e| SimError::io("installing a signal handler", e))?;
+        let per_cpu =
+            || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         if let Some(a) = args.http {
-            tokio::spawn(axum_check::serve(bind(a).await?));
+            let threads = args.http_threads.or(args.threads).unwrap_or_else(per_cpu);
+            tokio::spawn(serve_axum(bind(a).await?, threads));
             println!("axum check on http://{a}");
         }
         if let Some(a) = args.raw_http {
             tokio::spawn(raw_http::serve(bind(a).await?));
             println!("hand-written HTTP/1.1 on http://{a}");
         }
-        let threads = args.grpc_threads.or(args.threads).unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        });
+        let threads = args.grpc_threads.or(args.threads).unwrap_or_else(per_cpu);
         if let Some(a) = args.grpc {
             tokio::spawn(serve_grpc(bind(a).await?, false, threads));
             println!("tonic RateLimiter and RLS on http://{a}");
