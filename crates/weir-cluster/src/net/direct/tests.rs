@@ -282,6 +282,81 @@ async fn silent_peer(close_after_first_call: bool) -> SocketAddr {
     addr
 }
 
+/// A peer that takes the hello and reads calls without answering,
+/// reporting the Decide call ids of each read (pings left out).
+async fn reading_peer() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Vec<u64>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; MAGIC.len() + 2];
+        tcp.read_exact(&mut head).await.unwrap();
+        tcp.write_all(MAGIC).await.unwrap();
+        let mut buf = BytesMut::new();
+        while tcp.read_buf(&mut buf).await.is_ok_and(|n| n > 0) {
+            let mut ids = Vec::new();
+            while let Some(frame) = take_frame(&mut buf).unwrap() {
+                if frame.kind == Kind::Decide {
+                    ids.push(frame.id);
+                }
+            }
+            if !ids.is_empty() && tx.send(ids).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+/// A dialled connection to `addr`.
+async fn dialled(addr: SocketAddr) -> DirectConn {
+    let conn = DirectConn::dial(addr, None, CONFIG);
+    let mut waited = 0;
+    while !conn.is_dialled() {
+        assert!(waited < 5_000, "dialled within 5 s");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        waited += 1;
+    }
+    conn
+}
+
+/// Guard: a call is written once the tasks due to run in its turn have
+/// run, together with the calls they made, not each at once.
+#[tokio::test]
+async fn calls_made_in_one_turn_leave_in_one_write() {
+    let (addr, mut reads) = reading_peer().await;
+    let conn = dialled(addr).await;
+    let mut first = Box::pin(decide(&conn, 1, DEADLINE));
+    let mut second = Box::pin(decide(&conn, 1, DEADLINE));
+    assert!(futures::poll!(first.as_mut()).is_pending());
+    assert!(futures::poll!(second.as_mut()).is_pending());
+    // Written at once, the first call would reach the peer meanwhile. A
+    // sound client writes nothing here, so the wait can only miss a
+    // broken one, never fail a sound one.
+    let held = Duration::from_millis(100);
+    assert!(
+        tokio::time::timeout(held, reads.recv()).await.is_err(),
+        "a call was written before its turn ended"
+    );
+    assert!(futures::poll!(first.as_mut()).is_pending());
+    let read = tokio::time::timeout(DEADLINE, reads.recv()).await;
+    assert_eq!(read.unwrap().unwrap(), [1, 2], "both calls in one write");
+}
+
+/// Guard: a call given up while it waited to be written still leaves
+/// its frame to the flusher, so the queue never stalls.
+#[tokio::test]
+async fn a_call_given_up_before_its_write_is_still_written() {
+    let (addr, mut reads) = reading_peer().await;
+    let conn = dialled(addr).await;
+    let mut call = Box::pin(decide(&conn, 1, DEADLINE));
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    drop(call);
+    let read = tokio::time::timeout(DEADLINE, reads.recv()).await;
+    assert_eq!(read.expect("written by the flusher").unwrap(), [1]);
+}
+
 #[tokio::test]
 async fn a_call_in_flight_when_the_connection_closes_fails_at_once() {
     let addr = silent_peer(true).await;
