@@ -256,9 +256,7 @@ impl Live {
         if self.is_closed() {
             return Err(unreachable("closed"));
         }
-        if let Some(duty) = self.queue(id, kind, req) {
-            duty.after_this_turn().await;
-        }
+        self.send(id, kind, req);
         let answer = match tokio::time::timeout(left, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(unreachable("closed with the call in flight")),
@@ -271,15 +269,6 @@ impl Live {
     /// Writes a frame now if nothing is queued ahead of it and the socket
     /// takes it; what it does not take, the flusher writes.
     fn send(&self, id: u64, kind: Kind, message: &impl Message) {
-        if let Some(duty) = self.queue(id, kind, message) {
-            duty.now();
-        }
-    }
-
-    /// Appends a frame to what is to be written. The caller that finds
-    /// nothing queued ahead of it gets the duty to write the queue: every
-    /// frame queued meanwhile leaves in the same write.
-    fn queue(&self, id: u64, kind: Kind, message: &impl Message) -> Option<WriteDuty<'_>> {
         // A frame of copies is encoded before the lock: a ring change's
         // are hundreds of KB, 0.5-2.4 ms each to encode on two busy cores
         // (up to 10 ms; timed in a build logging each send during
@@ -290,23 +279,12 @@ impl Live {
             frame
         });
         let mut unsent = self.unsent.lock();
-        let written_by_another = !unsent.is_empty();
+        let flushing = !unsent.is_empty();
         match copies {
             Some(frame) => unsent.extend_from_slice(&frame),
             None => put_frame(&mut unsent, id, kind, message),
         }
-        (!written_by_another).then_some(WriteDuty {
-            live: self,
-            done: false,
-        })
-    }
-
-    /// Writes what is queued, as much as the socket takes without
-    /// waiting; the flusher writes the rest.
-    fn write_queued(&self) {
-        let mut unsent = self.unsent.lock();
-        // Written already, by the flusher.
-        if unsent.is_empty() {
+        if flushing {
             return;
         }
         if let Err(e) = self.write_now(&mut unsent) {
@@ -350,41 +328,6 @@ impl Live {
         let waiting = std::mem::take(&mut *self.waiting.lock());
         for (_, tx) in waiting {
             let _ = tx.send(Err(unreachable(why)));
-        }
-    }
-}
-
-/// The duty to write the frames queued on a connection, held by the
-/// caller whose frame found nothing queued ahead of it. Dropped undone
-/// (its call was given up while it waited its turn), it hands the
-/// duty to the flusher: a queued frame is never left unwritten.
-struct WriteDuty<'a> {
-    live: &'a Live,
-    done: bool,
-}
-
-impl WriteDuty<'_> {
-    fn now(mut self) {
-        self.done = true;
-        self.live.write_queued();
-    }
-
-    /// Writes once every task already due to run on this thread has
-    /// run: the calls those tasks make (a gateway thread's connections
-    /// each forwarding a check read in the same turn) join the queue and
-    /// leave in one write. Written at once, each forwarded check cost the
-    /// gateway a write of its own (docs/performance.md, "The forwarded
-    /// path at half load").
-    async fn after_this_turn(self) {
-        tokio::task::yield_now().await;
-        self.now();
-    }
-}
-
-impl Drop for WriteDuty<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.live.flush.notify_one();
         }
     }
 }
