@@ -39,7 +39,7 @@ trap 'kill $bench 2>/dev/null || true' EXIT
 # The forwarded phase is the first after this line; the trace starts
 # half a second past its warm-up.
 for _ in $(seq 600); do
-    grep -q '^open loop at' "$OUT/bench.txt" && break
+    grep -q '^open loop at [0-9]' "$OUT/bench.txt" && break
     kill -0 $bench 2>/dev/null || { cat "$OUT/bench.txt" >&2; exit 1; }
     sleep 0.2
 done

@@ -12,20 +12,26 @@
 #   old        OLD, another build of the node, when set (before/after), with
 #              OLD_ARGS; OLD=target/release/weir OLD_ARGS='--grpc-threads 0'
 #              sets the node's two runtime layouts side by side
-#   limitador  LIMITADOR, a limitador-server binary, when set (RLS rows only;
-#              how to build it: docs/performance.md)
-# Edges: RLS ShouldRateLimit and 1-item weir.v1 Check, each allowed and
-# denied, h2load with CONNS connections x STREAMS streams.
+#   limitador  LIMITADOR, a limitador-server binary, when set (the RLS and
+#              HTTP/1.1 rows; how to build it: docs/performance.md)
+# Edges, each allowed and denied:
+#   RLS ShouldRateLimit, 1-item weir.v1 Check   h2load, CONNS connections x STREAMS streams, gRPC port
+#   HTTP2: POST /v1/check over h2c               h2load, CONNS x STREAMS, HTTP port, one key
+#   HTTP1: POST /v1/check over HTTP/1.1          wrk, 1 thread, WRK_CONNS connections, HTTP port,
+#                                                a random key of 100,000 (bench/wrk/check.lua);
+#                                                limitador: POST /check_and_report, the same keys
+#                                                (bench/wrk/limitador-check.lua)
 #
 #   bench/syscalls.sh                          # 5 rounds x 4 s per figure
 #   OLD=/tmp/weir-old bench/syscalls.sh        # before/after, alternating
 #   LIMITADOR=~/limitador/target/release/limitador-server bench/syscalls.sh
 #   NODE_THREADS=1 ROUNDS=3 SECS=2 bench/syscalls.sh
 #   ONLY=RLS bench/syscalls.sh                 # only the edges whose name matches
+#   ONLY=HTTP bench/syscalls.sh                # the HTTP port only, HTTP/2 and HTTP/1.1
 #
 # Prints one line per figure and then the median of each column per
 # server and edge, with the lowest and highest round. Needs h2load
-# (nghttp2-client) and perf (linux-perf) with the syscalls tracepoints;
+# (nghttp2-client), wrk and perf (linux-perf) with the syscalls tracepoints;
 # sends only to 127.0.0.1, every run bounded by SECS.
 set -euo pipefail
 
@@ -33,6 +39,7 @@ ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-4}
 CONNS=${CONNS:-8}
 STREAMS=${STREAMS:-8}
+WRK_CONNS=${WRK_CONNS:-64}
 NODE_THREADS=${NODE_THREADS:-}
 ONLY=${ONLY:-}
 PORT=${PORT:-18180} # new: PORT..PORT+2, old: PORT+10..PORT+12, limitador: PORT+20..PORT+21
@@ -44,7 +51,7 @@ LIMITADOR=${LIMITADOR:-}
 
 cd "$(dirname "$0")/.."
 REQ=bench/requests
-for tool in h2load perf; do
+for tool in h2load wrk perf; do
     command -v "$tool" >/dev/null || { echo "syscalls.sh: $tool is missing" >&2; exit 2; }
 done
 if [ -z "${WEIR:-}" ]; then
@@ -70,7 +77,7 @@ stop() {
 }
 trap stop EXIT
 
-declare -A PID GRPC
+declare -A PID GRPC HTTP
 start_weir() { # name binary base-port extra-flags
     # shellcheck disable=SC2086 # extra flags split on spaces
     RUST_LOG=warn "$2" serve $4 --http "127.0.0.1:$3" --grpc "127.0.0.1:$(($3 + 1))" \
@@ -78,6 +85,7 @@ start_weir() { # name binary base-port extra-flags
         >"$OUT/$1.log" 2>&1 &
     PID[$1]=$!
     GRPC[$1]=127.0.0.1:$(($3 + 1))
+    HTTP[$1]=127.0.0.1:$3
     pids+=($!)
     for _ in $(seq 100); do
         curl -s -o /dev/null "http://127.0.0.1:$3/readyz" && break
@@ -111,6 +119,7 @@ EOF
         --http-ip 127.0.0.1 --http-port $((PORT + 21)) "$limits" memory >"$OUT/limitador.log" 2>&1 &
     PID[limitador]=$!
     GRPC[limitador]=127.0.0.1:$((PORT + 20))
+    HTTP[limitador]=127.0.0.1:$((PORT + 21))
     pids+=($!)
     sleep 1
     servers+=(limitador)
@@ -121,33 +130,66 @@ done
 
 RLS=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 CHECK=/weir.v1.RateLimiter/Check
-# name | path | request body
+# The HTTP/2 rows' bodies: one key each (h2load sends one body).
+printf '{"key":"k1","route":"POST /bench","cost":1}' >"$OUT/http-allow.json"
+printf '{"key":"k1","route":"bench-deny","cost":1}' >"$OUT/http-deny.json"
+# name | how (grpc: h2load on the gRPC port; h2: h2load with JSON on the
+# HTTP port; h1: wrk on the HTTP port) | path | request body (h1: the route)
 edges=(
-    "RLS allowed|$RLS|$REQ/rls-allow.bin"
-    "RLS denied|$RLS|$REQ/rls-deny.bin"
-    "Check1 allowed|$CHECK|$REQ/check1-allow.bin"
-    "Check1 denied|$CHECK|$REQ/check1-deny.bin"
+    "RLS allowed|grpc|$RLS|$REQ/rls-allow.bin"
+    "RLS denied|grpc|$RLS|$REQ/rls-deny.bin"
+    "Check1 allowed|grpc|$CHECK|$REQ/check1-allow.bin"
+    "Check1 denied|grpc|$CHECK|$REQ/check1-deny.bin"
+    "HTTP2 allowed|h2|/v1/check|$OUT/http-allow.json"
+    "HTTP2 denied|h2|/v1/check|$OUT/http-deny.json"
+    "HTTP1 allowed|h1|/v1/check|POST /bench"
+    "HTTP1 denied|h1|/v1/check|bench-deny"
 )
 
-h2() { # duration path body address
+h2() { # duration path body address content-type
     h2load -c "$CONNS" -m "$STREAMS" -t 1 -D "$1" \
-        -H 'content-type: application/grpc' -H 'te: trailers' -d "$3" "http://$4$2" 2>&1
+        -H "content-type: $5" -H 'te: trailers' -d "$3" "http://$4$2" 2>&1
 }
-# One figure: h2load for SECS on server $1 with perf stat on its process;
-# prints req/s, CPU us/req, writev, sendmsg, write and context switches per request.
-measure() { # server path body
+# wrk's output in h2load's terms: "requests: N total, N started, N done,
+# N succeeded" and "finished in ..., R req/s", and the non-2xx count as 4xx.
+h1() { # duration server route
+    local script=bench/wrk/check.lua namespace=bench
+    [ "$3" = bench-deny ] && namespace=bench-deny
+    [ "$2" = limitador ] && script=bench/wrk/limitador-check.lua
+    ROUTE=$3 NAMESPACE=$namespace wrk -t1 -c "$WRK_CONNS" -d "${1}s" -s "$script" "http://${HTTP[$2]}" 2>&1 |
+        awk '{ print }
+            / requests in / { n = $1 }
+            /^Requests\/sec:/ { r = $2 }
+            /^  Non-2xx or 3xx responses:/ { bad = $5 }
+            END { printf "requests: %d total, %d started, %d done, %d succeeded\nfinished in %ss, %s req/s\nstatus codes: %d 2xx, 0 3xx, %d 4xx, 0 5xx\n", n, n, n, n, 0, r, n - bad, bad }'
+}
+load() { # duration server how path body
+    case $3 in
+    grpc) h2 "$1" "$4" "$5" "${GRPC[$2]}" application/grpc ;;
+    h2) h2 "$1" "$4" "$5" "${HTTP[$2]}" application/json ;;
+    h1) h1 "$1" "$2" "$5" ;;
+    esac
+}
+# One figure: the edge's load for SECS on server $1 with perf stat on its
+# process; prints req/s, CPU us/req, writev, sendmsg, write, futex and
+# context switches per request.
+measure() { # server how path body
     local stat=$OUT/perf.csv log ok
-    h2 1 "$2" "$3" "${GRPC[$1]}" >/dev/null # warm-up, not counted
+    load 1 "$@" >/dev/null # warm-up, not counted
     perf stat -x, -o "$stat" -e "$EVENTS" -p "${PID[$1]}" &
     local perf=$!
     sleep 0.2 # perf attaches to every thread before the load starts
-    log=$(h2 "$SECS" "$2" "$3" "${GRPC[$1]}")
+    log=$(load "$SECS" "$@")
     kill -INT $perf
     wait $perf || true
     echo "$log" >>"$OUT/raw.log"
-    ok=$(awk '/^requests:/ { print $8 }' <<<"$log")
+    # Requests answered (an HTTP denial, 429, is no failure here).
+    ok=$(awk '/^requests:/ { print $6 }' <<<"$log")
     rps=$(awk '/^finished in/ { gsub(",", "", $4); print $4 }' <<<"$log")
-    grep -q '^status codes: .* 0 3xx, 0 4xx, 0 5xx' <<<"$log" || echo "syscalls.sh: $1 $2: HTTP errors" >&2
+    # gRPC answers a denial with status 200; HTTP with 429.
+    local codes='^status codes: .* 0 3xx, 0 4xx, 0 5xx'
+    [ "$2" != grpc ] && codes='^status codes: .* 0 5xx'
+    grep -q "$codes" <<<"$log" || echo "syscalls.sh: $1 $3: HTTP errors" >&2
     awk -F, -v ok="${ok:-0}" -v rps="${rps:-0}" '
         $3 ~ /writev/ { wv = $1 } $3 ~ /sendmsg/ { sm = $1 } $3 ~ /sys_enter_write$/ { w = $1 }
         $3 ~ /futex/ { fx = $1 } $3 == "context-switches" { cs = $1 } $3 == "cpu-clock" { cpu = $1 }
@@ -158,7 +200,7 @@ measure() { # server path body
 }
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "h2load: $CONNS connections x $STREAMS streams, 1 thread, $SECS s per figure; node threads: ${NODE_THREADS:-default}"
+echo "h2load: $CONNS connections x $STREAMS streams, 1 thread; wrk: $WRK_CONNS connections, 1 thread; $SECS s per figure; node threads: ${NODE_THREADS:-default}"
 results=$OUT/results.tsv
 : >"$results"
 printf 'round\tserver\tedge\treq/s\tCPU us/req\twritev/req\tsendmsg/req\twrite/req\tfutex/req\tctxsw/req\n'
@@ -168,11 +210,12 @@ for round in $(seq "$ROUNDS"); do
     order=()
     for i in $(seq 0 $((n - 1))); do order+=("${servers[$(((i + round) % n))]}"); done
     for e in "${edges[@]}"; do
-        IFS='|' read -r name path body <<<"$e"
+        IFS='|' read -r name how path body <<<"$e"
         [ -z "$ONLY" ] || grep -qE "$ONLY" <<<"$name" || continue
         for s in "${order[@]}"; do
-            [ "$s" = limitador ] && [ "$path" != "$RLS" ] && continue
-            r=$(measure "$s" "$path" "$body")
+            # limitador serves RLS and its own HTTP/1.1 API, nothing else here.
+            [ "$s" = limitador ] && [ "$path" != "$RLS" ] && [ "$how" != h1 ] && continue
+            r=$(measure "$s" "$how" "$path" "$body")
             printf '%s\t%s\t%s\t%s\n' "$round" "$s" "$name" "${r// /$'\t'}" | tee -a "$results"
         done
     done

@@ -155,6 +155,11 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             .or(args.threads)
             .map(usize::from)
             .or(d.grpc_threads),
+        http_threads: args
+            .http_threads
+            .or(args.threads)
+            .map(usize::from)
+            .or(d.http_threads),
         traces: crate::traces::TraceConfig {
             otlp_endpoint: args.otlp_endpoint.clone(),
             sample_ratio: args.trace_sample_ratio.unwrap_or(d.traces.sample_ratio),

@@ -89,9 +89,11 @@ pub struct ServeConfig {
     /// Serve the live dashboard at `GET /ui`.
     pub ui: bool,
     /// Threads serving the gRPC listener, each a one-thread runtime of its
-    /// own (`grpc/cores.rs`); None: one per CPU; Some(0): on the runtime
-    /// that runs the node, as the HTTP listener is.
+    /// own (`cores.rs`); None: one per CPU; Some(0): on the runtime
+    /// that runs the node.
     pub grpc_threads: Option<usize>,
+    /// Threads serving the HTTP listener, as `grpc_threads` the gRPC one.
+    pub http_threads: Option<usize>,
     /// OpenTelemetry traces: off unless an OTLP endpoint is named.
     pub traces: crate::traces::TraceConfig,
 }
@@ -116,6 +118,7 @@ impl Default for ServeConfig {
             drain_timeout: Duration::from_secs(10),
             ui: true,
             grpc_threads: None,
+            http_threads: None,
             traces: Default::default(),
         }
     }
@@ -149,9 +152,13 @@ impl ServeConfig {
     /// How many one-thread runtimes serve the gRPC listener; 0: none, it
     /// is served on the node's own runtime.
     pub fn grpc_threads(&self) -> usize {
-        self.grpc_threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        })
+        self.grpc_threads.unwrap_or_else(one_per_cpu)
+    }
+
+    /// How many one-thread runtimes serve the HTTP listener; 0: none, it
+    /// is served on the node's own runtime.
+    pub fn http_threads(&self) -> usize {
+        self.http_threads.unwrap_or_else(one_per_cpu)
     }
 
     /// The listener weir.v1.Peer is served on.
@@ -246,4 +253,9 @@ impl ServeConfig {
         }
         Ok(())
     }
+}
+
+/// One serving thread per CPU the process may run on.
+fn one_per_cpu() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }

@@ -9,6 +9,7 @@ pub mod accept;
 pub mod activity;
 pub mod cli;
 pub mod config;
+pub mod cores;
 pub mod default_rules;
 pub mod embed;
 pub mod grpc;

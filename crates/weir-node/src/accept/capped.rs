@@ -137,6 +137,16 @@ impl AsyncWrite for CappedStream {
     }
 }
 
+/// So a tonic server can take a share of dealt connections as they come
+/// (weir-sim's bare references do; the node wraps them in `Conn` first).
+impl tonic::transport::server::Connected for CappedStream {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

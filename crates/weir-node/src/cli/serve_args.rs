@@ -244,6 +244,11 @@ pub struct ServeArgs {
     /// node's shared runtime instead.
     #[arg(long, env = "WEIR_GRPC_THREADS", value_name = "N")]
     pub grpc_threads: Option<u16>,
+    /// Threads serving the HTTP port, each with a one-thread runtime of its
+    /// own [default: --threads, else one per CPU]; 0 serves it on the
+    /// node's shared runtime instead.
+    #[arg(long, env = "WEIR_HTTP_THREADS", value_name = "N")]
+    pub http_threads: Option<u16>,
     #[arg(
         long,
         env = "WEIR_UI",

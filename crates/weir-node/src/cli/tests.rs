@@ -84,6 +84,8 @@ fn every_serve_flag_lands_in_the_config() {
         "--ui=false",
         "--otlp-endpoint=http://collector:4318",
         "--trace-sample-ratio=0.25",
+        "--grpc-threads=3",
+        "--http-threads=0",
     ])
     .unwrap();
     assert_eq!(c.node_id.as_deref(), Some("n1"));
@@ -120,6 +122,15 @@ fn every_serve_flag_lands_in_the_config() {
         Some("http://collector:4318")
     );
     assert_eq!(c.traces.sample_ratio, 0.25);
+    assert_eq!((c.grpc_threads(), c.http_threads()), (3, 0));
+}
+
+#[test]
+fn the_serving_threads_follow_threads_unless_told() {
+    let c = parse(&["weir", "serve", "--threads=2", "--http-threads=1"]).unwrap();
+    assert_eq!((c.grpc_threads(), c.http_threads()), (2, 1));
+    let c = parse(&["weir", "serve", "--threads=3", "--grpc-threads=0"]).unwrap();
+    assert_eq!((c.grpc_threads(), c.http_threads()), (0, 3));
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! The gRPC APIs (tonic): weir.v1.RateLimiter, Envoy's RateLimitService,
 //! weir.v1.Peer, health and reflection.
 
-mod cores;
 mod envoy;
 pub mod envoy_map;
 pub mod health;
@@ -126,7 +125,7 @@ pub async fn serve(
 type Routes = tonic::transport::server::Router<Stack<CountRequests, Identity>>;
 
 /// Serves `routes` on `listener` until `stop`: on the gRPC threads
-/// (`cores.rs`), or on the caller's runtime when there are none.
+/// (`crate::cores`), or on the caller's runtime when there are none.
 async fn serve_routes<F>(
     state: Arc<NodeState>,
     routes: Routes,
@@ -160,7 +159,7 @@ async fn serve_routes<F>(
             }
         }
     };
-    if let Err(e) = cores::serve(shares, serve).await {
+    if let Err(e) = crate::cores::serve("weir-grpc", shares, serve).await {
         tracing::error!(error = %e, "cannot start the gRPC threads");
     }
 }

@@ -110,6 +110,16 @@ pub async fn serve(listener: TcpListener) {
     let _ = axum::serve(listener, router()).await;
 }
 
+/// Serves the handler on the connections `listener` hands over (a share
+/// of weir-bare's dealt connections, TCP_NODELAY set by the dealer).
+pub async fn serve_from<L>(listener: L)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let _ = axum::serve(listener, router()).await;
+}
+
 /// Serves the handler on 127.0.0.1; its address.
 pub async fn bare_axum() -> SocketAddr {
     super::on_loopback(serve).await

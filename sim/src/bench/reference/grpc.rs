@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 
-use tonic::transport::server::TcpIncoming;
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::transport::server::{Connected, TcpIncoming};
 use tonic::transport::Server;
 use weir_proto::envoy::config::core::v3::HeaderValue;
 use weir_proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -160,7 +162,12 @@ impl RateLimitService for BareRls {
 
 /// Both bare services on `incoming`, on one port as the node serves them,
 /// with tonic's default server settings.
-pub async fn serve(incoming: TcpIncoming) {
+pub async fn serve<I, IO, IE>(incoming: I)
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let _ = Server::builder()
         .add_service(RateLimiterServer::new(Bare::default()))
         .add_service(RateLimitServiceServer::new(BareRls))
@@ -170,7 +177,12 @@ pub async fn serve(incoming: TcpIncoming) {
 
 /// The counting RateLimiter alone on `incoming`, with tonic's default
 /// server settings.
-pub async fn serve_counting(incoming: TcpIncoming) {
+pub async fn serve_counting<I, IO, IE>(incoming: I)
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let _ = Server::builder()
         .add_service(RateLimiterServer::new(Bare::counting()))
         .serve_with_incoming(incoming)

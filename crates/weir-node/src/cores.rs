@@ -1,4 +1,8 @@
-//! gRPC connections served thread-per-core: one one-thread runtime per core, each serving the connections dealt to it.
+//! Connections served thread-per-core: one one-thread runtime per core, each serving the connections dealt to it (`accept::deal`).
+//!
+//! The gRPC port is served so, and HTTP/2 on the HTTP port; the bare
+//! reference servers of the benchmarks (weir-sim's `weir-bare`) call this
+//! too, so they are measured on the same layout.
 //!
 //! Why not the node's multi-thread runtime: hyper serves each HTTP/2
 //! stream as a task of its own (tonic spawns it on the current runtime).
@@ -20,12 +24,12 @@ use tokio::sync::oneshot;
 
 use crate::accept::Dealt;
 
-/// Serves each share on a thread of its own, running `serve` on a
-/// one-thread runtime; resolves once every thread has ended.
+/// Serves each share on a thread of its own, named `{name}-{i}`, running
+/// `serve` on a one-thread runtime; resolves once every thread has ended.
 ///
 /// A thread that cannot start its runtime logs it and ends; the dealer
 /// then passes its connections to the others.
-pub async fn serve<S, F>(shares: Vec<Dealt>, serve: S) -> io::Result<()>
+pub async fn serve<S, F>(name: &str, shares: Vec<Dealt>, serve: S) -> io::Result<()>
 where
     S: Fn(Dealt) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + 'static,
@@ -35,8 +39,9 @@ where
     for (i, share) in shares.into_iter().enumerate() {
         let serve = serve.clone();
         let (done, wait) = oneshot::channel::<()>();
+        let thread = format!("{name}-{i}");
         std::thread::Builder::new()
-            .name(format!("weir-grpc-{i}"))
+            .name(thread.clone())
             .spawn(move || {
                 // Dropped when the thread ends, however it ends.
                 let _done = done;
@@ -46,7 +51,7 @@ where
                 {
                     // Called inside: `serve` spawns its accept loop.
                     Ok(runtime) => runtime.block_on(async move { serve(share).await }),
-                    Err(e) => tracing::error!(error = %e, "cannot start a gRPC thread's runtime"),
+                    Err(e) => tracing::error!(error = %e, thread, "cannot start a serving thread's runtime"),
                 }
             })?;
         ended.push(wait);
