@@ -127,6 +127,20 @@ async fn writes_to_two_tiers_on_two_nodes_at_once_are_both_in_force_everywhere()
 }
 
 /// One rule per tenant route; tenant 7's limit is `limit7`.
+/// Installs on the first node the file of `n` tenants with tenant 7's
+/// limit raised to 600, and waits until every node decides by it.
+async fn edit_tenant_7(nodes: &[TestNode], n: usize) {
+    let edited = RuleSet::from_toml(&tenants(n, 600)).unwrap();
+    let version = nodes[0].engine.install(edited).unwrap().version();
+    wait_until("every node decides tenant 7 by the new limit", || {
+        nodes.iter().all(|node| {
+            let rules = node.engine.rules();
+            rules.version() == version && rules.get("tenant-7").unwrap().1.limit == 600
+        })
+    })
+    .await;
+}
+
 fn tenants(n: usize, limit7: u64) -> String {
     let mut text = String::new();
     for i in 0..n {
@@ -158,15 +172,7 @@ async fn a_one_rule_edit_of_a_large_file_travels_as_that_rule() {
         }
     }));
     // As the file reloader installs an edited file.
-    let edited = RuleSet::from_toml(&tenants(TENANTS, 600)).unwrap();
-    let version = nodes[0].engine.install(edited).unwrap().version();
-    wait_until("every node decides tenant 7 by the new limit", || {
-        nodes.iter().all(|n| {
-            let rules = n.engine.rules();
-            rules.version() == version && rules.get("tenant-7").unwrap().1.limit == 600
-        })
-    })
-    .await;
+    edit_tenant_7(&nodes, TENANTS).await;
     let whole = weir_core::rules::rules_json(nodes[0].engine.rules().rules()).len();
     let pushed = pushed.lock().unwrap().clone();
     assert_eq!(pushed.len(), 2, "one push to each peer: {pushed:?}");
@@ -204,15 +210,7 @@ async fn a_peer_without_the_edits_base_is_sent_the_tier_whole() {
             seen.lock().unwrap().push((e.to, e.bytes.len()));
         }
     }));
-    let edited = RuleSet::from_toml(&tenants(TENANTS, 600)).unwrap();
-    let version = nodes[0].engine.install(edited).unwrap().version();
-    wait_until("every node decides tenant 7 by the new limit", || {
-        nodes.iter().all(|n| {
-            let rules = n.engine.rules();
-            rules.version() == version && rules.get("tenant-7").unwrap().1.limit == 600
-        })
-    })
-    .await;
+    edit_tenant_7(&nodes, TENANTS).await;
     let whole = weir_core::rules::rules_json(nodes[0].engine.rules().rules()).len();
     let pushed = pushed.lock().unwrap().clone();
     let to = |host| -> Vec<usize> {

@@ -360,7 +360,7 @@ impl Driver {
             .collect();
         if !stale.is_empty() {
             tracing::info!(members = ?stale, "raising suspicions that outlived their countdown");
-            self.reraise(|id| stale.iter().any(|s| *s == id.id));
+            self.reraise(|id| stale.contains(&id.id));
         }
     }
 
