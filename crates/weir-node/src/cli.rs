@@ -104,10 +104,11 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             on_owner_failure: parsed(args.on_owner_failure.as_deref(), c.on_owner_failure)?,
             owner_deadline: nonzero("--owner-deadline", args.owner_deadline, c.owner_deadline)?,
             leave_timeout: nonzero("--leave-timeout", args.leave_timeout, c.leave_timeout)?,
-            join_timeout: match args.join_timeout {
-                Some(t) => Some(nonzero("--join-timeout", Some(t), t)?),
-                None => c.join_timeout,
-            },
+            join_timeout: args
+                .join_timeout
+                .map(|t| nonzero("--join-timeout", Some(t), t))
+                .transpose()?
+                .or(c.join_timeout),
             replicas: args.replicas.map_or(c.replicas, usize::from),
             hot_key_rate: args.hot_key_rate.unwrap_or(c.hot_key_rate),
             fallback_cap: args.fallback_cap.unwrap_or(c.fallback_cap),
