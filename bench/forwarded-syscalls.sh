@@ -32,16 +32,8 @@ NEW_ARGS=${NEW_ARGS:-}
 OLD=${OLD:-}
 OLD_ARGS=${OLD_ARGS:-}
 
-number='^[0-9]+([.][0-9]+)?$'
-[[ $SECS =~ $number ]] && awk -v s="$SECS" 'BEGIN { exit !(s > 0) }' ||
-    { echo "SECS: a number of seconds above 0, got '$SECS'" >&2; exit 1; }
-[[ $LOAD =~ $number ]] || { echo "LOAD: a share of the saturating rate, got '$LOAD'" >&2; exit 1; }
-WARMUP=1
-PHASE=$(awk -v s="$SECS" 'BEGIN { print (s + 1 > 5) ? s + 1 : 5 }')
-
-cd "$(dirname "$0")/.."
-command -v perf >/dev/null || { echo "needs perf (Debian: apt-get install linux-perf)" >&2; exit 1; }
-cargo build --release -q -p weir-node --bin weir -p weir-sim --bin weir-bench
+# shellcheck source=bench/forwarded-phase.sh
+source "$(dirname "$0")/forwarded-phase.sh"
 TARGET=${CARGO_TARGET_DIR:-target}/release
 WEIR=${WEIR:-$TARGET/weir}
 BENCH=$TARGET/weir-bench
