@@ -77,7 +77,12 @@ pub fn allowed_excess(schedule: &Schedule, rule: &Rule) -> u64 {
     // one after the other (a restarted holder gets copies back only of the
     // keys decided since): a run that crashes two members is held to the
     // one-copy bound.
-    if has(|a| matches!(a, Action::Crash(_))) && crashed_members(schedule) >= schedule.replicas {
+    // Members paused or crashed at the same time are as many failures at
+    // once: with as many as there are copies, a key can find every copy
+    // out of reach, and the fallback decides it as with one copy.
+    let copies_lost =
+        has(|a| matches!(a, Action::Crash(_))) && crashed_members(schedule) >= schedule.replicas;
+    if copies_lost || most_down_at_once(schedule) >= schedule.replicas {
         let n = schedule.nodes as u64;
         bound += limit + (n - 1) * limit.div_ceil(n);
     }
@@ -145,6 +150,28 @@ fn crashed_members(schedule: &Schedule) -> usize {
         })
         .collect();
     crashed.len()
+}
+
+/// The most members stopped at one time, paused or crashed and not yet
+/// resumed or restarted.
+fn most_down_at_once(schedule: &Schedule) -> usize {
+    let mut actions: Vec<_> = schedule.actions.iter().collect();
+    actions.sort_by_key(|(t, _)| *t);
+    let mut down = std::collections::BTreeSet::new();
+    let mut most = 0;
+    for (_, a) in actions {
+        match a {
+            Action::Pause(n) | Action::Crash(n) => {
+                down.insert(*n);
+            }
+            Action::Resume(n) | Action::Restart(n) => {
+                down.remove(n);
+            }
+            _ => {}
+        }
+        most = most.max(down.len());
+    }
+    most
 }
 
 fn longest_cut(schedule: &Schedule) -> Option<std::time::Duration> {
@@ -244,5 +271,37 @@ mod tests {
         );
         assert_eq!(allowed_excess(&crashes(&[2, 3], 2), &fw), one_copy);
         assert_eq!(allowed_excess(&crashes(&[2], 1), &fw), one_copy);
+    }
+
+    fn pauses(spans: &[(usize, u64, u64)], replicas: usize) -> Schedule {
+        let mut actions = Vec::new();
+        for &(n, from, to) in spans {
+            actions.push((Duration::from_millis(from), Action::Pause(n)));
+            actions.push((Duration::from_millis(to), Action::Resume(n)));
+        }
+        Schedule {
+            replicas,
+            actions,
+            ..cut_for(0)
+        }
+    }
+
+    #[test]
+    fn pauses_cost_exactness_only_when_as_many_members_as_copies_are_stopped_at_once() {
+        let rules = RuleSet::from_toml(RULES).unwrap();
+        let fw = rules.get("fw").unwrap().1.clone();
+        let one_copy = 18;
+        let one = pauses(&[(2, 1_000, 3_000)], 2);
+        assert_eq!(allowed_excess(&one, &fw), 0);
+        let in_turn = pauses(&[(2, 1_000, 2_000), (3, 2_500, 4_000)], 2);
+        assert_eq!(allowed_excess(&in_turn, &fw), 0, "one after the other");
+        // Listed out of time order, as the schedule lists its episodes.
+        let overlapping = pauses(&[(2, 1_000, 3_000), (0, 1_500, 2_000)], 2);
+        assert_eq!(allowed_excess(&overlapping, &fw), one_copy);
+        assert_eq!(allowed_excess(&one, &fw), 0);
+        assert_eq!(
+            allowed_excess(&pauses(&[(2, 1_000, 3_000)], 1), &fw),
+            one_copy
+        );
     }
 }
