@@ -1,4 +1,4 @@
-//! What README.md and docs/*.md say a user can type or scrape, checked against the code: every `weir serve`/`weir check` flag against the real parser, every `/v1/...` endpoint against a running node's router, every `weir_*` metric against its exposition.
+//! What README.md and docs/*.md say a user can type or scrape, checked against the code: every `weir serve`/`weir check` flag against the real parser, every `/v1/...` endpoint against a running node's router, every `weir_*` metric against its exposition; and the pages stay an hour's reading of current figures: under 50,000 words, no run logs, at most five commit hashes a page.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -422,4 +422,108 @@ async fn every_metric_the_docs_name_is_exported() {
         "metrics no node exports:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The words of a text, lower-cased, stripped of punctuation at either end.
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+                .to_ascii_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+fn is_count(w: &str) -> bool {
+    !w.is_empty() && w.chars().all(|c| c.is_ascii_digit() || c == ',')
+}
+
+/// What reads as a run log rather than a current statement: "5 of 100
+/// runs", "in 6 of 150", a date of a run (2026-12-07).
+fn run_log_phrases(text: &str) -> Vec<String> {
+    const RUNS: [&str; 6] = ["runs", "rounds", "races", "tries", "attempts", "seeds"];
+    let w = words(text);
+    let mut out = Vec::new();
+    for i in 0..w.len() {
+        if i + 2 < w.len() && is_count(&w[i]) && w[i + 1] == "of" && is_count(&w[i + 2]) {
+            let next = &w[i + 3..(i + 5).min(w.len())];
+            let in_before = i > 0 && w[i - 1] == "in";
+            if in_before || next.iter().any(|n| RUNS.contains(&n.as_str())) {
+                out.push(w[i.saturating_sub(1)..(i + 5).min(w.len())].join(" "));
+            }
+        }
+        let b = w[i].as_bytes();
+        let date = b.len() == 10
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b.iter()
+                .enumerate()
+                .all(|(j, c)| j == 4 || j == 7 || c.is_ascii_digit());
+        if date {
+            out.push(w[i].clone());
+        }
+    }
+    out
+}
+
+/// Distinct words that look like commit hashes: 7 to 40 hex digits with
+/// both a letter and a digit among them.
+fn commit_hashes(text: &str) -> BTreeSet<String> {
+    words(text)
+        .into_iter()
+        .filter(|w| {
+            (7..=40).contains(&w.len())
+                && w.chars().all(|c| c.is_ascii_hexdigit())
+                && w.chars().any(|c| c.is_ascii_digit())
+                && w.chars().any(|c| c.is_ascii_alphabetic())
+        })
+        .collect()
+}
+
+#[test]
+fn the_docs_read_in_an_hour_and_state_figures_not_run_logs() {
+    let pages = pages();
+    let total: usize = pages
+        .iter()
+        .map(|(_, t)| t.split_whitespace().count())
+        .sum();
+    assert!(total > 10_000, "the pages were read ({total} words)");
+    assert!(
+        total < 50_000,
+        "README.md and docs/ hold {total} words; an hour's reading is under 50,000"
+    );
+    let mut wrong = Vec::new();
+    for (page, text) in &pages {
+        let hashes = commit_hashes(text);
+        if hashes.len() > 5 {
+            wrong.push(format!("{page}: {} commit hashes", hashes.len()));
+        }
+        for phrase in run_log_phrases(text) {
+            wrong.push(format!("{page}: \"{phrase}\""));
+        }
+    }
+    // The checks can fail.
+    assert_eq!(
+        run_log_phrases("It failed in 5 of 100 leave races.").len(),
+        1
+    );
+    assert_eq!(run_log_phrases("measured 2026-12-07, 3 of 9 runs").len(), 2);
+    assert!(run_log_phrases("0 of 20 keys over").is_empty());
+    assert_eq!(
+        commit_hashes("3f9a2c1 and 0b7d4e8, not 1795981980").len(),
+        2
+    );
+    assert!(
+        wrong.is_empty(),
+        "run logs in the docs (say what is true now, with the command that shows it):\n{}",
+        wrong.join("\n")
+    );
+    let readme = &pages[0].1;
+    assert!(
+        readme.contains("docs/envoy.md"),
+        "README links docs/envoy.md"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    assert!(!root.join("docs/performance-history.md").exists());
 }

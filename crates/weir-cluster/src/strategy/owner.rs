@@ -176,7 +176,7 @@ impl Strategy for OwnerStrategy {
 
     /// At the key's owner. After a reset every member's gateway forgets
     /// its cached denial of the key, this one's at once and the others' by
-    /// an `OpKind::Forget` the answer waits for (up to [`FORGET_WAIT`]): a
+    /// an `OpKind::Forget` the answer waits for (up to `FORGET_WAIT`): a
     /// denial cached before the reset would otherwise refuse the key there
     /// until it lapsed, as long as an hour for an hourly limit.
     fn counter<'a>(

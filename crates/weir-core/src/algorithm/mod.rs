@@ -26,7 +26,7 @@ use crate::clock::Nanos;
 use crate::decision::Decision;
 
 /// A refund's `at` that names no decision: `cost` comes back from what
-/// the key has spent now ([`Algorithm::give_back`]), as an Envoy
+/// the key has spent now (`Algorithm::give_back`), as an Envoy
 /// descriptor with `is_negative_hits` asks. No decision is taken at the
 /// last nanosecond of the clock's range.
 pub const REFUND_SPENT: Nanos = Nanos::MAX;
