@@ -37,7 +37,7 @@ use weir_proto::weir::v1::{CounterOp, DecideRequest, OpResult};
 
 use crate::config::BatchConfig;
 use crate::link::Link;
-use crate::owner::peers::{LateAnswer, PeerFailure, Peers, Reply};
+use crate::owner::peers::{LateAnswer, PeerFailure, Peers, Reply, HEARD_FOR};
 use crate::stats::{bump, Stats};
 use crate::topology::membership::NodeIdentity;
 use crate::topology::rules_sync::RulesHints;
@@ -430,11 +430,25 @@ fn call(
         from_node: ctx.me.clone(),
     };
     bump(&stats.peer_bytes, req.encoded_len() as u64);
-    let called = ctx.link.decide(to, req, longest + ctx.late_window);
+    // The slot is held for the late window, as long as an answer is
+    // expected; the answer is listened for far longer (`HEARD_FOR`), so
+    // that one the owner sent before its op's fence still reaches its
+    // reconciler through a stall of seconds on either side.
+    let called = ctx.link.decide(to, req, longest + HEARD_FOR);
+    let held = longest + ctx.late_window;
     let (ctx, to) = (ctx.clone(), to.clone());
     async move {
-        let called = called.await;
-        drop(slot);
+        tokio::pin!(called);
+        let called = match tokio::time::timeout(held, &mut called).await {
+            Ok(called) => {
+                drop(slot);
+                called
+            }
+            Err(_) => {
+                drop(slot);
+                called.await
+            }
+        };
         let stats = &ctx.stats;
         stats.call_time.record(sent_at.elapsed());
         let outcome = match called {

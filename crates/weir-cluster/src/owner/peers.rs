@@ -32,6 +32,14 @@ pub enum Reply {
 /// arrive within it and are reconciled; one later than this is not.
 pub const LATE_WINDOW: Duration = Duration::from_secs(1);
 
+/// How long past its deadline a Decide call's answer is still listened
+/// for and reconciled. An owner counts an op only until its fence, half a
+/// late window past the deadline ([`expiry`]); the answer to one counted
+/// just before it must still reach the gateway, which a stall of either
+/// process (a starved CPU, a pause) can delay by seconds. Nothing waits on
+/// it but the reconciler, and a call's slot is freed at the late window.
+pub const HEARD_FOR: Duration = Duration::from_secs(10);
+
 /// When a consume sent at `sent` (the gateway's clock) with `deadline`
 /// stops being counted anywhere (`CounterOp.expires_at`): half a late
 /// window past the deadline.

@@ -29,13 +29,18 @@ impl Link for SlowOwner {
         &self,
         _to: &NodeIdentity,
         req: DecideRequest,
-        _deadline: Duration,
+        deadline: Duration,
     ) -> BoxFuture<'static, Result<DecideResponse, PeerFailure>> {
         let takes = self.takes.lock().unwrap().pop_front().unwrap_or_default();
         let keys = req.ops.iter().map(|o| o.key.clone()).collect();
         self.calls.lock().unwrap().push(keys);
         let results = vec![OpResult::default(); req.ops.len()];
+        // As a real link: no answer past the deadline it was given.
         Box::pin(async move {
+            if takes > deadline {
+                tokio::time::sleep(deadline).await;
+                return Err(PeerFailure::Timeout(deadline));
+            }
             tokio::time::sleep(takes).await;
             Ok(DecideResponse {
                 results,
@@ -233,6 +238,37 @@ async fn a_sent_op_answered_past_its_deadline_is_late_and_its_answer_still_arriv
     assert_eq!(started.elapsed(), ms(5), "the caller hears at its deadline");
     assert!(late.0.await.is_some(), "the answer reaches the reconciler");
     assert_eq!(started.elapsed(), ms(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_seconds_past_the_late_window_still_reaches_the_reconciler() {
+    // An owner that counted the op just before its fence, then stalled (or
+    // a gateway starved): its answer comes 4 s after a 5 ms deadline.
+    let (batchers, _) = one_call_at_a_time(&[4_000]);
+    let started = Instant::now();
+    let Reply::Late(late) = batchers.decide(&owner(), op("stalled"), ms(5)).await else {
+        panic!("a 4 s call with a 5 ms deadline is late");
+    };
+    assert!(late.0.await.is_some(), "the answer reaches the reconciler");
+    assert_eq!(started.elapsed(), ms(4_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_still_listened_for_frees_its_slot_at_the_late_window() {
+    // One slot: the stalled call holds it for its deadline and the late
+    // window (1 s), not for the 4 s its answer takes.
+    let (batchers, calls) = one_call_at_a_time(&[4_000, 10]);
+    let started = Instant::now();
+    let Reply::Late(late) = batchers.decide(&owner(), op("stalled"), ms(5)).await else {
+        panic!("a 4 s call with a 5 ms deadline is late");
+    };
+    // Its reconciler listens on, as `Peers::on_late` does.
+    let listened = tokio::spawn(late.0);
+    let next = batchers.decide(&owner(), op("next"), ms(2_000)).await;
+    assert!(matches!(next, Reply::Answered(_)), "sent when the slot freed");
+    assert_eq!(started.elapsed(), ms(1_005 + 10));
+    assert_eq!(sent(&calls), keys(&[&["stalled"], &["next"]]));
+    assert!(listened.await.unwrap().is_some(), "and still heard");
 }
 
 #[tokio::test(start_paused = true)]
