@@ -82,7 +82,14 @@ pub fn allowed_excess(schedule: &Schedule, rule: &Rule) -> u64 {
     // out of reach, and the fallback decides it as with one copy.
     let copies_lost =
         has(|a| matches!(a, Action::Crash(_))) && crashed_members(schedule) >= schedule.replicas;
-    if copies_lost || most_down_at_once(schedule) >= schedule.replicas {
+    // A cut that takes as many members as there are copies can take every
+    // copy of a key away from the side left: that side decides it as with
+    // one copy, beside the far side's L above.
+    let copies_cut = schedule
+        .actions
+        .iter()
+        .any(|(_, a)| matches!(a, Action::Partition { side } if side.len() >= schedule.replicas));
+    if copies_lost || copies_cut || most_down_at_once(schedule) >= schedule.replicas {
         let n = schedule.nodes as u64;
         bound += limit + (n - 1) * limit.div_ceil(n);
     }
@@ -271,6 +278,25 @@ mod tests {
         );
         assert_eq!(allowed_excess(&crashes(&[2, 3], 2), &fw), one_copy);
         assert_eq!(allowed_excess(&crashes(&[2], 1), &fw), one_copy);
+    }
+
+    #[test]
+    fn a_cut_taking_both_copies_away_adds_the_one_copy_bound() {
+        let rules = RuleSet::from_toml(RULES).unwrap();
+        let fw = rules.get("fw").unwrap().1.clone();
+        let pair = Schedule {
+            actions: vec![
+                (
+                    Duration::from_secs(1),
+                    Action::Partition { side: vec![0, 4] },
+                ),
+                (Duration::from_secs(3), Action::Heal),
+            ],
+            ..cut_for(0)
+        };
+        // L for the cut, and L + (N-1) x ceil(L/N) for the side with no copy.
+        assert_eq!(allowed_excess(&pair, &fw), 10 + 18);
+        assert_eq!(allowed_excess(&cut_for(2), &fw), 10, "one member cut off");
     }
 
     fn pauses(spans: &[(usize, u64, u64)], replicas: usize) -> Schedule {

@@ -79,6 +79,26 @@ impl Refunds {
         }
     }
 
+    /// Gives back `cost` that `owner` admitted at `at`, at `owner` only and
+    /// only while this node's ring lists it: for an answer heard after
+    /// the late window, when the ring may have moved the key on without
+    /// that admission (an owner cut off or declared down before its copy
+    /// took it). Given back anywhere else, it would be a refund of
+    /// nothing counted there: one admission too many.
+    pub async fn give_back_where_counted(
+        &self,
+        owner: &NodeIdentity,
+        (rule, hash_part): (&Arc<str>, &str),
+        cost: u64,
+        at: Nanos,
+        wait: Duration,
+    ) {
+        if self.routing.is_member(&owner.id) {
+            self.taken(owner, wire::refund(rule, hash_part, cost, at), wait)
+                .await;
+        }
+    }
+
     fn counted(&self, hash_part: &str) -> Counted {
         let ring = self.routing.routing_ring();
         match ring.owner(hash_part) {

@@ -28,7 +28,7 @@ use super::lease::Lessor;
 use super::leased::Leases;
 use super::local::{Consumed, Local};
 use super::moves::Moves;
-use super::peers::{expiry, LateAnswer, PeerFailure, Peers, Reply, LATE_WINDOW};
+use super::peers::{expiry, LateAnswer, PeerFailure, Peers, Reply, HEARD_FOR, LATE_WINDOW};
 use super::refunds::Refunds;
 use super::replica::{Admitted, Replicas, StandIn};
 use super::replicate::Replicator;
@@ -278,6 +278,9 @@ impl Remote {
             let stand_in_for = target.stand_in_for.map(str::to_string);
             let key = hash_part.to_string();
             let rule = rule.clone();
+            // Past this, the ring may have moved the key on without the
+            // admission: its refund goes only where it was counted.
+            let heard_by = tokio::time::Instant::now() + LATE_WINDOW;
             self.peers.on_late(
                 late,
                 Box::new(move |result: OpResult| {
@@ -298,12 +301,19 @@ impl Remote {
                         }
                         // Nobody waits on it: it may queue behind the
                         // slow owner's other calls for as long as a late
-                        // answer may take.
+                        // answer is heard.
                         None => {
+                            let in_window = tokio::time::Instant::now() <= heard_by;
                             tokio::spawn(async move {
                                 let counter = (&rule.name, key.as_str());
-                                let wait = LATE_WINDOW;
-                                refunds.give_back(&node, counter, cost, d.at, wait).await;
+                                let wait = HEARD_FOR;
+                                if in_window {
+                                    refunds.give_back(&node, counter, cost, d.at, wait).await;
+                                } else {
+                                    refunds
+                                        .give_back_where_counted(&node, counter, cost, d.at, wait)
+                                        .await;
+                                }
                             });
                         }
                     }

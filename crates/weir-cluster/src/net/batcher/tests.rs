@@ -265,7 +265,10 @@ async fn a_call_still_listened_for_frees_its_slot_at_the_late_window() {
     // Its reconciler listens on, as `Peers::on_late` does.
     let listened = tokio::spawn(late.0);
     let next = batchers.decide(&owner(), op("next"), ms(2_000)).await;
-    assert!(matches!(next, Reply::Answered(_)), "sent when the slot freed");
+    assert!(
+        matches!(next, Reply::Answered(_)),
+        "sent when the slot freed"
+    );
     assert_eq!(started.elapsed(), ms(1_005 + 10));
     assert_eq!(sent(&calls), keys(&[&["stalled"], &["next"]]));
     assert!(listened.await.unwrap().is_some(), "and still heard");

@@ -138,6 +138,38 @@ async fn a_refund_for_an_owner_that_left_goes_to_the_keys_owner_now() {
     }
 }
 
+/// Guard: an answer heard after the late window is given back only where
+/// it was counted. Here its owner has left the ring, and the key's owner
+/// now (this node, or `b`) never counted the admission: given back there,
+/// it would be one admission too many.
+#[tokio::test(start_paused = true)]
+async fn a_refund_heard_past_the_late_window_goes_nowhere_but_its_owner() {
+    let net = MemoryNet::new();
+    let (a, b, vanished) = pair_and_an_empty_address(&net).await;
+    net.partition(&[a.identity().grpc.ip()], &[vanished.ip()]);
+    let gone = NodeIdentity::new("gone", vanished, vanished);
+    let remote = remote_of(&a);
+    let rule = &rule_r(&a);
+    for (owner, counts) in [("a", &a), ("b", &b)] {
+        let key = (0..)
+            .map(|i| format!("very-late-{owner}-{i}"))
+            .find(|k| a.ring().owner_id(k) == Some(owner))
+            .unwrap();
+        let now = counts.limiter().now();
+        let at = counts.limiter().consume("r", &key, 1, now).unwrap().at;
+        let counter = (&rule.name, key.as_str());
+        remote
+            .refunds()
+            .give_back_where_counted(&gone, counter, 1, at, Duration::from_millis(5))
+            .await;
+        assert_eq!(
+            counts.limiter().remaining("r", &key),
+            Some(4),
+            "{owner} gave back nothing it was not given"
+        );
+    }
+}
+
 /// Guard: a refund the owner did not take (no decision there: its port
 /// closed) goes to the key's owner now when that is another node; here
 /// an owner still listed as `b`, at an address that no longer answers,
