@@ -101,7 +101,9 @@ struct Inner {
     replicator: Arc<Replicator>,
     lessor: Arc<Lessor>,
     regional: Option<Arc<Regional>>,
-    token: Option<PeerToken>,
+    /// Tokens of the cluster secret and every accepted one: a peer call
+    /// carrying any of them is taken.
+    accepted_tokens: Vec<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
     stopped: AtomicBool,
@@ -163,6 +165,9 @@ impl Cluster {
         };
         if let Some(s) = &config.secret {
             mc = mc.with_secret(s.as_bytes().to_vec());
+        }
+        for s in &config.secret_accept {
+            mc = mc.accepting(s.as_bytes().to_vec());
         }
         mc.insecure_open = config.insecure_open;
         let join_grace = config
@@ -260,10 +265,10 @@ impl Cluster {
             membership.clone(),
             stats.clone(),
         ));
-        let token = config
-            .secret
-            .as_deref()
-            .and_then(|s| PeerToken::new(s.as_bytes()));
+        let accepted_tokens = config
+            .secrets()
+            .filter_map(|s| PeerToken::new(s.as_bytes()))
+            .collect();
         let regional = config.region.clone().map(|rc| {
             let r = Regional::new(rc, limiter.clone(), routing.clone(), t.region_link.clone());
             limiter.set_gate(Arc::new(RegionGate(r.clone())));
@@ -284,7 +289,7 @@ impl Cluster {
             replicator: replicator.clone(),
             lessor,
             regional: regional.clone(),
-            token,
+            accepted_tokens,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
@@ -509,7 +514,7 @@ impl Cluster {
     /// The cluster-secret check every peer-facing service sits behind.
     fn peer_auth(&self) -> PeerAuth {
         PeerAuth::new(
-            self.inner.token.clone(),
+            self.inner.accepted_tokens.clone(),
             self.inner.config.insecure_open,
             self.inner.stats.clone(),
         )

@@ -97,6 +97,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             "--admin-token-file",
             args.admin_token_file.as_deref(),
         )?,
+        admin_token_accept: secrets::accepted(
+            "--admin-token-accept",
+            &args.admin_token_accept,
+            "--admin-token-accept-file",
+            args.admin_token_accept_file.as_deref(),
+        )?,
         cluster: ClusterConfig {
             seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
             strategy: parsed(args.strategy.as_deref(), c.strategy)?,
@@ -117,6 +123,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
                 args.cluster_secret.as_deref(),
                 "--cluster-secret-file",
                 args.cluster_secret_file.as_deref(),
+            )?,
+            secret_accept: secrets::accepted(
+                "--cluster-secret-accept",
+                &args.cluster_secret_accept,
+                "--cluster-secret-accept-file",
+                args.cluster_secret_accept_file.as_deref(),
             )?,
             insecure_open: args.insecure_open_cluster,
             grpc_only: args.peer_grpc_only,

@@ -77,6 +77,8 @@ pub struct ServeConfig {
     /// None: the built-in default rules.
     pub rules_file: Option<PathBuf>,
     pub admin_token: Option<String>,
+    /// Admin tokens also taken, during a rotation (`--admin-token-accept`).
+    pub admin_token_accept: Vec<String>,
     /// How the node decides with its peers: strategy, seeds, secret,
     /// owner deadline and failure policy, gossip timings.
     pub cluster: ClusterConfig,
@@ -111,6 +113,7 @@ impl Default for ServeConfig {
             advertise_gossip: None,
             rules_file: None,
             admin_token: None,
+            admin_token_accept: Vec::new(),
             cluster: ClusterConfig::default(),
             retry_jitter: false,
             limits: InputLimits::default(),
@@ -195,6 +198,20 @@ impl ServeConfig {
             return Err(
                 "--insecure-open-cluster and --cluster-secret contradict each other: \
                  a cluster with a secret takes only its members"
+                    .into(),
+            );
+        }
+        if !c.secret_accept.is_empty() && c.secret.is_none() {
+            return Err(
+                "--cluster-secret-accept needs --cluster-secret: accepted secrets open and \
+                 verify, and only the cluster secret seals and signs"
+                    .into(),
+            );
+        }
+        if !self.admin_token_accept.is_empty() && self.admin_token.is_none() {
+            return Err(
+                "--admin-token-accept needs --admin-token: accepted tokens stand beside it \
+                 during a rotation"
                     .into(),
             );
         }
