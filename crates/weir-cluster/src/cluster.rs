@@ -24,6 +24,7 @@ use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::direct::{Copies, DirectServer};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
+use crate::net::peer_tls::PeerTls;
 use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
 use crate::owner::breaker::Breakers;
@@ -129,6 +130,18 @@ impl Cluster {
         gossip_bind: SocketAddr,
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
+        Self::start_over(config, identity, gossip_bind, limiter, None).await
+    }
+
+    /// [`Cluster::start`], dialling every peer under mutual TLS when `tls`
+    /// is given; the caller serves its peer port under the same.
+    pub async fn start_over(
+        config: ClusterConfig,
+        identity: NodeIdentity,
+        gossip_bind: SocketAddr,
+        limiter: Arc<Limiter>,
+        tls: Option<Arc<PeerTls>>,
+    ) -> Result<Cluster, ClusterError> {
         config.validate().map_err(ClusterError::Config)?;
         let socket =
             std::net::UdpSocket::bind(gossip_bind).map_err(|source| MembershipError::Bind {
@@ -141,8 +154,8 @@ impl Cluster {
             .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
             gossip: Gossip::Udp(socket),
-            link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only)),
-            region_link: Arc::new(TonicRegionLink::new(token)),
+            link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only).with_tls(tls.clone())),
+            region_link: Arc::new(TonicRegionLink::new(token).with_tls(tls)),
             resolver: SeedResolver::system(),
         };
         Cluster::assemble(config, identity, limiter, transport).await

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use weir_cluster::net::peer_tls::PeerTlsFiles;
 use weir_cluster::ClusterConfig;
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
@@ -87,6 +88,21 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             }),
             (None, None) => None,
             _ => return Err("--tls-cert and --tls-key go together: give both or neither".into()),
+        },
+        peer_tls: match (&args.peer_tls_cert, &args.peer_tls_key, &args.peer_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(PeerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            (None, None, None) => None,
+            _ => {
+                return Err(
+                    "--peer-tls-cert, --peer-tls-key and --peer-ca go together: give all three \
+                     or none"
+                        .into(),
+                )
+            }
         },
         advertise_grpc: args.advertise_grpc,
         advertise_gossip: args.advertise_gossip,

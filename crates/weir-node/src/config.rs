@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use weir_cluster::net::peer_tls::PeerTlsFiles;
 use weir_cluster::ClusterConfig;
 
 use crate::tls::TlsFiles;
@@ -64,11 +65,14 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub gossip: SocketAddr,
-    /// Serve weir.v1.Peer here, in plaintext, instead of on `grpc`; needed
-    /// with `tls`, since peers do not speak TLS.
+    /// Serve weir.v1.Peer here instead of on `grpc`; needed with `tls`,
+    /// since peers do not use the client certificate.
     pub peer_grpc: Option<SocketAddr>,
     /// HTTPS on `http` and TLS gRPC on `grpc`.
     pub tls: Option<TlsFiles>,
+    /// Mutual TLS between peers: the peer port (`peer_grpc`, else `grpc`)
+    /// speaks nothing else, and this node dials its peers under it.
+    pub peer_tls: Option<PeerTlsFiles>,
     /// The gRPC address peers are told to forward to; None: the bound one.
     /// A port of 0 takes the bound port.
     pub advertise_grpc: Option<SocketAddr>,
@@ -109,6 +113,7 @@ impl Default for ServeConfig {
             gossip: "127.0.0.1:7946".parse().expect("literal address"),
             peer_grpc: None,
             tls: None,
+            peer_tls: None,
             advertise_grpc: None,
             advertise_gossip: None,
             rules_file: None,
@@ -178,8 +183,8 @@ impl ServeConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.tls.is_some() && self.peer_grpc.is_none() {
             return Err(
-                "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
-                        plaintext on a port of their own"
+                "--tls-cert needs --peer-grpc ADDR: peers reach each other on a port \
+                        of their own, in plaintext or under --peer-tls-cert"
                     .into(),
             );
         }

@@ -166,3 +166,31 @@ fn accepted_secrets_without_their_primary_or_with_an_empty_entry_are_refused() {
     .unwrap_err();
     assert!(e.contains("--cluster-secret-accept-file"), "{e}");
 }
+
+#[test]
+fn the_peer_tls_files_go_together() {
+    let all = [
+        "--peer-tls-cert=node.crt",
+        "--peer-tls-key=node.key",
+        "--peer-ca=ca.crt",
+    ];
+    let mut args = vec!["weir", "serve"];
+    args.extend_from_slice(&all);
+    let c = parse(&args).unwrap();
+    let files = c.peer_tls.expect("peer TLS");
+    assert_eq!(
+        (files.cert, files.key, files.ca),
+        ("node.crt".into(), "node.key".into(), "ca.crt".into())
+    );
+    for left_out in 0..3 {
+        let mut args = vec!["weir", "serve"];
+        args.extend(
+            all.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != left_out)
+                .map(|(_, a)| *a),
+        );
+        let e = parse(&args).unwrap_err();
+        assert!(e.contains("go together"), "{args:?}: {e}");
+    }
+}

@@ -26,9 +26,18 @@ pub struct ServeArgs {
     /// Gossip (UDP) address [default: 127.0.0.1:7946].
     #[arg(long, env = "WEIR_GOSSIP", value_name = "ADDR")]
     pub gossip: Option<SocketAddr>,
-    /// Serve the peer service (weir.v1.Peer) here, plaintext, instead of on --grpc.
+    /// Serve the peer service (weir.v1.Peer) here instead of on --grpc (plaintext unless --peer-tls-cert).
     #[arg(long, env = "WEIR_PEER_GRPC", value_name = "ADDR")]
     pub peer_grpc: Option<SocketAddr>,
+    /// PEM certificate chain of this node for mutual TLS between peers (with --peer-tls-key and --peer-ca); reloaded when it changes.
+    #[arg(long, env = "WEIR_PEER_TLS_CERT", value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, env = "WEIR_PEER_TLS_KEY", value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signs every peer's certificate, for this cluster alone.
+    #[arg(long, env = "WEIR_PEER_CA", value_name = "FILE")]
+    pub peer_ca: Option<PathBuf>,
     /// PEM certificate chain: serve HTTPS on --http and TLS gRPC on --grpc (needs --tls-key, --peer-grpc).
     #[arg(long, env = "WEIR_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
