@@ -198,7 +198,7 @@ async fn connect(
             let (tcp, session) = stream.into_inner();
             Socket::Tls {
                 tcp,
-                session: Mutex::new(session),
+                session: Box::new(Mutex::new(session)),
             }
         }))
     };

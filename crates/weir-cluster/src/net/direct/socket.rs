@@ -17,7 +17,9 @@ pub(super) enum Socket {
     Plain(TcpStream),
     Tls {
         tcp: TcpStream,
-        session: Mutex<ClientConnection>,
+        /// Boxed: a session is over a kilobyte, and the socket is made once
+        /// per connection.
+        session: Box<Mutex<ClientConnection>>,
     },
 }
 
