@@ -24,6 +24,7 @@ use crate::net::auth::{PeerAuth, PeerToken};
 use crate::net::batcher::{Batchers, Ctx};
 use crate::net::direct::{Copies, DirectServer};
 use crate::net::grpc::{TonicLink, MAX_PEER_MESSAGE};
+use crate::net::peer_tls::PeerTls;
 use crate::net::regions::{RegionsService, TonicRegionLink};
 use crate::net::server::PeerService;
 use crate::owner::breaker::Breakers;
@@ -101,7 +102,9 @@ struct Inner {
     replicator: Arc<Replicator>,
     lessor: Arc<Lessor>,
     regional: Option<Arc<Regional>>,
-    token: Option<PeerToken>,
+    /// Tokens of the cluster secret and every accepted one: a peer call
+    /// carrying any of them is taken.
+    accepted_tokens: Vec<PeerToken>,
     resolver: SeedResolver,
     tasks: Mutex<Vec<AbortHandle>>,
     stopped: AtomicBool,
@@ -127,6 +130,18 @@ impl Cluster {
         gossip_bind: SocketAddr,
         limiter: Arc<Limiter>,
     ) -> Result<Cluster, ClusterError> {
+        Self::start_over(config, identity, gossip_bind, limiter, None).await
+    }
+
+    /// [`Cluster::start`], dialling every peer under mutual TLS when `tls`
+    /// is given; the caller serves its peer port under the same.
+    pub async fn start_over(
+        config: ClusterConfig,
+        identity: NodeIdentity,
+        gossip_bind: SocketAddr,
+        limiter: Arc<Limiter>,
+        tls: Option<Arc<PeerTls>>,
+    ) -> Result<Cluster, ClusterError> {
         config.validate().map_err(ClusterError::Config)?;
         let socket =
             std::net::UdpSocket::bind(gossip_bind).map_err(|source| MembershipError::Bind {
@@ -139,8 +154,8 @@ impl Cluster {
             .and_then(|s| PeerToken::new(s.as_bytes()));
         let transport = Transport {
             gossip: Gossip::Udp(socket),
-            link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only)),
-            region_link: Arc::new(TonicRegionLink::new(token)),
+            link: Arc::new(TonicLink::new(token.clone(), !config.grpc_only).with_tls(tls.clone())),
+            region_link: Arc::new(TonicRegionLink::new(token).with_tls(tls)),
             resolver: SeedResolver::system(),
         };
         Cluster::assemble(config, identity, limiter, transport).await
@@ -163,6 +178,9 @@ impl Cluster {
         };
         if let Some(s) = &config.secret {
             mc = mc.with_secret(s.as_bytes().to_vec());
+        }
+        for s in &config.secret_accept {
+            mc = mc.accepting(s.as_bytes().to_vec());
         }
         mc.insecure_open = config.insecure_open;
         let join_grace = config
@@ -260,10 +278,10 @@ impl Cluster {
             membership.clone(),
             stats.clone(),
         ));
-        let token = config
-            .secret
-            .as_deref()
-            .and_then(|s| PeerToken::new(s.as_bytes()));
+        let accepted_tokens = config
+            .secrets()
+            .filter_map(|s| PeerToken::new(s.as_bytes()))
+            .collect();
         let regional = config.region.clone().map(|rc| {
             let r = Regional::new(rc, limiter.clone(), routing.clone(), t.region_link.clone());
             limiter.set_gate(Arc::new(RegionGate(r.clone())));
@@ -284,7 +302,7 @@ impl Cluster {
             replicator: replicator.clone(),
             lessor,
             regional: regional.clone(),
-            token,
+            accepted_tokens,
             resolver: t.resolver,
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
@@ -509,7 +527,7 @@ impl Cluster {
     /// The cluster-secret check every peer-facing service sits behind.
     fn peer_auth(&self) -> PeerAuth {
         PeerAuth::new(
-            self.inner.token.clone(),
+            self.inner.accepted_tokens.clone(),
             self.inner.config.insecure_open,
             self.inner.stats.clone(),
         )

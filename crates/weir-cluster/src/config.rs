@@ -153,9 +153,14 @@ pub struct ClusterConfig {
     /// record that appears late would otherwise leave it a cluster of one.
     pub seeds: Vec<String>,
     pub reseed_interval: Duration,
-    /// Shared secret: gossip is HMAC-tagged with it and every peer call
-    /// must carry a token derived from it.
+    /// Shared secret: gossip is sealed under it and every peer call
+    /// carries a token derived from it.
     pub secret: Option<String>,
+    /// Secrets also accepted, never used to seal or sign
+    /// (`--cluster-secret-accept`): gossip sealed and tokens made under any
+    /// of them are taken, so a ring rotates its secret in rolling restarts
+    /// (docs/security.md).
+    pub secret_accept: Vec<String>,
     /// Anti-entropy: how often each node pulls the rule set from one random peer.
     pub rules_sync_interval: Duration,
     /// While an owner is in fallback, how often one check probes it.
@@ -210,6 +215,7 @@ impl Default for ClusterConfig {
             seeds: Vec::new(),
             reseed_interval: Duration::from_secs(5),
             secret: None,
+            secret_accept: Vec::new(),
             rules_sync_interval: Duration::from_secs(5),
             fallback_probe: Duration::from_millis(200),
             // Half a million counters took 3.3-3.4 s to hand over on the
@@ -231,6 +237,15 @@ impl Default for ClusterConfig {
 }
 
 impl ClusterConfig {
+    /// The cluster secret, then every accepted one: what opens gossip and
+    /// what a peer token may be made under.
+    pub(crate) fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.secret
+            .iter()
+            .chain(&self.secret_accept)
+            .map(String::as_str)
+    }
+
     /// Why this configuration cannot run, naming the setting.
     pub fn validate(&self) -> Result<(), &'static str> {
         if self.owner_deadline.is_zero() {
@@ -253,6 +268,12 @@ impl ClusterConfig {
         }
         if self.secret.is_some() && self.insecure_open {
             return Err("a cluster with a secret cannot also be open to anyone");
+        }
+        if self.secret_accept.iter().any(String::is_empty) {
+            return Err("an accepted cluster secret must not be empty");
+        }
+        if !self.secret_accept.is_empty() && self.secret.is_none() {
+            return Err("accepted cluster secrets need a cluster secret to seal and sign with");
         }
         if let Some(r) = &self.region {
             if r.name.is_empty() {
@@ -285,6 +306,7 @@ impl fmt::Debug for ClusterConfig {
             .field("reseed_interval", &self.reseed_interval)
             // Never print key material.
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("secret_accept", &self.secret_accept.len())
             .field("rules_sync_interval", &self.rules_sync_interval)
             .field("fallback_probe", &self.fallback_probe)
             .field("leave_timeout", &self.leave_timeout)
@@ -349,9 +371,35 @@ mod tests {
             "{:?}",
             ClusterConfig {
                 secret: Some("hunter2".into()),
+                secret_accept: vec!["hunter3".into()],
                 ..ClusterConfig::default()
             }
         );
         assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("hunter3"), "{shown}");
+    }
+
+    #[test]
+    fn an_accepted_secret_is_neither_empty_nor_alone() {
+        let rotating = ClusterConfig {
+            secret: Some("new".into()),
+            secret_accept: vec!["old".into()],
+            ..ClusterConfig::default()
+        };
+        assert_eq!(rotating.validate(), Ok(()));
+        assert_eq!(rotating.secrets().collect::<Vec<_>>(), ["new", "old"]);
+        let empty = ClusterConfig {
+            secret_accept: vec![String::new()],
+            ..rotating.clone()
+        };
+        assert!(empty.validate().unwrap_err().contains("accepted"));
+        let alone = ClusterConfig {
+            secret: None,
+            ..rotating
+        };
+        assert!(alone
+            .validate()
+            .unwrap_err()
+            .contains("need a cluster secret"));
     }
 }

@@ -2,6 +2,7 @@
 
 mod capped;
 mod dealt;
+mod first_byte;
 mod watch;
 
 use std::future::Future;
@@ -13,12 +14,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::serve::Listener;
+use tokio::io::AsyncReadExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use weir_cluster::net::direct::{is_direct, DirectServer};
+use weir_cluster::net::peer_tls::PeerTls;
+
+use first_byte::FirstByte;
 
 pub use capped::{slots, CappedListener, CappedStream};
 pub use dealt::{deal, Dealt};
@@ -54,7 +59,26 @@ pub struct ConnInfo {
 
 enum Io {
     Plain(CappedStream),
-    Tls(Box<TlsStream<CappedStream>>),
+    Tls(Box<FirstByte<TlsStream<CappedStream>>>),
+}
+
+/// Where a listener's TLS comes from.
+#[derive(Clone)]
+pub enum Handshake {
+    /// The client ports: one certificate, fixed at start.
+    Fixed(TlsAcceptor),
+    /// The peer port: mutual TLS, its files reloaded while serving; each
+    /// connection takes the configuration in force when it is accepted.
+    Peers(Arc<PeerTls>),
+}
+
+impl Handshake {
+    fn acceptor(&self) -> TlsAcceptor {
+        match self {
+            Handshake::Fixed(a) => a.clone(),
+            Handshake::Peers(p) => TlsAcceptor::from(p.server()),
+        }
+    }
 }
 
 impl Conn {
@@ -79,13 +103,14 @@ impl Conn {
 /// within the head timeout too, and a connection with no request for the
 /// idle timeout is closed.
 ///
-/// With `direct`, a plain connection whose first byte asks for direct
-/// peer calls (`weir_cluster::net::direct`) is served by it instead, in a
-/// task of its own, which closes it once `stop` resolves (answering the
-/// calls it has read); its first byte must come within the head timeout.
+/// With `direct`, a connection whose first byte (inside TLS, under TLS)
+/// asks for direct peer calls (`weir_cluster::net::direct`) is served by
+/// it instead, in a task of its own, which closes it once `stop` resolves
+/// (answering the calls it has read); its first byte must come within the
+/// head timeout.
 pub fn incoming<L>(
     mut listener: L,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Handshake>,
     direct: Option<DirectServer>,
     timeouts: Timeouts,
     stop: impl Future<Output = ()> + Send + 'static,
@@ -114,7 +139,7 @@ where
             // The clock starts at accept: the handshake's time counts
             // against the head timeout of the HTTP/2 start as well.
             let watch = Watch::new(timeouts);
-            let Some(acceptor) = tls.clone() else {
+            let Some(acceptor) = tls.as_ref().map(Handshake::acceptor) else {
                 if let Some(direct) = &direct {
                     let mut closing = closing.clone();
                     let closing = async move {
@@ -147,20 +172,36 @@ where
                 continue;
             };
             let tx = tx.clone();
+            let direct = direct.clone();
+            let mut closing = closing.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(timeouts.head, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        let conn = Conn {
-                            io: Io::Tls(Box::new(tls)),
-                            local,
-                            remote,
-                            watch,
-                        };
-                        let _ = tx.send(conn).await;
+                let tls = match tokio::time::timeout(timeouts.head, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        return tracing::debug!(?remote, error = %e, "TLS handshake failed")
                     }
-                    Ok(Err(e)) => tracing::debug!(?remote, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(?remote, "TLS handshake timed out"),
-                }
+                    Err(_) => return tracing::debug!(?remote, "TLS handshake timed out"),
+                };
+                let Some(direct) = direct else {
+                    let conn = Conn {
+                        io: Io::Tls(Box::new(FirstByte::new(None, tls))),
+                        local,
+                        remote,
+                        watch,
+                    };
+                    let _ = tx.send(conn).await;
+                    return;
+                };
+                let closing = async move {
+                    let _ = closing.changed().await;
+                };
+                divert_tls(tls, direct, timeouts.head, tx, closing, move |io| Conn {
+                    io: Io::Tls(Box::new(io)),
+                    local,
+                    remote,
+                    watch,
+                })
+                .await;
             });
         }
     });
@@ -182,6 +223,31 @@ async fn divert(
         Ok(Ok(1)) if is_direct(first[0]) => direct.serve(stream, head, closing).await,
         Ok(Ok(1)) => {
             let _ = tx.send(conn(stream)).await;
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "a connection failed before its first byte"),
+        Err(_) => tracing::debug!("a connection sent nothing within the head timeout"),
+    }
+}
+
+/// [`divert`] for a connection under TLS: its first byte is read through
+/// the session (it cannot be peeked) and handed on with the stream.
+async fn divert_tls(
+    mut tls: TlsStream<CappedStream>,
+    direct: DirectServer,
+    head: Duration,
+    tx: mpsc::Sender<Conn>,
+    closing: impl Future<Output = ()>,
+    conn: impl FnOnce(FirstByte<TlsStream<CappedStream>>) -> Conn,
+) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(head, tls.read(&mut first)).await {
+        Ok(Ok(1)) if is_direct(first[0]) => {
+            let io = FirstByte::new(Some(first[0]), tls);
+            direct.serve(io, head, closing).await;
+        }
+        Ok(Ok(1)) => {
+            let _ = tx.send(conn(FirstByte::new(Some(first[0]), tls))).await;
         }
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "a connection failed before its first byte"),

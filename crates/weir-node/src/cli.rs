@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use weir_cluster::net::peer_tls::PeerTlsFiles;
 use weir_cluster::ClusterConfig;
 
 use crate::config::{InputLimits, LogFormat, ServeConfig};
@@ -88,6 +89,21 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             (None, None) => None,
             _ => return Err("--tls-cert and --tls-key go together: give both or neither".into()),
         },
+        peer_tls: match (&args.peer_tls_cert, &args.peer_tls_key, &args.peer_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(PeerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            (None, None, None) => None,
+            _ => {
+                return Err(
+                    "--peer-tls-cert, --peer-tls-key and --peer-ca go together: give all three \
+                     or none"
+                        .into(),
+                )
+            }
+        },
         advertise_grpc: args.advertise_grpc,
         advertise_gossip: args.advertise_gossip,
         rules_file: args.rules.clone(),
@@ -96,6 +112,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
             args.admin_token.as_deref(),
             "--admin-token-file",
             args.admin_token_file.as_deref(),
+        )?,
+        admin_token_accept: secrets::accepted(
+            "--admin-token-accept",
+            &args.admin_token_accept,
+            "--admin-token-accept-file",
+            args.admin_token_accept_file.as_deref(),
         )?,
         cluster: ClusterConfig {
             seeds: args.seeds.iter().map(|s| s.trim().to_string()).collect(),
@@ -117,6 +139,12 @@ pub fn serve_config(args: &ServeArgs) -> Result<ServeConfig, String> {
                 args.cluster_secret.as_deref(),
                 "--cluster-secret-file",
                 args.cluster_secret_file.as_deref(),
+            )?,
+            secret_accept: secrets::accepted(
+                "--cluster-secret-accept",
+                &args.cluster_secret_accept,
+                "--cluster-secret-accept-file",
+                args.cluster_secret_accept_file.as_deref(),
             )?,
             insecure_open: args.insecure_open_cluster,
             grpc_only: args.peer_grpc_only,

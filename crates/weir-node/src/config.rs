@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use weir_cluster::net::peer_tls::PeerTlsFiles;
 use weir_cluster::ClusterConfig;
 
 use crate::tls::TlsFiles;
@@ -64,11 +65,14 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub gossip: SocketAddr,
-    /// Serve weir.v1.Peer here, in plaintext, instead of on `grpc`; needed
-    /// with `tls`, since peers do not speak TLS.
+    /// Serve weir.v1.Peer here instead of on `grpc`; needed with `tls`,
+    /// since peers do not use the client certificate.
     pub peer_grpc: Option<SocketAddr>,
     /// HTTPS on `http` and TLS gRPC on `grpc`.
     pub tls: Option<TlsFiles>,
+    /// Mutual TLS between peers: the peer port (`peer_grpc`, else `grpc`)
+    /// speaks nothing else, and this node dials its peers under it.
+    pub peer_tls: Option<PeerTlsFiles>,
     /// The gRPC address peers are told to forward to; None: the bound one.
     /// A port of 0 takes the bound port.
     pub advertise_grpc: Option<SocketAddr>,
@@ -77,6 +81,8 @@ pub struct ServeConfig {
     /// None: the built-in default rules.
     pub rules_file: Option<PathBuf>,
     pub admin_token: Option<String>,
+    /// Admin tokens also taken, during a rotation (`--admin-token-accept`).
+    pub admin_token_accept: Vec<String>,
     /// How the node decides with its peers: strategy, seeds, secret,
     /// owner deadline and failure policy, gossip timings.
     pub cluster: ClusterConfig,
@@ -107,10 +113,12 @@ impl Default for ServeConfig {
             gossip: "127.0.0.1:7946".parse().expect("literal address"),
             peer_grpc: None,
             tls: None,
+            peer_tls: None,
             advertise_grpc: None,
             advertise_gossip: None,
             rules_file: None,
             admin_token: None,
+            admin_token_accept: Vec::new(),
             cluster: ClusterConfig::default(),
             retry_jitter: false,
             limits: InputLimits::default(),
@@ -175,8 +183,8 @@ impl ServeConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.tls.is_some() && self.peer_grpc.is_none() {
             return Err(
-                "--tls-cert needs --peer-grpc ADDR: peers reach each other in \
-                        plaintext on a port of their own"
+                "--tls-cert needs --peer-grpc ADDR: peers reach each other on a port \
+                        of their own, in plaintext or under --peer-tls-cert"
                     .into(),
             );
         }
@@ -195,6 +203,20 @@ impl ServeConfig {
             return Err(
                 "--insecure-open-cluster and --cluster-secret contradict each other: \
                  a cluster with a secret takes only its members"
+                    .into(),
+            );
+        }
+        if !c.secret_accept.is_empty() && c.secret.is_none() {
+            return Err(
+                "--cluster-secret-accept needs --cluster-secret: accepted secrets open and \
+                 verify, and only the cluster secret seals and signs"
+                    .into(),
+            );
+        }
+        if !self.admin_token_accept.is_empty() && self.admin_token.is_none() {
+            return Err(
+                "--admin-token-accept needs --admin-token: accepted tokens stand beside it \
+                 during a rotation"
                     .into(),
             );
         }

@@ -17,6 +17,7 @@ pub mod http;
 mod jitter;
 pub mod metrics;
 mod node;
+mod peer_tls_reload;
 pub mod readiness;
 mod reload;
 pub mod state;

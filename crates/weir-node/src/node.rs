@@ -20,6 +20,7 @@ use crate::readiness::Stage;
 use crate::reload::Loaded;
 use crate::state::NodeState;
 use crate::traces::Traces;
+use weir_cluster::net::peer_tls::PeerTls;
 
 #[derive(Debug, Error)]
 pub enum NodeError {
@@ -40,6 +41,8 @@ pub enum NodeError {
     Config(String),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    PeerTls(#[from] weir_cluster::net::peer_tls::PeerTlsError),
     #[error("cannot join the cluster: {0}")]
     Cluster(#[from] ClusterError),
     /// The OTLP exporter could not be built; nothing was started.
@@ -90,6 +93,10 @@ impl Node {
     pub async fn start(config: ServeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(NodeError::Config)?;
         let tls = config.tls.as_ref().map(|t| t.load()).transpose()?;
+        let peer_tls = match &config.peer_tls {
+            Some(files) => Some(Arc::new(PeerTls::new(files.load()?))),
+            None => None,
+        };
         // A large file takes a moment to parse and index: off the runtime's
         // workers, which may already serve another node in this process.
         let (rules, rules_text) = {
@@ -133,7 +140,8 @@ impl Node {
             .unwrap_or_else(|| http_addr.to_string());
         // Every node is a cluster member; one started without seeds is a
         // cluster of one until another joins through it.
-        let cluster = Arc::new(start_cluster(&config, &node_id, limiter.clone()).await?);
+        let cluster =
+            Arc::new(start_cluster(&config, &node_id, limiter.clone(), peer_tls.clone()).await?);
         config.gossip = cluster.gossip_addr();
         let engine = Arc::new(Engine::clustered(cluster.clone()));
         let scrape = NodeCollector::new(engine.clone(), config.max_keys_per_rule);
@@ -168,6 +176,7 @@ impl Node {
             grpc_listener,
             grpc_tls,
             peer_listener,
+            peer_tls.clone(),
             signal(stopped.clone()),
         )));
         tasks.push(tokio::spawn(sweep(limiter, signal(stopped.clone()))));
@@ -175,6 +184,13 @@ impl Node {
             state.clone(),
             signal(stopped.clone()),
         )));
+        if let (Some(tls), Some(files)) = (&peer_tls, &state.config.peer_tls) {
+            tasks.extend(crate::peer_tls_reload::spawn(
+                tls.clone(),
+                files.clone(),
+                signal(stopped.clone()),
+            ));
+        }
         if let Some(path) = state.config.rules_file.clone() {
             tasks.extend(crate::reload::spawn(
                 state.clone(),
@@ -191,6 +207,7 @@ impl Node {
             grpc = %grpc_addr,
             peer = %state.config.peer_listener(),
             tls = state.config.tls.is_some(),
+            peer_tls = state.config.peer_tls.is_some(),
             "weir node serving"
         );
         Ok(Node {
@@ -258,29 +275,48 @@ impl Node {
 
 /// Says at every start whom this node takes gossip and peer calls from.
 fn announce_trust(config: &ServeConfig) {
-    let c = &config.cluster;
-    if c.secret.is_some() {
-        return;
+    match trust_notice(config) {
+        Some(Notice::Warn(text)) => tracing::warn!("{text}"),
+        Some(Notice::Info(text)) => tracing::info!("{text}"),
+        None => {}
     }
-    if c.insecure_open {
-        tracing::warn!(
+}
+
+/// What the start log says about trust, and how loud.
+#[derive(Debug, PartialEq, Eq)]
+enum Notice {
+    Warn(&'static str),
+    Info(&'static str),
+}
+
+fn trust_notice(config: &ServeConfig) -> Option<Notice> {
+    let c = &config.cluster;
+    Some(match (&c.secret, &config.peer_tls) {
+        (Some(_), Some(_)) => return None,
+        (Some(_), None) => Notice::Warn(
+            "peer traffic is not encrypted: gossip is sealed under the cluster secret, but \
+             forwarded checks, copies and rule pushes cross the peer port in plaintext \
+             (authenticated, readable by anyone on the path); give --peer-tls-cert, \
+             --peer-tls-key and --peer-ca to encrypt them (docs/security.md)",
+        ),
+        (None, _) if c.insecure_open => Notice::Warn(
             "INSECURE: --insecure-open-cluster: no cluster secret, and gossip and peer calls \
              are taken from anyone who can reach the gossip and peer ports; they can join the \
              ring, decide a share of all keys and replace the rules without the admin token \
-             (docs/security.md)"
-        );
-    } else {
-        tracing::info!(
+             (docs/security.md)",
+        ),
+        (None, _) => Notice::Info(
             "standalone node: no --cluster-secret, so it takes no gossip and serves no peer \
-             calls; give every node the same secret to form a cluster"
-        );
-    }
+             calls; give every node the same secret to form a cluster",
+        ),
+    })
 }
 
 async fn start_cluster(
     config: &ServeConfig,
     node_id: &str,
     limiter: Arc<Limiter>,
+    peer_tls: Option<Arc<PeerTls>>,
 ) -> Result<Cluster, NodeError> {
     // Port 0 in an advertised address means "the port that was bound"; the
     // membership fills in the gossip one once its socket is bound.
@@ -289,7 +325,8 @@ async fn start_cluster(
         grpc.set_port(config.peer_listener().port());
     }
     let identity = NodeIdentity::new(node_id, config.advertised_gossip(), grpc);
-    Ok(Cluster::start(config.cluster.clone(), identity, config.gossip, limiter).await?)
+    let cluster = config.cluster.clone();
+    Ok(Cluster::start_over(cluster, identity, config.gossip, limiter, peer_tls).await?)
 }
 
 /// Resolves when the stop flag is raised.
@@ -317,4 +354,27 @@ pub async fn run(config: ServeConfig, shutdown: impl Future<Output = ()>) -> Res
     shutdown.await;
     node.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_cluster::net::peer_tls::PeerTlsFiles;
+
+    use super::*;
+
+    #[test]
+    fn a_secret_without_peer_tls_warns_that_peer_traffic_is_not_encrypted() {
+        let mut c = ServeConfig::default();
+        c.cluster.secret = Some("s".into());
+        assert!(matches!(trust_notice(&c), Some(Notice::Warn(t)) if t.contains("not encrypted")));
+        c.peer_tls = Some(PeerTlsFiles {
+            cert: "c".into(),
+            key: "k".into(),
+            ca: "a".into(),
+        });
+        assert_eq!(trust_notice(&c), None);
+        c.cluster.secret = None;
+        c.cluster.insecure_open = true;
+        assert!(matches!(trust_notice(&c), Some(Notice::Warn(t)) if t.starts_with("INSECURE")));
+    }
 }

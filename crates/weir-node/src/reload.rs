@@ -2,10 +2,11 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{EventKind, RecursiveMode, Watcher};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -51,19 +52,27 @@ pub fn spawn(
     loaded: Option<Loaded>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Option<JoinHandle<()>> {
-    // The parent directory is watched, not the file: an editor that saves by
-    // writing a new file and renaming it over the old one replaces the inode,
-    // and a watch on the old inode would never fire again.
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let (watcher, rx) = watch(&[path.as_path()], "rules file")?;
+    Some(tokio::spawn(async move {
+        // Moved in so the watch lives exactly as long as this task.
+        let _watcher = watcher;
+        watch_loop(state, path, loaded, rx, stop).await;
+    }))
+}
+
+/// A watch on the directories of `files`, and the channel it says "some
+/// change" on. None if they cannot be watched (logged, naming `what`: the
+/// node runs on with what it has).
+pub(crate) fn watch(
+    files: &[&Path],
+    what: &str,
+) -> Option<(RecommendedWatcher, mpsc::UnboundedReceiver<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     // Any event in the directory may have changed what the path resolves
-    // to, not only one naming the file: a Kubernetes ConfigMap volume swaps
-    // a `..data` symlink that the file reaches through, and no event names
-    // the file. The content comparison in `reload` keeps unrelated events
-    // from installing anything.
+    // to, not only one naming the file: a Kubernetes ConfigMap or Secret
+    // volume swaps a `..data` symlink that the file reaches through, and
+    // no event names the file. Comparing what was read keeps unrelated
+    // events from installing anything.
     let handler = move |res: notify::Result<notify::Event>| {
         let Ok(event) = res else { return };
         // Our own reads show up as access events; reacting to them would loop.
@@ -74,19 +83,52 @@ pub fn spawn(
     let mut watcher = match notify::recommended_watcher(handler) {
         Ok(w) => w,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot start the rules file watcher; rules will not reload");
+            tracing::warn!(error = %e, "cannot start the {what} watcher; it will not reload");
             return None;
         }
     };
-    if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-        tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the rules directory; rules will not reload");
-        return None;
+    // The parent directory is watched, not the file: an editor that saves
+    // by writing a new file and renaming it over the old one replaces the
+    // inode, and a watch on the old inode would never fire again.
+    let mut dirs: Vec<PathBuf> = files
+        .iter()
+        .map(|f| match f.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        })
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    for dir in &dirs {
+        if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the {what}'s directory; it will not reload");
+            return None;
+        }
     }
-    Some(tokio::spawn(async move {
-        // Moved in so the watch lives exactly as long as this task.
-        let _watcher = watcher;
-        watch_loop(state, path, loaded, rx, stop).await;
-    }))
+    Some((watcher, rx))
+}
+
+/// Waits for a change and then for the writes to settle (editors and `cp`
+/// write a file in several steps): false once `stop` resolves or the watch
+/// is gone.
+pub(crate) async fn settled_change(
+    changes: &mut mpsc::UnboundedReceiver<()>,
+    mut stop: Pin<&mut impl Future<Output = ()>>,
+) -> bool {
+    tokio::select! {
+        _ = &mut stop => return false,
+        change = changes.recv() => if change.is_none() { return false },
+    }
+    loop {
+        tokio::select! {
+            _ = &mut stop => return false,
+            more = tokio::time::timeout(DEBOUNCE, changes.recv()) => match more {
+                Ok(Some(())) => continue,
+                Ok(None) => return false,
+                Err(_) => return true,
+            },
+        }
+    }
 }
 
 async fn watch_loop(
@@ -97,22 +139,7 @@ async fn watch_loop(
     stop: impl Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            change = changes.recv() => if change.is_none() { return },
-        }
-        // Debounce: read only once the writes have settled.
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                more = tokio::time::timeout(DEBOUNCE, changes.recv()) => match more {
-                    Ok(Some(())) => continue,
-                    Ok(None) => return,
-                    Err(_) => break,
-                },
-            }
-        }
+    while settled_change(&mut changes, stop.as_mut()).await {
         // Parsing and indexing tens of thousands of rules takes a while:
         // on the blocking pool, no worker that answers checks or drives
         // gossip waits for it.

@@ -629,3 +629,85 @@ fn an_env_var_weir_does_not_read_is_caught() {
     assert_weir_env("test", "WEIR_CLUSTER_SECRET");
     assert_weir_env("test", "WEIR_ADMIN_TOKEN");
 }
+
+/// The peer mutual-TLS component (deploy/k8s/peer-tls) applied to the
+/// StatefulSet by hand: its JSON patch lands on `--advertise-grpc`'s
+/// value, and the variables it adds turn on peer TLS from the files the
+/// certificate's Secret mounts, on a peer port of its own that peers are
+/// told.
+#[test]
+fn the_peer_tls_component_moves_the_peer_port_and_mounts_the_certificates() {
+    let base = deploy("k8s/statefulset.yaml");
+    let (_, mut argv) = k8s_statefulset(&base, &image().0).expect("StatefulSet args");
+    let entry = argv.len()
+        - strings(
+            &k8s_docs(&base)[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+            "args",
+        )
+        .unwrap()
+        .len();
+
+    let component = k8s_docs(&deploy("k8s/peer-tls/kustomization.yaml")).remove(0);
+    assert_eq!(component["kind"], "Component");
+    let inline = component["patches"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find_map(|p| p["patch"].as_str())
+        .expect("an inline JSON patch");
+    let op = k8s_docs(inline).remove(0)[0].clone();
+    let path = op["path"].as_str().unwrap();
+    let index: usize = path
+        .strip_prefix("/spec/template/spec/containers/0/args/")
+        .expect("a patch of the args")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        argv[entry + index - 1],
+        "--advertise-grpc",
+        "the patch replaces {path}"
+    );
+    argv[entry + index] = op["value"].as_str().unwrap().to_string();
+
+    let patch = k8s_docs(&deploy("k8s/peer-tls/statefulset-patch.yaml")).remove(0);
+    let container = &patch["spec"]["template"]["spec"]["containers"][0];
+    for e in container["env"].as_sequence().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        assert_weir_env("peer-tls component", name);
+        let flag = name["WEIR_".len()..].to_lowercase().replace('_', "-");
+        argv.push(format!("--{flag}={}", e["value"].as_str().unwrap()));
+    }
+    let c = check(&argv).expect("the patched args parse");
+    let files = c.peer_tls.clone().expect("peer TLS on");
+    let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    for (file, key) in [
+        (&files.cert, "tls.crt"),
+        (&files.key, "tls.key"),
+        (&files.ca, "ca.crt"),
+    ] {
+        assert_eq!(file, &Path::new(mount).join(key));
+    }
+    let peer_port = container["ports"][0]["containerPort"].as_u64().unwrap();
+    assert_eq!(c.peer_grpc.map(|a| u64::from(a.port())), Some(peer_port));
+    assert_eq!(
+        c.advertised_grpc().to_string(),
+        format!("10.0.0.7:{peer_port}")
+    );
+    assert_ne!(
+        c.peer_listener(),
+        c.grpc,
+        "clients keep a port without peer TLS"
+    );
+
+    // The Secret mounted is the one the peer Certificate writes.
+    let secret = patch["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"].clone();
+    let certificates = k8s_docs(&deploy("k8s/peer-tls/certificates.yaml"));
+    let peer_cert = certificates
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == secret)
+        .expect("a Certificate writes the mounted Secret");
+    let usages = strings(&peer_cert["spec"]["usages"], "usages").unwrap();
+    assert!(
+        usages.contains(&"server auth".to_string()) && usages.contains(&"client auth".to_string())
+    );
+}

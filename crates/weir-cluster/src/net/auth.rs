@@ -121,21 +121,23 @@ impl std::fmt::Debug for PeerToken {
     }
 }
 
-/// The server side: with a secret, refuses calls without a fresh token
-/// (counted); without one, refuses every call unless the operator opened
-/// the cluster (`insecure_open`), so a node started without a secret serves
-/// no peer calls at all.
+/// The server side: with secrets, refuses calls without a fresh token of
+/// one of them (counted); without, refuses every call unless the operator
+/// opened the cluster (`insecure_open`), so a node started without a secret
+/// serves no peer calls at all.
 #[derive(Clone)]
 pub struct PeerAuth {
-    expected: Option<PeerToken>,
+    /// The cluster secret's token first, then the accepted secrets': the
+    /// one peers use most is tried first.
+    accepted: Arc<[PeerToken]>,
     open: bool,
     stats: Arc<Stats>,
 }
 
 impl PeerAuth {
-    pub fn new(expected: Option<PeerToken>, insecure_open: bool, stats: Arc<Stats>) -> Self {
+    pub fn new(accepted: Vec<PeerToken>, insecure_open: bool, stats: Arc<Stats>) -> Self {
         PeerAuth {
-            expected,
+            accepted: accepted.into(),
             open: insecure_open,
             stats,
         }
@@ -146,13 +148,17 @@ impl PeerAuth {
     /// Admits a caller that sent `token` (None: no token at all), or says
     /// why not and counts the refusal.
     pub(crate) fn admit(&self, token: Option<&str>) -> Result<(), &'static str> {
-        let refusal = match &self.expected {
-            Some(t) if token.is_some_and(|got| t.accepts_token(got, keys::unix_ms())) => {
-                return Ok(())
+        let refusal = if self.accepted.is_empty() {
+            if self.open {
+                return Ok(());
             }
-            Some(_) => "peer call without a fresh token of the cluster secret",
-            None if self.open => return Ok(()),
-            None => "this node has no cluster secret and serves no peer calls",
+            "this node has no cluster secret and serves no peer calls"
+        } else {
+            let now = keys::unix_ms();
+            if token.is_some_and(|got| self.accepted.iter().any(|t| t.accepts_token(got, now))) {
+                return Ok(());
+            }
+            "peer call without a fresh token of the cluster secret"
         };
         bump(&self.stats.unauthenticated, 1);
         Err(refusal)
@@ -214,7 +220,7 @@ mod tests {
         let stats = Arc::new(Stats::default());
         let right = PeerToken::new(b"s3cret").unwrap();
         let wrong = PeerToken::new(b"other").unwrap();
-        let mut auth = PeerAuth::new(Some(right.clone()), false, stats.clone());
+        let mut auth = PeerAuth::new(vec![right.clone()], false, stats.clone());
         assert!(auth.call(attached(&right)).is_ok());
         for refused in [
             attached(&wrong),
@@ -232,11 +238,11 @@ mod tests {
     #[test]
     fn without_a_secret_nothing_passes_unless_the_cluster_is_opened() {
         let stats = Arc::new(Stats::default());
-        let mut closed = PeerAuth::new(None, false, stats.clone());
+        let mut closed = PeerAuth::new(Vec::new(), false, stats.clone());
         let e = closed.call(request_with(None)).unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
         assert!(e.message().contains("no cluster secret"), "{}", e.message());
-        let mut open = PeerAuth::new(None, true, stats.clone());
+        let mut open = PeerAuth::new(Vec::new(), true, stats.clone());
         assert!(open.call(request_with(None)).is_ok());
         assert_eq!(unauthenticated(&stats), 1);
         assert!(PeerToken::new(b"").is_none());
@@ -249,7 +255,7 @@ mod tests {
         let (stamp, mac) = shown.split_once('.').unwrap();
         assert_eq!((stamp, mac.len()), ("1000", 64));
         assert!(!shown.contains("s3cret"));
-        let gossip = keys::derive(b"s3cret", keys::GOSSIP).unwrap();
+        let gossip = keys::derive(b"s3cret", keys::GOSSIP_SEAL).unwrap();
         assert_ne!(mac, plain_hex_mac(&gossip, 1_000));
     }
 
@@ -257,7 +263,7 @@ mod tests {
     fn the_mac_checked_is_the_one_of_the_stamp_the_token_carries() {
         let stats = Arc::new(Stats::default());
         let right = PeerToken::new(b"s3cret").unwrap();
-        let mut auth = PeerAuth::new(Some(right.clone()), false, stats.clone());
+        let mut auth = PeerAuth::new(vec![right.clone()], false, stats.clone());
         let now = keys::unix_ms() / 1000 * 1000;
         let forged = |at: u64| {
             // A MAC of another stamp under this stamp: the shape of a
@@ -282,7 +288,7 @@ mod tests {
     fn a_refused_token_does_not_replace_the_mac_kept() {
         let right = PeerToken::new(b"s3cret").unwrap();
         let wrong = PeerToken::new(b"other").unwrap();
-        let mut auth = PeerAuth::new(Some(right.clone()), false, Arc::new(Stats::default()));
+        let mut auth = PeerAuth::new(vec![right.clone()], false, Arc::new(Stats::default()));
         let now = keys::unix_ms() / 1000 * 1000;
         let kept = || right.checked.lock().0;
         assert!(auth.call(request_with(Some(right.token_at(now)))).is_ok());
@@ -295,6 +301,21 @@ mod tests {
             .call(request_with(Some(right.token_at(now - 1000))))
             .is_ok());
         assert_eq!(kept(), now - 1000, "a valid stamp is kept");
+    }
+
+    #[test]
+    fn a_token_of_any_accepted_secret_passes_and_no_other() {
+        let stats = Arc::new(Stats::default());
+        let new = PeerToken::new(b"new").unwrap();
+        let old = PeerToken::new(b"old").unwrap();
+        let other = PeerToken::new(b"other").unwrap();
+        let mut rotating = PeerAuth::new(vec![new.clone(), old.clone()], false, stats.clone());
+        assert!(rotating.call(attached(&new)).is_ok());
+        assert!(rotating.call(attached(&old)).is_ok());
+        assert!(rotating.call(attached(&other)).is_err());
+        let mut done = PeerAuth::new(vec![new.clone()], false, stats.clone());
+        assert!(done.call(attached(&old)).is_err(), "old no longer accepted");
+        assert_eq!(unauthenticated(&stats), 2);
     }
 
     #[test]

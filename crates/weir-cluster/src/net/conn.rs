@@ -14,6 +14,7 @@
 //! link drops the slot and the next call dials afresh.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tonic::body::Body;
+
+use super::peer_tls::PeerTls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -47,10 +50,16 @@ pub(crate) struct PeerConn {
 
 impl PeerConn {
     /// Starts dialling `addr` in the background; calls wait for the dial.
+    #[cfg(test)]
     pub fn dial(addr: SocketAddr, config: ConnConfig) -> PeerConn {
+        Self::dial_over(addr, config, None)
+    }
+
+    /// [`PeerConn::dial`], under mutual TLS when `tls` is given.
+    pub fn dial_over(addr: SocketAddr, config: ConnConfig, tls: Option<Arc<PeerTls>>) -> PeerConn {
         let (tx, dialled) = watch::channel(None);
         tokio::spawn(async move {
-            let result = connect(addr, config).await.map_err(|e| e.to_string());
+            let result = connect(addr, config, tls).await.map_err(|e| e.to_string());
             if let Err(e) = &result {
                 tracing::debug!(%addr, error = %e, "peer dial failed");
             }
@@ -78,17 +87,42 @@ impl PeerConn {
     }
 }
 
-async fn connect(addr: SocketAddr, config: ConnConfig) -> Result<SendRequest<Body>, BoxError> {
+async fn connect(
+    addr: SocketAddr,
+    config: ConnConfig,
+    tls: Option<Arc<PeerTls>>,
+) -> Result<SendRequest<Body>, BoxError> {
+    let timed_out = || format!("connect timed out after {:?}", config.connect_timeout);
     let tcp = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
         .await
-        .map_err(|_| format!("connect timed out after {:?}", config.connect_timeout))??;
+        .map_err(|_| timed_out())??;
     tcp.set_nodelay(true)?;
+    match tls {
+        None => handshake(addr, config, tcp).await,
+        Some(tls) => {
+            let stream = tokio::time::timeout(config.connect_timeout, tls.connect(addr.ip(), tcp))
+                .await
+                .map_err(|_| timed_out())??;
+            handshake(addr, config, stream).await
+        }
+    }
+}
+
+/// Starts HTTP/2 on `io` and its connection task.
+async fn handshake<S>(
+    addr: SocketAddr,
+    config: ConnConfig,
+    io: S,
+) -> Result<SendRequest<Body>, BoxError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (send, connection) = Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(config.keepalive)
         .keep_alive_timeout(config.keepalive)
         .keep_alive_while_idle(true)
-        .handshake(TokioIo::new(tcp))
+        .handshake(TokioIo::new(io))
         .await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {

@@ -15,7 +15,8 @@
 //! The connection goes to the peer's gRPC address. Its first byte is
 //! `0x00`, which starts no HTTP request, TLS record or HTTP/2 preface, so
 //! the owner's listener tells the two apart from the first byte and gives
-//! the rest to its gRPC server. A peer that does not speak this protocol
+//! the rest to its gRPC server. Under peer mutual TLS the same holds of
+//! the first byte inside the session. A peer that does not speak this protocol
 //! (an older node, or a server with no such listener) does not answer the
 //! hello with [`MAGIC`], and the caller sends its Decide calls over gRPC.
 //! The owner's copies to its replica holder (Replicate) take the same
@@ -33,6 +34,7 @@
 mod client;
 mod copies;
 mod server;
+mod socket;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 

@@ -18,6 +18,7 @@ use weir_proto::weir::v1::{
 use super::auth::PeerToken;
 use super::conn::{ConnConfig, PeerConn};
 use super::direct::{DirectConfig, DirectConn, Kind};
+use super::peer_tls::PeerTls;
 use crate::link::Link;
 use crate::link::{PeerFailure, LEAVING};
 use crate::topology::membership::NodeIdentity;
@@ -81,6 +82,8 @@ pub struct TonicLink {
     clients: Arc<DashMap<String, Slot>>,
     direct: Option<Arc<DashMap<String, DirectSlot>>>,
     token: Option<PeerToken>,
+    /// Every connection under mutual TLS when set.
+    tls: Option<Arc<PeerTls>>,
 }
 
 impl TonicLink {
@@ -91,7 +94,14 @@ impl TonicLink {
             clients: Arc::default(),
             direct: direct.then(Arc::default),
             token,
+            tls: None,
         }
+    }
+
+    /// Dials every peer under mutual TLS.
+    pub fn with_tls(mut self, tls: Option<Arc<PeerTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The direct connection to `to`, dialled when there is none, when it
@@ -108,7 +118,7 @@ impl TonicLink {
             .token
             .as_ref()
             .and_then(|t| t.current().to_str().ok().map(str::to_string));
-        let conn = DirectConn::dial(to.grpc, token, DIRECT);
+        let conn = DirectConn::dial_over(to.grpc, token, DIRECT, self.tls.clone());
         direct.insert(
             to.id.clone(),
             DirectSlot {
@@ -185,7 +195,7 @@ impl TonicLink {
                 return slot.client.clone();
             }
         }
-        let conn = PeerConn::dial(to.grpc, CONN);
+        let conn = PeerConn::dial_over(to.grpc, CONN, self.tls.clone());
         let origin = format!("http://{}", to.grpc)
             .parse()
             .expect("a socket address is a valid URI authority");

@@ -5,5 +5,6 @@ pub mod batcher;
 mod conn;
 pub mod direct;
 pub mod grpc;
+pub mod peer_tls;
 pub mod regions;
 pub mod server;

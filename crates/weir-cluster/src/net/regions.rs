@@ -14,6 +14,7 @@ use weir_proto::weir::v1::{
 };
 
 use super::auth::PeerToken;
+use super::peer_tls::PeerTls;
 use crate::regional::{RegionCallFailed, RegionLink, Regional};
 use crate::regions::{Grant, Report};
 
@@ -81,6 +82,9 @@ pub struct TonicRegionLink {
     /// Shared with each call's future, which drops a failed connection.
     clients: Arc<DashMap<String, RegionsClient<Channel>>>,
     token: Option<PeerToken>,
+    /// Region peers dialled under mutual TLS when set (their peer ports
+    /// speak nothing else).
+    tls: Option<Arc<PeerTls>>,
 }
 
 impl TonicRegionLink {
@@ -88,7 +92,14 @@ impl TonicRegionLink {
         TonicRegionLink {
             clients: Arc::default(),
             token,
+            tls: None,
         }
+    }
+
+    /// Dials region peers under mutual TLS.
+    pub fn with_tls(mut self, tls: Option<Arc<PeerTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn client(&self, addr: &str) -> Result<RegionsClient<Channel>, RegionCallFailed> {
@@ -99,7 +110,25 @@ impl TonicRegionLink {
             .map_err(|e| RegionCallFailed(format!("bad region peer address {addr}: {e}")))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        let client = RegionsClient::new(endpoint.connect_lazy());
+        let channel = match &self.tls {
+            None => endpoint.connect_lazy(),
+            Some(tls) => {
+                let tls = tls.clone();
+                endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: http::Uri| {
+                    let tls = tls.clone();
+                    async move {
+                        let host = uri.host().unwrap_or_default().to_string();
+                        let port = uri.port_u16().unwrap_or(80);
+                        let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                        tcp.set_nodelay(true)?;
+                        let ip = tcp.peer_addr()?.ip();
+                        let stream = tls.connect(ip, tcp).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    }
+                }))
+            }
+        };
+        let client = RegionsClient::new(channel);
         self.clients.insert(addr.to_string(), client.clone());
         Ok(client)
     }

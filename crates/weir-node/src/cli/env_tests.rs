@@ -106,3 +106,91 @@ fn a_secret_and_its_file_together_are_refused() {
         "give --a or --a-file, not both"
     );
 }
+
+#[test]
+fn accepted_secrets_come_from_a_list_or_a_file_of_one_a_line() {
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--cluster-secret=new",
+        "--cluster-secret-accept=old,older",
+        "--admin-token=t1",
+        "--admin-token-accept=t0",
+    ])
+    .unwrap();
+    assert_eq!(c.cluster.secret_accept, ["old", "older"]);
+    assert_eq!(c.admin_token_accept, ["t0"]);
+    let secrets = file_with("old\r\nolder\n\n");
+    let tokens = file_with("t0\n");
+    let c = parse(&[
+        "weir",
+        "serve",
+        "--cluster-secret=new",
+        &format!("--cluster-secret-accept-file={}", secrets.path().display()),
+        "--admin-token=t1",
+        &format!("--admin-token-accept-file={}", tokens.path().display()),
+    ])
+    .unwrap();
+    assert_eq!(c.cluster.secret_accept, ["old", "older"]);
+    assert_eq!(c.admin_token_accept, ["t0"]);
+}
+
+#[test]
+fn accepted_secrets_without_their_primary_or_with_an_empty_entry_are_refused() {
+    for (args, named) in [
+        (
+            &["--cluster-secret-accept=old"][..],
+            "--cluster-secret-accept needs --cluster-secret",
+        ),
+        (
+            &["--admin-token-accept=old"][..],
+            "--admin-token-accept needs --admin-token",
+        ),
+        (
+            &["--cluster-secret=new", "--cluster-secret-accept=old,"][..],
+            "--cluster-secret-accept has an empty entry",
+        ),
+    ] {
+        let mut all = vec!["weir", "serve"];
+        all.extend_from_slice(args);
+        let e = parse(&all).unwrap_err();
+        assert!(e.contains(named), "{args:?}: {e}");
+    }
+    let empty = file_with("\n");
+    let e = parse(&[
+        "weir",
+        "serve",
+        "--cluster-secret=new",
+        &format!("--cluster-secret-accept-file={}", empty.path().display()),
+    ])
+    .unwrap_err();
+    assert!(e.contains("--cluster-secret-accept-file"), "{e}");
+}
+
+#[test]
+fn the_peer_tls_files_go_together() {
+    let all = [
+        "--peer-tls-cert=node.crt",
+        "--peer-tls-key=node.key",
+        "--peer-ca=ca.crt",
+    ];
+    let mut args = vec!["weir", "serve"];
+    args.extend_from_slice(&all);
+    let c = parse(&args).unwrap();
+    let files = c.peer_tls.expect("peer TLS");
+    assert_eq!(
+        (files.cert, files.key, files.ca),
+        ("node.crt".into(), "node.key".into(), "ca.crt".into())
+    );
+    for left_out in 0..3 {
+        let mut args = vec!["weir", "serve"];
+        args.extend(
+            all.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != left_out)
+                .map(|(_, a)| *a),
+        );
+        let e = parse(&args).unwrap_err();
+        assert!(e.contains("go together"), "{args:?}: {e}");
+    }
+}

@@ -22,6 +22,35 @@ pub fn secret(
     }
 }
 
+/// The secrets `flag` (comma separated) or `file_flag` (one a line) gives,
+/// for rotations: none when neither is given. An empty entry, an empty
+/// file and an unreadable one are refused naming the flag.
+pub fn accepted(
+    flag: &str,
+    values: &[String],
+    file_flag: &str,
+    file: Option<&Path>,
+) -> Result<Vec<String>, String> {
+    let listed = match (values.is_empty(), file) {
+        (false, Some(_)) => return Err(format!("give {flag} or {file_flag}, not both")),
+        (false, None) => values.to_vec(),
+        (true, Some(path)) => {
+            let text = read(file_flag, path)?;
+            // One a line; blank lines (a trailing one, say) name nothing.
+            text.lines()
+                .map(|l| l.strip_suffix('\r').unwrap_or(l))
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect()
+        }
+        (true, None) => Vec::new(),
+    };
+    if listed.iter().any(String::is_empty) {
+        return Err(format!("{flag} has an empty entry"));
+    }
+    Ok(listed)
+}
+
 fn read(file_flag: &str, path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {file_flag} {}: {e}", path.display()))?;

@@ -26,9 +26,18 @@ pub struct ServeArgs {
     /// Gossip (UDP) address [default: 127.0.0.1:7946].
     #[arg(long, env = "WEIR_GOSSIP", value_name = "ADDR")]
     pub gossip: Option<SocketAddr>,
-    /// Serve the peer service (weir.v1.Peer) here, plaintext, instead of on --grpc.
+    /// Serve the peer service (weir.v1.Peer) here instead of on --grpc (plaintext unless --peer-tls-cert).
     #[arg(long, env = "WEIR_PEER_GRPC", value_name = "ADDR")]
     pub peer_grpc: Option<SocketAddr>,
+    /// PEM certificate chain of this node for mutual TLS between peers (with --peer-tls-key and --peer-ca); reloaded when it changes.
+    #[arg(long, env = "WEIR_PEER_TLS_CERT", value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, env = "WEIR_PEER_TLS_KEY", value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signs every peer's certificate, for this cluster alone.
+    #[arg(long, env = "WEIR_PEER_CA", value_name = "FILE")]
+    pub peer_ca: Option<PathBuf>,
     /// PEM certificate chain: serve HTTPS on --http and TLS gRPC on --grpc (needs --tls-key, --peer-grpc).
     #[arg(long, env = "WEIR_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -178,8 +187,27 @@ pub struct ServeArgs {
         conflicts_with = "admin_token"
     )]
     pub admin_token_file: Option<PathBuf>,
-    /// Shared secret that authenticates gossip and peer calls between nodes;
-    /// without it a node takes neither and runs alone.
+    /// Admin tokens also taken beside --admin-token, comma separated: a
+    /// rotation's old (or next) token (docs/security.md).
+    #[arg(
+        long,
+        value_name = "TOKEN,...",
+        env = "WEIR_ADMIN_TOKEN_ACCEPT",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub admin_token_accept: Vec<String>,
+    /// File holding admin tokens also taken, one a line; instead of
+    /// --admin-token-accept.
+    #[arg(
+        long,
+        env = "WEIR_ADMIN_TOKEN_ACCEPT_FILE",
+        value_name = "FILE",
+        conflicts_with = "admin_token_accept"
+    )]
+    pub admin_token_accept_file: Option<PathBuf>,
+    /// Shared secret that seals gossip and authenticates peer calls between
+    /// nodes; without it a node takes neither and runs alone.
     #[arg(
         long,
         value_name = "SECRET",
@@ -196,6 +224,26 @@ pub struct ServeArgs {
         conflicts_with = "cluster_secret"
     )]
     pub cluster_secret_file: Option<PathBuf>,
+    /// Secrets also accepted to open gossip and verify peer calls, never to
+    /// seal or sign, comma separated: a rotation's old (or next) secret
+    /// (docs/security.md).
+    #[arg(
+        long,
+        value_name = "SECRET,...",
+        env = "WEIR_CLUSTER_SECRET_ACCEPT",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub cluster_secret_accept: Vec<String>,
+    /// File holding secrets also accepted, one a line; instead of
+    /// --cluster-secret-accept.
+    #[arg(
+        long,
+        env = "WEIR_CLUSTER_SECRET_ACCEPT_FILE",
+        value_name = "FILE",
+        conflicts_with = "cluster_secret_accept"
+    )]
+    pub cluster_secret_accept_file: Option<PathBuf>,
     /// INSECURE: with no --cluster-secret, take gossip and peer calls from
     /// anyone who can reach the ports (they can join the ring and replace
     /// the rules). Only for isolated test networks.

@@ -16,6 +16,9 @@ use axum::serve::Listener;
 use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use weir_cluster::net::peer_tls::PeerTls;
+
+use crate::accept::Handshake;
 use tonic::transport::Server;
 use tower::layer::util::{Identity, Stack};
 use weir_cluster::net::direct::DirectServer;
@@ -50,7 +53,8 @@ pub fn max_message_bytes(max_batch_items: usize) -> usize {
 
 /// Serves weir.v1.RateLimiter, Envoy's RLS, health and reflection (over
 /// TLS when `tls` is set), and weir.v1.Peer: on `peer_listener` when there
-/// is one, else on this port too.
+/// is one, else on this port too. With `peer_tls` the port that serves the
+/// peers speaks mutual TLS only.
 ///
 /// The servers send no HTTP/2 pings: the connection watch closes a
 /// connection that starts no request for the idle timeout, which also
@@ -63,6 +67,7 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     peer_listener: Option<TcpListener>,
+    peer_tls: Option<Arc<PeerTls>>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let stop = stop.shared();
@@ -88,6 +93,14 @@ pub async fn serve(
     } else {
         None
     };
+    let peer_handshake = peer_tls.map(Handshake::Peers);
+    // Client TLS needs a peer port of its own (`ServeConfig::validate`), so
+    // a port shared with the peers has at most the peers' TLS.
+    let handshake = match tls {
+        Some(a) => Some(Handshake::Fixed(a)),
+        None if own_port.is_none() => peer_handshake.clone(),
+        None => None,
+    };
     let peer_task = own_port.map(|(peer, regions, l)| {
         let routes = Server::builder()
             .layer(CountRequests)
@@ -97,7 +110,7 @@ pub async fn serve(
             state.clone(),
             routes,
             l,
-            None,
+            peer_handshake,
             direct,
             stop.clone(),
         ))
@@ -114,7 +127,7 @@ pub async fn serve(
         .add_optional_service(reflection_v1alpha)
         .add_optional_service(shared_peer)
         .add_optional_service(shared_regions);
-    serve_routes(state, routes, listener, tls, shared_direct, stop).await;
+    serve_routes(state, routes, listener, handshake, shared_direct, stop).await;
     if let Some(t) = peer_task {
         let _ = t.await;
     }
@@ -130,7 +143,7 @@ async fn serve_routes<F>(
     state: Arc<NodeState>,
     routes: Routes,
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Handshake>,
     direct: Option<DirectServer>,
     stop: F,
 ) where
@@ -168,7 +181,7 @@ async fn serve_routes<F>(
 fn incoming<L>(
     state: &NodeState,
     listener: L,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Handshake>,
     direct: Option<DirectServer>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<accept::Conn, std::io::Error>>

@@ -42,7 +42,11 @@ pub async fn delete_counter(
     headers: HeaderMap,
     Path((rule, key)): Path<(String, String)>,
 ) -> Response {
-    if let Err(p) = authorize(state.config.admin_token.as_deref(), &headers) {
+    if let Err(p) = authorize(
+        state.config.admin_token.as_deref(),
+        &state.config.admin_token_accept,
+        &headers,
+    ) {
         return p.into_response();
     }
     match counter(&state, &rule, &key, CounterAction::Reset).await {

@@ -40,7 +40,11 @@ pub async fn put_limits(
     body: Body,
 ) -> Response {
     // Authorization first: nothing of the body is read for an unknown caller.
-    if let Err(p) = authorize(state.config.admin_token.as_deref(), &headers) {
+    if let Err(p) = authorize(
+        state.config.admin_token.as_deref(),
+        &state.config.admin_token_accept,
+        &headers,
+    ) {
         return p.into_response();
     }
     let tier = match path_tier(tier) {

@@ -111,6 +111,7 @@ async fn serve_on<L>(
     L: Listener<Io = accept::CappedStream, Addr = std::net::SocketAddr> + Send + 'static,
 {
     let limits = state.config.limits;
+    let tls = tls.map(accept::Handshake::Fixed);
     let mut conns = accept::incoming(listener, tls, None, limits.timeouts(), stop);
     let app = router(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -10,13 +10,15 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
+use super::socket::Socket;
 use super::{hello, put_frame, take_frame, Kind, MAGIC, REFUSED};
 use crate::link::PeerFailure;
+use crate::net::peer_tls::PeerTls;
 
 /// An answer's message, still encoded, or why there is none.
 type Answer = Result<Bytes, PeerFailure>;
@@ -60,12 +62,23 @@ pub(crate) struct DirectConfig {
 
 impl DirectConn {
     /// Starts dialling `addr`, sending `token` in the hello.
+    #[cfg(test)]
     pub fn dial(addr: SocketAddr, token: Option<String>, config: DirectConfig) -> DirectConn {
+        Self::dial_over(addr, token, config, None)
+    }
+
+    /// [`DirectConn::dial`], under mutual TLS when `tls` is given.
+    pub fn dial_over(
+        addr: SocketAddr,
+        token: Option<String>,
+        config: DirectConfig,
+        tls: Option<Arc<PeerTls>>,
+    ) -> DirectConn {
         let (tx, dialled) = watch::channel(None);
         tokio::spawn(async move {
-            let result = connect(addr, token.as_deref().unwrap_or(""), config).await;
+            let result = connect(addr, token.as_deref().unwrap_or(""), config, tls).await;
             let result = match result {
-                Ok(Some(tcp)) => Dialled::Live(Live::start(tcp, config.keepalive)),
+                Ok(Some(socket)) => Dialled::Live(Live::start(socket, config.keepalive)),
                 Ok(None) => Dialled::Unsupported,
                 Err(e) => {
                     tracing::debug!(%addr, error = %e, "direct peer dial failed");
@@ -170,22 +183,24 @@ async fn connect(
     addr: SocketAddr,
     token: &str,
     config: DirectConfig,
-) -> Result<Option<TcpStream>, String> {
+    tls: Option<Arc<PeerTls>>,
+) -> Result<Option<Socket>, String> {
     let exchange = async {
-        let mut tcp = TcpStream::connect(addr).await?;
+        let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
-        tcp.write_all(&hello(token)).await?;
-        let mut answer = [0u8; MAGIC.len()];
-        match tcp.read_exact(&mut answer).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Err(answer)),
-            Err(e) => return Err(e),
-        }
-        Ok(if &answer == MAGIC {
-            Ok(tcp)
-        } else {
-            Err(answer)
-        })
+        let Some(tls) = tls else {
+            return Ok::<_, std::io::Error>(greet(tcp, token).await?.map(Socket::Plain));
+        };
+        let stream = tls.connect(addr.ip(), tcp).await?;
+        Ok(greet(stream, token).await?.map(|stream| {
+            // The hello is over: from here on the socket is written and
+            // read without waiting, the session kept beside it.
+            let (tcp, session) = stream.into_inner();
+            Socket::Tls {
+                tcp,
+                session: Box::new(Mutex::new(session)),
+            }
+        }))
     };
     match tokio::time::timeout(config.connect_timeout, exchange).await {
         Err(_) => Err(format!(
@@ -193,7 +208,7 @@ async fn connect(
             config.connect_timeout
         )),
         Ok(Err(e)) => Err(e.to_string()),
-        Ok(Ok(Ok(tcp))) => Ok(Some(tcp)),
+        Ok(Ok(Ok(socket))) => Ok(Some(socket)),
         Ok(Ok(Err(answer))) if &answer == REFUSED => {
             Err("the peer refused this node's cluster token".to_string())
         }
@@ -201,9 +216,29 @@ async fn connect(
     }
 }
 
+/// Says hello on `io`: `io` back when the peer answers with the magic,
+/// else what it answered (zeros when it closed).
+async fn greet<S>(mut io: S, token: &str) -> std::io::Result<Result<S, [u8; MAGIC.len()]>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    io.write_all(&hello(token)).await?;
+    let mut answer = [0u8; MAGIC.len()];
+    match io.read_exact(&mut answer).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Err(answer)),
+        Err(e) => return Err(e),
+    }
+    Ok(if &answer == MAGIC {
+        Ok(io)
+    } else {
+        Err(answer)
+    })
+}
+
 /// A live connection: what callers write to and the reader answers from.
 struct Live {
-    tcp: TcpStream,
+    socket: Socket,
     /// Bytes not yet on the socket. Held only to append and to write
     /// without waiting, never across an await.
     unsent: Mutex<BytesMut>,
@@ -219,9 +254,9 @@ struct Live {
 }
 
 impl Live {
-    fn start(tcp: TcpStream, keepalive: Duration) -> Arc<Live> {
+    fn start(socket: Socket, keepalive: Duration) -> Arc<Live> {
         let live = Arc::new(Live {
-            tcp,
+            socket,
             unsent: Mutex::new(BytesMut::new()),
             flush: Notify::new(),
             waiting: Mutex::default(),
@@ -292,14 +327,14 @@ impl Live {
             self.close(&e.to_string());
             return;
         }
-        if !unsent.is_empty() {
+        if !unsent.is_empty() || self.socket.has_unsent() {
             self.flush.notify_one();
         }
     }
 
     /// Writes as much of `unsent` as the socket takes without waiting.
     fn write_now(&self, unsent: &mut BytesMut) -> std::io::Result<()> {
-        match self.tcp.try_write(unsent) {
+        match self.socket.try_write(unsent) {
             Ok(n) => unsent.advance(n),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
@@ -357,11 +392,11 @@ async fn flush(live: Arc<Live>) {
             _ = &mut closing => return,
         }
         loop {
-            if live.unsent.lock().is_empty() {
+            if live.unsent.lock().is_empty() && !live.socket.has_unsent() {
                 break;
             }
             tokio::select! {
-                r = live.tcp.writable() => if let Err(e) = r {
+                r = live.socket.writable() => if let Err(e) = r {
                     live.close(&e.to_string());
                     return;
                 },
@@ -389,7 +424,7 @@ async fn read_answers(live: Arc<Live>, keepalive: Duration) {
     tokio::pin!(closing);
     let why = loop {
         tokio::select! {
-            r = live.tcp.readable() => if let Err(e) = r {
+            r = live.socket.readable() => if let Err(e) = r {
                 break e.to_string();
             },
             _ = ping.tick() => {
@@ -404,7 +439,7 @@ async fn read_answers(live: Arc<Live>, keepalive: Duration) {
             }
             _ = &mut closing => return,
         }
-        match live.tcp.try_read_buf(&mut buf) {
+        match live.socket.try_read_buf(&mut buf) {
             Ok(0) => break "the peer closed it".to_string(),
             Ok(_) => silent_ticks = 0,
             Err(e) if e.kind() == ErrorKind::WouldBlock => continue,

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
-use super::{MembershipError, NodeIdentity, TAG_LEN};
+use super::{MembershipError, NodeIdentity, SEAL_OVERHEAD};
 
 /// Everything [`Membership::start`](super::Membership::start) needs.
 #[derive(Clone)]
@@ -14,8 +14,11 @@ pub struct MembershipConfig {
     pub identity: NodeIdentity,
     /// Gossip addresses to announce to until some peer answers.
     pub seeds: Vec<SocketAddr>,
-    /// Shared cluster secret; when set every datagram carries an HMAC tag.
+    /// Shared cluster secret; when set every datagram is sealed under it.
     pub secret: Option<Vec<u8>>,
+    /// Secrets also accepted to open datagrams, never used to seal: the
+    /// other side of a rotation (docs/security.md). Ignored without `secret`.
+    pub accept: Vec<Vec<u8>>,
     /// Without a secret: take gossip from anyone (true) or from no one
     /// (false, the default: a node alone). Ignored with a secret.
     pub insecure_open: bool,
@@ -30,6 +33,7 @@ impl std::fmt::Debug for MembershipConfig {
             .field("identity", &self.identity)
             .field("seeds", &self.seeds)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("accept", &self.accept.len())
             .field("insecure_open", &self.insecure_open)
             .field("foca", &self.foca)
             .field("announce_interval", &self.announce_interval)
@@ -44,6 +48,7 @@ impl MembershipConfig {
             identity,
             seeds,
             secret: None,
+            accept: Vec::new(),
             insecure_open: false,
             foca: Self::lan_foca_config(),
             announce_interval: Duration::from_secs(1),
@@ -62,6 +67,12 @@ impl MembershipConfig {
 
     pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
         self.secret = Some(secret.into());
+        self
+    }
+
+    /// Also opens datagrams sealed under `secret` (a rotation's other side).
+    pub fn accepting(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.accept.push(secret.into());
         self
     }
 
@@ -144,7 +155,12 @@ impl MembershipConfig {
         if matches!(&self.secret, Some(s) if s.is_empty()) {
             return Err(MembershipError::Config("cluster secret must not be empty"));
         }
-        if self.secret.is_some() && c.max_packet_size.get() <= TAG_LEN + 64 {
+        if self.accept.iter().any(Vec::is_empty) {
+            return Err(MembershipError::Config(
+                "an accepted cluster secret must not be empty",
+            ));
+        }
+        if self.secret.is_some() && c.max_packet_size.get() <= SEAL_OVERHEAD + 64 {
             return Err(MembershipError::Config("max_packet_size too small"));
         }
         Ok(())

@@ -1,11 +1,12 @@
 //! SWIM membership (foca over UDP): who is in the cluster, watched so the ring can follow.
 
-mod auth;
 mod config;
 mod datagrams;
 mod driver_thread;
 mod identity;
+mod replay_window;
 mod runtime;
+mod seal;
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -14,15 +15,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use auth::TAG_LEN;
 pub use config::MembershipConfig;
 pub use datagrams::{Datagrams, UdpDatagrams};
 pub use driver_thread::GOSSIP_THREAD;
 pub use identity::NodeIdentity;
+pub use seal::OVERHEAD as SEAL_OVERHEAD;
 
-use auth::PacketAuth;
 use driver_thread::Running;
 use runtime::Driver;
+use seal::Keyring;
 
 /// How a member is seen from this node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,16 +91,18 @@ pub struct MembershipStats {
     pub packets_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// Datagrams dropped because the HMAC tag was missing or wrong (every
-    /// datagram, on a node with no secret that was not opened).
+    /// Datagrams dropped because no accepted secret opened them: not
+    /// sealed, sealed under another secret, or altered (every datagram, on
+    /// a node with no secret that was not opened to anyone).
     pub bad_mac_dropped: u64,
     /// Authentic (or unauthenticated-mode) datagrams foca refused to parse.
     pub invalid_dropped: u64,
     pub send_errors: u64,
-    /// Authentic datagrams stamped outside the freshness window (a replay
+    /// Opened datagrams stamped outside the freshness window (a replay
     /// of an old capture, or a peer whose clock is far off).
     pub stale_dropped: u64,
-    /// Authentic, fresh datagrams received a second time (a replay).
+    /// Opened, fresh datagrams whose sender's counter was already taken (a
+    /// replay) or had fallen out of the replay window.
     pub replayed_dropped: u64,
     /// Member updates still to be sent on (each goes out a few times): 0
     /// once the node has told what it knows as often as it will.
@@ -108,7 +111,7 @@ pub struct MembershipStats {
 
 /// Who may speak gossip to this node.
 pub(crate) enum Gate<A> {
-    /// Holders of the cluster secret: tagged, fresh, first-seen datagrams.
+    /// Holders of an accepted cluster secret: sealed, fresh, first-seen datagrams.
     Secret(A),
     /// Anyone: the operator asked for an open cluster.
     Open,
@@ -247,18 +250,27 @@ impl Membership {
         }
 
         let gate = match &config.secret {
-            Some(secret) => Gate::Secret(
-                PacketAuth::new(secret)
-                    .ok_or(MembershipError::Config("cluster secret must not be empty"))?,
-            ),
+            Some(secret) => {
+                // A fresh session per start: its key and counters are this
+                // run's alone (`seal`).
+                let session = crate::determinism::with_rng(|r| {
+                    let mut s = [0u8; seal::SESSION_LEN];
+                    r.fill_bytes(&mut s);
+                    s
+                });
+                Gate::Secret(
+                    Keyring::new(secret, &config.accept, session)
+                        .ok_or(MembershipError::Config("cluster secret must not be empty"))?,
+                )
+            }
             None if config.insecure_open => Gate::Open,
             None => Gate::Closed,
         };
         let mut foca_config = config.foca.clone();
         if matches!(gate, Gate::Secret(_)) {
-            // Keep whole datagrams within the configured size, tag included.
+            // Keep whole datagrams within the configured size, seal included.
             foca_config.max_packet_size =
-                NonZeroUsize::new(foca_config.max_packet_size.get() - TAG_LEN)
+                NonZeroUsize::new(foca_config.max_packet_size.get() - SEAL_OVERHEAD)
                     .ok_or(MembershipError::Config("max_packet_size too small"))?;
         }
 

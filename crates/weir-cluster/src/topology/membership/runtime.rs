@@ -16,8 +16,8 @@ use rand_foca::SeedableRng;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::auth::{Dropped, PacketAuth};
 use super::datagrams::Datagrams;
+use super::seal::{Dropped, Keyring};
 use super::Gate;
 use super::{lock, Command, Counters, Member, MemberState, MemberView, NodeIdentity, Shared};
 use crate::keys;
@@ -56,7 +56,7 @@ pub(super) struct Driver {
     foca: SwimNode,
     rt: AccumulatingRuntime<NodeIdentity>,
     socket: Arc<dyn Datagrams>,
-    gate: Gate<PacketAuth>,
+    gate: Gate<Keyring>,
     seeds: Vec<SocketAddr>,
     announce_interval: Duration,
     timers: BinaryHeap<Reverse<Scheduled>>,
@@ -92,7 +92,7 @@ impl Driver {
         identity: NodeIdentity,
         config: foca::Config,
         socket: Arc<dyn Datagrams>,
-        gate: Gate<PacketAuth>,
+        gate: Gate<Keyring>,
         seeds: Vec<SocketAddr>,
         announce_interval: Duration,
         shared: Arc<Shared>,
@@ -160,7 +160,7 @@ impl Driver {
                     None => return None,
                 },
                 received = self.socket.recv_from(&mut buf) => match received {
-                    Ok((len, from)) => self.on_datagram(&buf[..len], from),
+                    Ok((len, from)) => self.on_datagram(&mut buf[..len], from),
                     // On some platforms an ICMP "port unreachable" from an
                     // earlier send surfaces here; it says nothing about this
                     // socket, so keep going.
@@ -178,27 +178,28 @@ impl Driver {
         }
     }
 
-    fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+    fn on_datagram(&mut self, datagram: &mut [u8], from: SocketAddr) {
         let stats = &self.shared.stats;
         Counters::add(&stats.packets_in, 1);
         Counters::add(&stats.bytes_in, datagram.len() as u64);
+        let len = datagram.len();
         let payload = match &mut self.gate {
-            Gate::Secret(auth) => match auth.open(datagram, keys::unix_ms()) {
+            Gate::Secret(keyring) => match keyring.opener.open(datagram, keys::unix_ms()) {
                 Ok(payload) => payload,
                 Err(why) => {
                     let counter = match why {
-                        Dropped::BadTag => &stats.bad_mac_dropped,
+                        Dropped::Unopened => &stats.bad_mac_dropped,
                         Dropped::Stale => &stats.stale_dropped,
                         Dropped::Replayed => &stats.replayed_dropped,
                     };
                     Counters::add(counter, 1);
-                    tracing::debug!(%from, len = datagram.len(), ?why, "dropped gossip datagram");
+                    tracing::debug!(%from, len, ?why, "dropped gossip datagram");
                     return;
                 }
             },
             Gate::Open => datagram,
             // No secret and not opened: this node is a cluster of one, and
-            // a datagram without a tag is as good as one with a wrong tag.
+            // a datagram not sealed is as good as one sealed under another secret.
             Gate::Closed => {
                 Counters::add(&stats.bad_mac_dropped, 1);
                 return;
@@ -388,10 +389,16 @@ impl Driver {
     }
 
     async fn send(&mut self, to: SocketAddr, payload: &[u8]) {
-        self.out.clear();
-        self.out.extend_from_slice(payload);
-        if let Gate::Secret(auth) = &self.gate {
-            auth.sign_into(&mut self.out, keys::unix_ms());
+        match &mut self.gate {
+            Gate::Secret(keyring) => {
+                keyring
+                    .sealer
+                    .seal_into(&mut self.out, payload, keys::unix_ms())
+            }
+            Gate::Open | Gate::Closed => {
+                self.out.clear();
+                self.out.extend_from_slice(payload);
+            }
         }
         let stats = &self.shared.stats;
         match self.socket.send_to(&self.out, to).await {

@@ -56,7 +56,7 @@ async fn live() -> Arc<Live> {
         let _ = tokio::io::copy(&mut peer, &mut tokio::io::sink()).await;
     });
     let tcp = TcpStream::connect(addr).await.unwrap();
-    Live::start(tcp, DEADLINE)
+    Live::start(super::Socket::Plain(tcp), DEADLINE)
 }
 
 /// Guard: a frame of copies is encoded before the connection's queue is
