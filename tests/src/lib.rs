@@ -16,6 +16,16 @@ use weir_proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor:
 use weir_proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
+/// One admission per client an hour: a rule whose state a test can read at
+/// once, the second check of a key always refused.
+pub const ONE_PER_HOUR: &str = r#"
+[[rule]]
+name      = "per-client"
+algorithm = "sliding_window_log"
+limit     = 1
+window    = "1h"
+"#;
+
 /// How long any awaited condition may take before the test fails. Generous:
 /// a loaded CI machine is slow, and a passing condition returns at once.
 pub const DEADLINE: Duration = Duration::from_secs(15);

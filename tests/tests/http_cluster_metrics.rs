@@ -1,15 +1,7 @@
 //! The cluster's counters in GET /metrics: deny cache, fallback, members, gossip, on two in-process nodes.
 
 use serde_json::json;
-use weir_tests::{cluster_member, metric_value, settled, wait_until, TestNode};
-
-const RULES: &str = r#"
-[[rule]]
-name      = "per-client"
-algorithm = "sliding_window_log"
-limit     = 1
-window    = "1h"
-"#;
+use weir_tests::{cluster_member, metric_value, settled, wait_until, TestNode, ONE_PER_HOUR};
 
 /// Two nodes that both list each other as alive, as their metrics say,
 /// their join [`settled`].
@@ -25,9 +17,9 @@ async fn two_nodes_with(replicas: usize) -> Vec<TestNode> {
             c.cluster.replicas = replicas;
         }
     };
-    let first = TestNode::start(RULES, member("node-1", None)).await;
+    let first = TestNode::start(ONE_PER_HOUR, member("node-1", None)).await;
     let seed = first.state().config.gossip;
-    let second = TestNode::start(RULES, member("node-2", Some(seed))).await;
+    let second = TestNode::start(ONE_PER_HOUR, member("node-2", Some(seed))).await;
     let nodes = vec![first, second];
     for n in &nodes {
         wait_until("weir_members shows two alive", || async {

@@ -7,19 +7,13 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_node::readiness::{Readiness, Stage};
-use weir_tests::{cluster_member, header, metric_value, wait_until, TestNode, DEADLINE};
-
-const RULES: &str = r#"
-[[rule]]
-name      = "per-client"
-algorithm = "sliding_window_log"
-limit     = 1
-window    = "1h"
-"#;
+use weir_tests::{
+    cluster_member, header, metric_value, wait_until, TestNode, DEADLINE, ONE_PER_HOUR,
+};
 
 #[tokio::test]
 async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
-    let node = TestNode::start(RULES, |_| {}).await;
+    let node = TestNode::start(ONE_PER_HOUR, |_| {}).await;
     let res = node.get("/metrics").await;
     assert_eq!(res.status(), 200);
     assert_eq!(
@@ -59,7 +53,7 @@ async fn metrics_count_verdicts_and_show_keys_and_rules_version() {
 
 #[tokio::test]
 async fn health_and_readiness_follow_the_node_lifecycle() {
-    let node = TestNode::start(RULES, |_| {}).await;
+    let node = TestNode::start(ONE_PER_HOUR, |_| {}).await;
     assert_eq!(node.get("/healthz").await.status(), 200);
     assert_eq!(node.get("/readyz").await.status(), 200);
     assert_eq!(node.state().readiness(), Readiness::Ready);
@@ -83,7 +77,7 @@ async fn a_seeded_node_is_ready_once_joined_or_once_its_seeds_never_answered() {
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let seed = silent.local_addr().unwrap().to_string();
     let started = std::time::Instant::now();
-    let node = TestNode::start(RULES, |c| {
+    let node = TestNode::start(ONE_PER_HOUR, |c| {
         c.cluster.seeds = vec![seed];
         c.cluster.secret = Some("readyz-test-cluster-secret".into());
     })
@@ -119,13 +113,13 @@ async fn a_seeded_node_is_ready_once_joined_or_once_its_seeds_never_answered() {
 #[tokio::test]
 async fn a_second_real_node_turns_ready_once_it_has_joined_the_first() {
     let gate = DatagramGate::start().await;
-    let first = TestNode::start(RULES, |c| {
+    let first = TestNode::start(ONE_PER_HOUR, |c| {
         cluster_member(c, "node-1", None);
         c.advertise_gossip = Some(gate.addr);
     })
     .await;
     gate.point_at(first.state().config.gossip);
-    let second = TestNode::start(RULES, |c| {
+    let second = TestNode::start(ONE_PER_HOUR, |c| {
         cluster_member(c, "node-2", Some(gate.addr));
         c.cluster.join_timeout = Some(std::time::Duration::from_secs(3600));
     })
@@ -200,7 +194,7 @@ impl Drop for DatagramGate {
 
 #[tokio::test]
 async fn cluster_view_lists_this_node_with_its_bound_addresses() {
-    let node = TestNode::start(RULES, |c| c.node_id = Some("n-1".into())).await;
+    let node = TestNode::start(ONE_PER_HOUR, |c| c.node_id = Some("n-1".into())).await;
     let view = node.get_json("/v1/cluster").await;
     assert_eq!(view["node_id"], "n-1");
     assert_eq!(view["strategy"], "owner");
@@ -220,7 +214,7 @@ async fn cluster_view_lists_this_node_with_its_bound_addresses() {
 
 #[tokio::test]
 async fn the_cluster_view_shows_the_advertised_addresses_with_bound_ports() {
-    let node = TestNode::start(RULES, |c| {
+    let node = TestNode::start(ONE_PER_HOUR, |c| {
         c.advertise_grpc = Some("127.0.0.2:0".parse().unwrap());
         c.advertise_gossip = Some("127.0.0.3:0".parse().unwrap());
     })
@@ -272,7 +266,7 @@ async fn read_response(stream: &mut TcpStream) -> (String, String) {
 
 #[tokio::test]
 async fn graceful_shutdown_completes_a_request_in_flight() {
-    let mut node = TestNode::start(RULES, |_| {}).await;
+    let mut node = TestNode::start(ONE_PER_HOUR, |_| {}).await;
     let addr = node.node().http_addr();
     let body = json!({"key": "in-flight"}).to_string();
     let mut stream = TcpStream::connect(addr).await.unwrap();

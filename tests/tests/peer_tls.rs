@@ -10,15 +10,7 @@ use weir_cluster::net::peer_tls::PeerTlsFiles;
 use weir_node::ServeConfig;
 use weir_proto::weir::v1::peer_client::PeerClient;
 use weir_proto::weir::v1::PullRulesRequest;
-use weir_tests::{start_cluster, TestNode};
-
-const RULES: &str = r#"
-[[rule]]
-name      = "per-client"
-algorithm = "sliding_window_log"
-limit     = 1
-window    = "1h"
-"#;
+use weir_tests::{start_cluster, TestNode, ONE_PER_HOUR};
 
 /// The name in every peer certificate: peers dial each other by IP, which
 /// no certificate here names, so a name must not be what is checked.
@@ -114,7 +106,7 @@ async fn three_nodes_under_mutual_tls_forward_checks_and_refuse_strangers_on_the
     let files: Vec<PeerTlsFiles> = (1..=3)
         .map(|i| ca.files(dir.path(), &format!("node-{i}")))
         .collect();
-    let nodes = start_cluster(3, RULES, |c: &mut ServeConfig| {
+    let nodes = start_cluster(3, ONE_PER_HOUR, |c: &mut ServeConfig| {
         let i: usize = c.node_id.as_deref().unwrap()["node-".len()..]
             .parse()
             .unwrap();
@@ -190,7 +182,7 @@ async fn new_peer_certificates_are_taken_when_their_files_change() {
     let dir = tempfile::tempdir().unwrap();
     let old = Ca::new("old peer CA");
     let files = old.files(dir.path(), "node");
-    let node = TestNode::start(RULES, |c| {
+    let node = TestNode::start(ONE_PER_HOUR, |c| {
         weir_tests::cluster_member(c, "node-1", None);
         c.peer_tls = Some(files.clone());
         c.peer_grpc = Some("127.0.0.1:0".parse().unwrap());

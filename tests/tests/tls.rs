@@ -10,15 +10,7 @@ use weir_node::tls::TlsFiles;
 use weir_node::{Node, ServeConfig};
 use weir_proto::weir::v1::rate_limiter_client::RateLimiterClient;
 use weir_proto::weir::v1::{CheckItem, CheckRequest};
-use weir_tests::{cluster_member, wait_until, TestNode, DEADLINE};
-
-const RULES: &str = r#"
-[[rule]]
-name      = "per-client"
-algorithm = "sliding_window_log"
-limit     = 1
-window    = "1h"
-"#;
+use weir_tests::{cluster_member, wait_until, TestNode, DEADLINE, ONE_PER_HOUR};
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, in PEM files.
 struct Cert {
@@ -98,7 +90,7 @@ fn one(key: &str) -> CheckRequest {
 #[tokio::test]
 async fn an_https_check_answers_a_client_that_trusts_the_certificate() {
     let cert = self_signed();
-    let node = TestNode::start(RULES, |c| with_tls(c, &cert)).await;
+    let node = TestNode::start(ONE_PER_HOUR, |c| with_tls(c, &cert)).await;
     let (status, body) = https_check(&cert, &node, "a").await;
     assert_eq!((status, &body["rule"]), (200, &json!("per-client")));
     let (status, _) = https_check(&cert, &node, "a").await;
@@ -108,7 +100,7 @@ async fn an_https_check_answers_a_client_that_trusts_the_certificate() {
 #[tokio::test]
 async fn plain_http_to_the_tls_port_fails() {
     let cert = self_signed();
-    let node = TestNode::start(RULES, |c| with_tls(c, &cert)).await;
+    let node = TestNode::start(ONE_PER_HOUR, |c| with_tls(c, &cert)).await;
     let res = weir_tests::client()
         .post(node.url("/v1/check"))
         .json(&json!({"key": "a"}))
@@ -129,7 +121,7 @@ async fn plain_http_to_the_tls_port_fails() {
 #[tokio::test]
 async fn grpc_check_over_tls_is_decided_and_plaintext_grpc_is_refused() {
     let cert = self_signed();
-    let node = TestNode::start(RULES, |c| with_tls(c, &cert)).await;
+    let node = TestNode::start(ONE_PER_HOUR, |c| with_tls(c, &cert)).await;
     let addr = node.node().grpc_addr();
     let mut client = grpc_tls(&cert, addr).await;
     let r = client.check(one("g")).await.expect("a verdict");
@@ -154,9 +146,9 @@ async fn tls_nodes_forward_checks_to_each_other_on_the_peer_port() {
         with_tls(c, &cert);
         cluster_member(c, id, seed);
     };
-    let first = TestNode::start(RULES, |c| member(c, "node-1", None)).await;
+    let first = TestNode::start(ONE_PER_HOUR, |c| member(c, "node-1", None)).await;
     let seed = first.state().config.gossip;
-    let second = TestNode::start(RULES, |c| member(c, "node-2", Some(seed))).await;
+    let second = TestNode::start(ONE_PER_HOUR, |c| member(c, "node-2", Some(seed))).await;
     let cluster = first.state().engine.cluster().unwrap().clone();
     wait_until("node-1 sees node-2", || async { cluster.ring().len() == 2 }).await;
     let peer = cluster

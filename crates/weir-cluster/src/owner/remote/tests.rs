@@ -97,6 +97,22 @@ async fn an_op_whose_owner_left_the_ring_goes_to_the_keys_owner_now() {
     assert_eq!(a.stats().replica_decisions, 0);
 }
 
+/// Members a and b, and `gone`: an owner no longer on their ring, at an
+/// address nothing answers from.
+async fn a_pair_and_an_owner_gone(net: &MemoryNet) -> (Cluster, Cluster, NodeIdentity) {
+    let (a, b, vanished) = pair_and_an_empty_address(net).await;
+    net.partition(&[a.identity().grpc.ip()], &[vanished.ip()]);
+    (a, b, NodeIdentity::new("gone", vanished, vanished))
+}
+
+/// The first key named `{prefix}-{owner}-{i}` that `owner` owns on a's ring.
+fn key_of(a: &Cluster, owner: &str, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{owner}-{i}"))
+        .find(|k| a.ring().owner_id(k) == Some(owner))
+        .unwrap()
+}
+
 /// Guard: a refund of an admission by an owner that has since left the
 /// ring goes to the key's owner now, which was handed the count (here a
 /// peer, or this node). Sent to the owner that left, it was lost with it,
@@ -106,16 +122,11 @@ async fn an_op_whose_owner_left_the_ring_goes_to_the_keys_owner_now() {
 #[tokio::test(start_paused = true)]
 async fn a_refund_for_an_owner_that_left_goes_to_the_keys_owner_now() {
     let net = MemoryNet::new();
-    let (a, b, vanished) = pair_and_an_empty_address(&net).await;
-    net.partition(&[a.identity().grpc.ip()], &[vanished.ip()]);
-    let gone = NodeIdentity::new("gone", vanished, vanished);
+    let (a, b, gone) = a_pair_and_an_owner_gone(&net).await;
     let remote = remote_of(&a);
     let rule = &rule_r(&a);
     for (owner, counts) in [("a", &a), ("b", &b)] {
-        let key = (0..)
-            .map(|i| format!("refund-{owner}-{i}"))
-            .find(|k| a.ring().owner_id(k) == Some(owner))
-            .unwrap();
+        let key = key_of(&a, owner, "refund");
         // Two admissions the key's owner now counts, as a handoff would
         // have brought them.
         let mut at = 0;
@@ -145,16 +156,11 @@ async fn a_refund_for_an_owner_that_left_goes_to_the_keys_owner_now() {
 #[tokio::test(start_paused = true)]
 async fn a_refund_heard_past_the_late_window_goes_nowhere_but_its_owner() {
     let net = MemoryNet::new();
-    let (a, b, vanished) = pair_and_an_empty_address(&net).await;
-    net.partition(&[a.identity().grpc.ip()], &[vanished.ip()]);
-    let gone = NodeIdentity::new("gone", vanished, vanished);
+    let (a, b, gone) = a_pair_and_an_owner_gone(&net).await;
     let remote = remote_of(&a);
     let rule = &rule_r(&a);
     for (owner, counts) in [("a", &a), ("b", &b)] {
-        let key = (0..)
-            .map(|i| format!("very-late-{owner}-{i}"))
-            .find(|k| a.ring().owner_id(k) == Some(owner))
-            .unwrap();
+        let key = key_of(&a, owner, "very-late");
         let now = counts.limiter().now();
         let at = counts.limiter().consume("r", &key, 1, now).unwrap().at;
         let counter = (&rule.name, key.as_str());
