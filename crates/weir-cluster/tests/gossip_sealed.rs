@@ -1,17 +1,18 @@
 //! Gossip on the wire: sealed, so a capture shows no member, address or secret, and a datagram replayed is refused and counted.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
+use common::{wait_until, wait_until_showing};
 use futures::future::BoxFuture;
 use weir_cluster::membership::{
     Datagrams, Membership, MembershipConfig, NodeIdentity, UdpDatagrams,
 };
 
-const DEADLINE: Duration = Duration::from_secs(20);
 const SECRET: &[u8] = b"a secret no capture should show";
 
 /// A UDP socket that keeps a copy of every datagram it sends.
@@ -88,17 +89,6 @@ async fn three(sealed: bool) -> Vec<Member> {
 
 fn live_ids(m: &Membership) -> BTreeSet<String> {
     m.view().members.into_iter().map(|i| i.id).collect()
-}
-
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !cond() {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -202,15 +192,12 @@ async fn a_replayed_or_altered_datagram_is_refused_and_counted() {
         now.replayed_dropped > before.replayed_dropped
             && now.bad_mac_dropped > before.bad_mac_dropped
     };
-    let started = Instant::now();
-    while !refused(&b.membership.stats()) {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "b did not count the replay and the altered copy: before {before:?}, now {:?}",
-            b.membership.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_showing(
+        "b counts the replay and the altered copy",
+        || refused(&b.membership.stats()),
+        || format!(": before {before:?}, now {:?}", b.membership.stats()),
+    )
+    .await;
     let all: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
     for m in &members {
         assert_eq!(live_ids(&m.membership), all);

@@ -7,6 +7,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
+use weir_cluster::net::peer_tls::pem_certificates;
 
 /// `--tls-cert` and `--tls-key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,13 +44,7 @@ impl TlsFiles {
     /// Reads and checks both files; a key that does not match the
     /// certificate is refused here, at start, not at the first handshake.
     pub fn load(&self) -> Result<Acceptors, TlsError> {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.cert)
-            .map_err(|e| err(&self.cert, e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(&self.cert, e))?;
-        if certs.is_empty() {
-            return Err(err(&self.cert, "holds no PEM certificate"));
-        }
+        let certs = pem_certificates(&self.cert).map_err(|reason| err(&self.cert, reason))?;
         if is_ca_certificate(&certs[0]) {
             // Served all the same: OpenSSL-based clients take it.
             tracing::warn!(

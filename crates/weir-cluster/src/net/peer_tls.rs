@@ -53,15 +53,21 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, PeerTlsError> {
+/// The PEM certificates in `path`, in file order; why not, when it cannot
+/// be read or holds none. The client port's certificate is read with it too.
+pub fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| err(path, e))?
+        .map_err(|e| e.to_string())?
         .collect::<Result<_, _>>()
-        .map_err(|e| err(path, e))?;
+        .map_err(|e| e.to_string())?;
     if certs.is_empty() {
-        return Err(err(path, "holds no PEM certificate"));
+        return Err("holds no PEM certificate".into());
     }
     Ok(certs)
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, PeerTlsError> {
+    pem_certificates(path).map_err(|reason| err(path, reason))
 }
 
 /// Both sides of a peer connection, as one set of files makes them.
