@@ -156,11 +156,15 @@ impl TestNode {
     }
 }
 
-/// A client that never goes through a proxy from the environment.
+/// An HTTP client for tests that never goes through a proxy from the
+/// environment. Its pool lets an idle connection go well before a node
+/// closes it (at the header-read timeout), so no request is written to a
+/// connection the node is closing.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .timeout(DEADLINE)
+        .pool_idle_timeout(weir_node::ServeConfig::default().limits.header_read_timeout / 2)
         .build()
         .expect("HTTP client")
 }

@@ -219,7 +219,8 @@ async fn worker(
         {
             Ok(res) if matches!(res.status().as_u16(), 200 | 429) => {}
             Ok(res) => tally.fail(format!("status {} for {body}", res.status())),
-            Err(e) => tally.fail(format!("{e} for {body}")),
+            // The whole chain: reqwest's own message names only the URL.
+            Err(e) => tally.fail(format!("{e:?} for {body}")),
         }
     }
 }

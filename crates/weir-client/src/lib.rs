@@ -56,7 +56,9 @@ mod error;
 pub mod layer;
 pub mod retry;
 
-pub use client::{Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_MAX_BATCH};
+pub use client::{
+    Client, ClientBuilder, DEFAULT_DEADLINE, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BATCH,
+};
 pub use error::ClientError;
 pub use layer::{FailureMode, HeaderSet, KeyExtractor, RateLimitLayer, DEFAULT_MAX_DELAY};
 pub use retry::{retry, BudgetError, RetryBudget, RetryPolicy};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{closed_port, per_client, rules_file};
 use tempfile::TempPath;
 use tokio::net::TcpListener;
-use weir_client::{CheckRequest, Client, ClientError};
+use weir_client::{CheckRequest, Client, ClientError, DEFAULT_IDLE_TIMEOUT};
 use weir_node::{Node, ServeConfig};
 use weir_proto::check_wire::rate_limiter_server::RateLimiterServer;
 
@@ -273,4 +273,80 @@ async fn bad_endpoint_is_refused_at_build_time() {
         Client::http("::"),
         Err(ClientError::Endpoint { .. })
     ));
+}
+
+/// An HTTP/1 server that allows every check on a kept-alive connection,
+/// counting the connections it accepted.
+async fn counting_http_server() -> (String, Arc<AtomicU64>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut conn = BufReader::new(socket);
+                loop {
+                    let mut body_len = 0;
+                    loop {
+                        let mut line = String::new();
+                        if conn.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                body_len = value.trim().parse().unwrap();
+                            }
+                        }
+                    }
+                    let mut body = vec![0; body_len];
+                    conn.read_exact(&mut body).await.unwrap();
+                    let verdict = r#"{"allowed":true,"limit":10,"remaining":9}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\n\r\n{verdict}",
+                        verdict.len()
+                    );
+                    conn.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), accepted)
+}
+
+#[tokio::test]
+async fn http_lets_an_idle_connection_go_before_the_node_would_close_it() {
+    // The node closes a kept-alive connection idle for its header-read
+    // timeout; a pool that kept it longer would sometimes write a check
+    // to a connection being closed, and lose it.
+    assert!(DEFAULT_IDLE_TIMEOUT < ServeConfig::default().limits.header_read_timeout);
+
+    let (url, accepted) = counting_http_server().await;
+    let client = Client::builder()
+        .deadline(Duration::from_secs(5))
+        .idle_timeout(Duration::from_millis(100))
+        .http(&url)
+        .unwrap();
+    let check = || client.check(CheckRequest::new("k", "GET /"));
+    check().await.unwrap();
+    check().await.unwrap();
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "busy, it keeps one connection"
+    );
+    // The idle time is the behaviour under test, not a wait for an event.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(check().await.unwrap().allowed);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "a connection idle past the timeout is not reused"
+    );
 }

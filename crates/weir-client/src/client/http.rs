@@ -56,6 +56,7 @@ impl HttpTransport {
     pub(crate) fn new(
         base: &str,
         connect_timeout: Duration,
+        idle_timeout: Duration,
         ca_pem: Option<&[u8]>,
     ) -> Result<Self, ClientError> {
         let bad = |reason: String| ClientError::Endpoint {
@@ -67,6 +68,7 @@ impl HttpTransport {
             .map_err(|e| bad(e.to_string()))?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
+            .pool_idle_timeout(idle_timeout)
             .tcp_nodelay(true);
         for cert in super::tls::extra_roots(base, ca_pem)? {
             builder = builder.add_root_certificate(cert);

@@ -24,6 +24,11 @@ use http::HttpTransport;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 /// Items per gRPC call; well under a node's default ceiling of 1000.
 pub const DEFAULT_MAX_BATCH: usize = 256;
+/// 5 s: half a node's default `--header-read-timeout`, after which the
+/// node closes a kept-alive HTTP/1 connection with no request on it. A
+/// check written to a connection as the node closes it fails, and the
+/// client cannot tell whether it was counted, so the pool lets go first.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A handle to one weir node. Cheap to clone; every clone shares one
 /// connection (gRPC channel or HTTP pool) and, for gRPC, one batch queue.
@@ -78,6 +83,7 @@ pub struct ClientBuilder {
     max_batch: usize,
     max_in_flight: usize,
     queue: usize,
+    idle_timeout: Duration,
     ca_pem: Option<Vec<u8>>,
 }
 
@@ -91,6 +97,7 @@ impl Default for ClientBuilder {
             // next; more would only shrink batches.
             max_in_flight: 4,
             queue: 4096,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             ca_pem: None,
         }
     }
@@ -124,6 +131,13 @@ impl ClientBuilder {
     /// Checks waiting for a call before [`Client::check`] itself waits.
     pub fn queue(mut self, depth: usize) -> Self {
         self.queue = depth;
+        self
+    }
+
+    /// How long an HTTP connection with no check on it is kept for the
+    /// next one. Keep it under the node's `--header-read-timeout`.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
         self
     }
 
@@ -165,6 +179,7 @@ impl ClientBuilder {
         let t = HttpTransport::new(
             url,
             self.connect_timeout.unwrap_or(self.deadline),
+            self.idle_timeout,
             self.ca_pem.as_deref(),
         )?;
         Ok(self.build(Transport::Http(t)))
