@@ -320,7 +320,9 @@ impl Gateway {
     /// A new member view.
     pub fn on_ring(&self, old: &Ring, ring: &Ring, rules: &RuleSet) {
         if old.len() != ring.len() {
-            self.remote.fallback().rebuild(rules, ring.len());
+            // A pass over every rule: 100,000 of them would hold up the
+            // checks queued on this worker.
+            crate::offload::off_the_workers(|| self.remote.fallback().rebuild(rules, ring.len()));
         }
         let is_member = |id: &str| ring.members().iter().any(|m| m.id == id);
         for gone in old.members().iter().filter(|m| !is_member(&m.id)) {

@@ -62,7 +62,9 @@ impl Strategy for DivideStrategy {
 
     fn on_ring<'a>(&'a self, _old: &'a Ring, ring: &'a Ring) -> BoxFuture<'a, ()> {
         if ring.len() != self.divided.members() {
-            self.divided.rebuild(&self.limiter.rules(), ring.len());
+            crate::offload::off_the_workers(|| {
+                self.divided.rebuild(&self.limiter.rules(), ring.len())
+            });
         }
         Box::pin(async {})
     }
