@@ -162,6 +162,8 @@ impl Cluster {
             control: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(1))
+                // Let go before a node closes an idle connection.
+                .pool_idle_timeout(weir_client::DEFAULT_IDLE_TIMEOUT)
                 .build()
                 .expect("static client settings"),
             net,

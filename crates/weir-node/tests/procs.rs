@@ -80,10 +80,13 @@ pub fn spawn(id: &str, rules: &Path, seed: Option<&str>, extra: &[&str]) -> Proc
     }
 }
 
+/// Its pool lets an idle connection go well before a node closes it (at
+/// the header-read timeout), so no check is written to a closing one.
 pub fn client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .timeout(timeout)
+        .pool_idle_timeout(weir_node::ServeConfig::default().limits.header_read_timeout / 2)
         .build()
         .unwrap()
 }
